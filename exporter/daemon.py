@@ -1,0 +1,141 @@
+"""`serve`: wire config → scheduler → prober → metrics → HTTP, and handle reload and shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry
+
+from exporter.config import Config, ConfigError, load_config, parse_listen_address
+from exporter.log import REDACTOR, get_logger
+from exporter.metrics import ExporterMetrics
+from exporter.prober import Prober
+from exporter.scheduler import Scheduler
+from exporter.server import ServerState, create_app
+from exporter.simulator import Simulator, start_simulator
+from exporter.store import ResultStore
+
+LOOP_LAG_PERIOD = 0.25
+
+
+class Daemon:
+    """The long-running exporter."""
+
+    def __init__(self, config_path: Path, listen: str, *, shutdown_grace: float = 10.0,
+                 logger: Any = None) -> None:
+        self.config_path = config_path
+        self.listen = listen
+        self.shutdown_grace = shutdown_grace
+        self.log = logger or get_logger()
+        self.registry = CollectorRegistry()
+        self.metrics = ExporterMetrics(self.registry)
+        self.store = ResultStore()
+        self.prober: Prober | None = None
+        self.scheduler: Scheduler | None = None
+        self.simulator: Simulator | None = None
+        self.state: ServerState | None = None
+        self._runner: web.AppRunner | None = None
+        self._stop = asyncio.Event()
+        self._reload_lock = asyncio.Lock()
+        self._lag_task: asyncio.Task[None] | None = None
+
+    async def run(self, config: Config) -> None:
+        """Serve until SIGTERM/SIGINT (or `stop()`), then shut down gracefully."""
+        await self.start(config)
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self._stop.set)
+        loop.add_signal_handler(signal.SIGHUP, lambda: asyncio.ensure_future(self.reload()))
+        try:
+            await self._stop.wait()
+        finally:
+            for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+                loop.remove_signal_handler(sig)
+            await self.shutdown()
+
+    def stop(self) -> None:
+        """Ask the daemon to shut down."""
+        self._stop.set()
+
+    async def start(self, config: Config) -> None:
+        """Start the simulator (if configured), the HTTP server and the scheduler."""
+        REDACTOR.update(config.secrets())
+        if config.simulator is not None:
+            self.simulator = await start_simulator(config.simulator)
+            self.log.info("simulator started", url=self.simulator.url)
+        self.prober = Prober(max_output_bytes=config.global_.max_output_bytes)
+        await self.prober.start()
+        self.scheduler = Scheduler(self.prober, self.metrics, self.store,
+                                   max_concurrency=config.global_.max_concurrency)
+        self.state = ServerState(self.registry, self.metrics, self.store, self.scheduler,
+                                 None, self.reload, started_at=time.time())
+        self._runner = web.AppRunner(create_app(self.state), access_log=None,
+                                     handle_signals=False)
+        await self._runner.setup()
+        host, port = parse_listen_address(self.listen)
+        await web.TCPSite(self._runner, host, port, reuse_address=True).start()
+        self.log.info("listening", address=self.listen)
+        self._apply(config)
+        self.metrics.reload_status(True, time.time())
+        self.state.ready = True
+        self._lag_task = asyncio.create_task(self._watch_loop_lag())
+        self.log.info("probing", series=len(config.series), targets=len(config.targets))
+
+    def _apply(self, config: Config) -> None:
+        assert self.state is not None and self.scheduler is not None
+        REDACTOR.update(config.secrets())
+        self.metrics.apply(config)
+        self.store.set_series(s.key for s in config.series)
+        self.scheduler.apply(config)
+        self.state.config = config
+
+    async def reload(self) -> None:
+        """Re-read the config file; keep the running config if the new one is invalid."""
+        assert self.state is not None
+        async with self._reload_lock:
+            try:
+                config = await asyncio.to_thread(load_config, self.config_path)
+                old = self.state.config
+                if old is not None and old.simulator != config.simulator:
+                    self.log.warning("simulator settings changed; restart to apply them")
+                self._apply(config)
+            except ConfigError as exc:
+                self.state.last_reload_error = str(exc)
+                self.metrics.reload_status(False)
+                self.log.error("config reload failed; keeping the running config",
+                               error=str(exc))
+                return
+            self.state.last_reload_error = ""
+            self.metrics.reload_status(True, time.time())
+            self.log.info("config reloaded", series=len(config.series))
+
+    async def _watch_loop_lag(self) -> None:
+        """Measure how late the loop wakes a timer: timings are skewed by the same amount."""
+        loop = asyncio.get_running_loop()
+        while True:
+            planned = loop.time() + LOOP_LAG_PERIOD
+            await asyncio.sleep(LOOP_LAG_PERIOD)
+            self.metrics.event_loop_lag.observe(max(0.0, loop.time() - planned))
+
+    async def shutdown(self) -> None:
+        """Stop scheduling, let in-flight probes finish (bounded), close everything."""
+        self.log.info("shutting down")
+        if self.state is not None:
+            self.state.ready = False
+        if self._lag_task is not None:
+            self._lag_task.cancel()
+            await asyncio.gather(self._lag_task, return_exceptions=True)
+        if self.scheduler is not None:
+            await self.scheduler.stop(self.shutdown_grace)
+        if self._runner is not None:
+            await self._runner.cleanup()
+        if self.prober is not None:
+            await self.prober.close()
+        if self.simulator is not None:
+            await self.simulator.close()
+        self.log.info("stopped")

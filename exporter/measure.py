@@ -1,0 +1,113 @@
+"""The definitions, in one place: pure timing math over monotonic stamps (see DESIGN.md).
+
+t0 request written · t_h response headers · t_f first chunk carrying a generated token (answer or
+reasoning) · t_a first answer token · t_L last token · t_end stream end · N output tokens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from exporter.result import Phase, Timings
+
+
+@dataclass(slots=True)
+class Stamps:
+    """Monotonic stamps of one probe, filled in as the response arrives."""
+
+    t0: float
+    t_headers: float | None = None
+    t_first: float | None = None
+    t_answer: float | None = None
+    t_last: float | None = None
+    t_end: float | None = None
+    chunk_times: list[float] = field(default_factory=list)  # reads that carried tokens
+
+
+def ttft(s: Stamps) -> float | None:
+    """Time to first token: t_f − t0 (reasoning tokens count)."""
+    return None if s.t_first is None else s.t_first - s.t0
+
+
+def time_to_first_answer(s: Stamps) -> float | None:
+    """Time to the first answer (non-reasoning) token: t_a − t0."""
+    return None if s.t_answer is None else s.t_answer - s.t0
+
+
+def duration(s: Stamps) -> float | None:
+    """End-to-end duration: t_end − t0."""
+    return None if s.t_end is None else s.t_end - s.t0
+
+
+def tpot(s: Stamps, n_tokens: int) -> float | None:
+    """Time per output token: (t_L − t_f) / (N − 1), only when N ≥ 2.
+
+    Never the mean of chunk gaps: one chunk may carry many tokens. Undefined (None) when all
+    tokens arrived in a single read, because then nothing was observed about their spacing.
+    """
+    if n_tokens < 2 or s.t_first is None or s.t_last is None or len(s.chunk_times) < 2:
+        return None
+    return (s.t_last - s.t_first) / (n_tokens - 1)
+
+
+def tokens_per_second(s: Stamps, n_tokens: int) -> float | None:
+    """Output tokens per second as the user experiences it: N / E2E (TTFT included)."""
+    e2e = duration(s)
+    if e2e is None or e2e <= 0 or n_tokens <= 0:
+        return None
+    return n_tokens / e2e
+
+
+def inter_chunk_gaps(s: Stamps) -> tuple[float, ...]:
+    """Gaps between consecutive token-bearing reads (stalls show here)."""
+    times = s.chunk_times
+    return tuple(b - a for a, b in zip(times, times[1:], strict=False))
+
+
+def phases(s: Stamps, network: Mapping[Phase, float]) -> dict[Phase, float]:
+    """Phase durations: network phases as traced, then wait, first_token, generate."""
+    out = dict(network)
+    if s.t_headers is not None:
+        out[Phase.WAIT] = max(0.0, s.t_headers - s.t0)
+        if s.t_first is not None:
+            out[Phase.FIRST_TOKEN] = max(0.0, s.t_first - s.t_headers)
+            if s.t_last is not None:
+                out[Phase.GENERATE] = max(0.0, s.t_last - s.t_first)
+    return out
+
+
+def timings(s: Stamps, n_tokens: int, network: Mapping[Phase, float]) -> Timings:
+    """Every derived latency of one probe."""
+    return Timings(
+        ttft=ttft(s),
+        time_to_first_answer=time_to_first_answer(s),
+        tpot=tpot(s, n_tokens),
+        tps=tokens_per_second(s, n_tokens),
+        duration=duration(s),
+        inter_chunk=inter_chunk_gaps(s),
+        phases=phases(s, network),
+    )
+
+
+def cost(prompt: int, completion: int, cached: int, *, input_price: float,
+         output_price: float, cached_price: float | None) -> float:
+    """Cost of one call; prices per 1M tokens. Cached prompt tokens are billed at the cached price."""
+    if cached_price is None:
+        cached_price = input_price
+    cached = min(cached, prompt)
+    return ((prompt - cached) * input_price + cached * cached_price
+            + completion * output_price) / 1_000_000
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """The q-th percentile (0–100) by linear interpolation between closest ranks."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    if len(ordered) == 1:
+        return ordered[0]
+    rank = (len(ordered) - 1) * q / 100
+    low = int(rank)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)

@@ -1,0 +1,407 @@
+"""One probe → one `ProbeResult`: send the request, stamp bytes as they arrive, classify failures.
+
+Time is taken right after each read returns, before any decoding or parsing, so the work done on
+a chunk never moves its stamp. Every failure maps to exactly one `result` value; a probe never
+raises (except cancellation).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import re
+import ssl
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any
+
+import aiohttp
+import orjson
+
+from exporter import measure
+from exporter.checks import run_checks
+from exporter.config import Series
+from exporter.errors import (
+    CheckFailed,
+    ConnectFailed,
+    EmptyOutput,
+    HTTPStatusError,
+    ProbeError,
+    ProbeTimeout,
+    Result,
+    StreamError,
+    TLSFailed,
+)
+from exporter.log import REDACTOR, Redactor, get_logger
+from exporter.protocols import ANSWER, ApiProtocol, StreamParser, protocol_for
+from exporter.result import Phase, ProbeResult, TokenSource, Usage
+from exporter.sse import SSEDecoder
+from exporter.tokens import estimate_tokens
+
+Clock = Callable[[], float]
+
+# Response headers that report the remaining rate limit, by `kind` label value.
+RATELIMIT_HEADERS = {
+    "x-ratelimit-remaining-requests": "requests",
+    "x-ratelimit-remaining-tokens": "tokens",
+    "anthropic-ratelimit-requests-remaining": "requests",
+    "anthropic-ratelimit-tokens-remaining": "tokens",
+}
+ERROR_BODY_LIMIT = 64 * 1024
+
+
+@dataclass(slots=True)
+class _NetStamps:
+    """Filled by aiohttp trace callbacks during one request."""
+
+    clock: Clock
+    dns_start: float | None = None
+    dns_end: float | None = None
+    create_start: float | None = None
+    create_end: float | None = None
+    sent: float | None = None  # request (headers, then body) written
+
+
+@dataclass(slots=True)
+class _Attempt:
+    """What one probe saw so far; the result is built from it whatever happened."""
+
+    stamps: measure.Stamps
+    net: _NetStamps
+    parser: StreamParser | None = None
+    status: int | None = None
+    headers: Mapping[str, str] = field(default_factory=dict)
+    prompt_text: str = ""
+    stream_done: bool = False  # the stream ended properly
+
+
+def _trace_config() -> aiohttp.TraceConfig:
+    """Trace callbacks that stamp DNS, connection set-up and the request write."""
+    trace = aiohttp.TraceConfig()
+
+    def stamp(attr: str) -> Callable[..., Any]:
+        async def on_signal(session: Any, ctx: SimpleNamespace, params: Any) -> None:
+            net = ctx.trace_request_ctx
+            if isinstance(net, _NetStamps):
+                setattr(net, attr, net.clock())
+        return on_signal
+
+    trace.on_dns_resolvehost_start.append(stamp("dns_start"))
+    trace.on_dns_resolvehost_end.append(stamp("dns_end"))
+    trace.on_connection_create_start.append(stamp("create_start"))
+    trace.on_connection_create_end.append(stamp("create_end"))
+    trace.on_request_headers_sent.append(stamp("sent"))
+    trace.on_request_chunk_sent.append(stamp("sent"))
+    return trace
+
+
+def parse_retry_after(value: str | None, now: float) -> float | None:
+    """Seconds to wait from a Retry-After header (delta-seconds or an HTTP date)."""
+    if not value:
+        return None
+    value = value.strip()
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value).timestamp()
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when - now)
+
+
+def _error_text(body: bytes) -> str:
+    """The message of a provider error body (JSON `error.message` or the text itself)."""
+    text = body.decode("utf-8", "replace").strip()
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return re.sub(r"\s+", " ", text)[:300]
+    if isinstance(data, dict):
+        error = data.get("error", data)
+        if isinstance(error, dict):
+            message = error.get("message") or error.get("type") or error.get("code")
+            if message:
+                return str(message)[:300]
+        elif isinstance(error, str):
+            return error[:300]
+    return text[:300]
+
+
+def _status_reason(status: int, message: str) -> str:
+    """A plain-words reason for an HTTP error status."""
+    if status == 404:
+        lowered = message.lower()
+        if "model" in lowered or "deployment" in lowered:
+            return f"HTTP 404: model not found: {message}"
+        return f"HTTP 404: path not found (check base_url): {message}"
+    return f"HTTP {status}: {message}" if message else f"HTTP {status}"
+
+
+class Prober:
+    """Runs probes over one shared aiohttp session."""
+
+    def __init__(self, *, max_output_bytes: int = 4 * 1024 * 1024,
+                 redactor: Redactor = REDACTOR, clock: Clock = time.perf_counter,
+                 wall_clock: Clock = time.time, logger: Any = None) -> None:
+        self._max_output_bytes = max_output_bytes
+        self._redact = redactor
+        self._clock = clock
+        self._wall = wall_clock
+        self._log = logger or get_logger()
+        self._session: aiohttp.ClientSession | None = None
+        self._no_stream_options: set[str] = set()  # targets that rejected stream_options
+        self._protocols: dict[Any, ApiProtocol] = {}
+
+    async def __aenter__(self) -> Prober:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def start(self) -> None:
+        """Open the shared HTTP session."""
+        if self._session is None:
+            connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300)
+            self._session = aiohttp.ClientSession(
+                connector=connector, trace_configs=[_trace_config()],
+                timeout=aiohttp.ClientTimeout(total=None), auto_decompress=True,
+                skip_auto_headers=("User-Agent",),
+                headers={"User-Agent": "llm-probe-exporter"},
+            )
+
+    async def close(self) -> None:
+        """Close the session and its connections."""
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    def _protocol(self, series: Series) -> ApiProtocol:
+        api = series.target.api
+        if api not in self._protocols:
+            self._protocols[api] = protocol_for(api)
+        return self._protocols[api]
+
+    async def probe(self, series: Series) -> ProbeResult:
+        """Run one probe of `series`; never raises except on cancellation."""
+        if self._session is None:
+            await self.start()
+        started = self._wall()
+        net = _NetStamps(self._clock)
+        attempt = _Attempt(measure.Stamps(t0=self._clock()), net)
+        error: ProbeError | None = None
+        try:
+            async with asyncio.timeout(series.timeout):
+                await self._run(series, attempt)
+            error = self._evaluate(series, attempt)
+        except ProbeError as exc:
+            error = exc
+        except TimeoutError:
+            error = ProbeTimeout(f"no complete answer within the {series.timeout:g}s timeout")
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # the daemon must never die of a probe
+            error = ProbeError(f"internal error: {type(exc).__name__}: {exc}")
+            self._log.exception("probe crashed", target=series.target.name, model=series.model,
+                                probe=series.probe_name)
+        return self._result(series, attempt, error, started)
+
+    async def _run(self, series: Series, attempt: _Attempt) -> None:
+        """Send the request and read the stream into `attempt`."""
+        assert self._session is not None
+        protocol = self._protocol(series)
+        target = series.target
+        nonce = uuid.uuid4().hex[:12] if series.probe.nonce else None
+        stream_options = target.name not in self._no_stream_options
+        for _ in range(2):
+            request = protocol.build_request(series, nonce, stream_options=stream_options)
+            attempt.prompt_text = request.body.decode("utf-8", "replace")
+            stamps = attempt.stamps = measure.Stamps(t0=self._clock())
+            attempt.net = net = _NetStamps(self._clock)
+            try:
+                response = await self._session.post(
+                    request.url, data=request.body, headers=request.headers,
+                    ssl=None if target.tls_verify else False, trace_request_ctx=net,
+                )
+            except (aiohttp.ClientConnectorCertificateError, aiohttp.ClientConnectorSSLError,
+                    aiohttp.ClientSSLError, ssl.SSLError) as exc:
+                raise TLSFailed(f"TLS failed: {exc}") from None
+            except aiohttp.ClientConnectorError as exc:
+                raise ConnectFailed(f"cannot connect to {exc.host}:{exc.port}: "
+                                    f"{exc.os_error.strerror or exc.os_error}") from None
+            except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as exc:
+                raise ConnectFailed(f"connection failed before response headers: "
+                                    f"{type(exc).__name__}: {exc}") from None
+            stamps.t_headers = self._clock()
+            if net.sent is not None:
+                stamps.t0 = net.sent
+            async with response:
+                attempt.status = response.status
+                attempt.headers = response.headers
+                if response.status >= 300:
+                    body = await response.content.read(ERROR_BODY_LIMIT)
+                    message = _error_text(body)
+                    if (stream_options and protocol.rejects_stream_options(
+                            response.status, message)):
+                        # Remembered per target so later probes ask once, not twice.
+                        self._no_stream_options.add(target.name)
+                        stream_options = False
+                        self._log.info("stream_options rejected; retrying without it",
+                                       target=target.name)
+                        continue
+                    retry = parse_retry_after(response.headers.get("Retry-After"), self._wall())
+                    raise HTTPStatusError(response.status,
+                                          _status_reason(response.status, message), retry)
+                await self._read_stream(response, protocol, series, attempt)
+                return
+
+    async def _read_stream(self, response: aiohttp.ClientResponse, protocol: ApiProtocol,
+                           series: Series, attempt: _Attempt) -> None:
+        """Read the event stream, stamping every read that carries tokens."""
+        content_type = response.headers.get("Content-Type", "")
+        if "text/event-stream" not in content_type:
+            body = (await response.content.read(2048)).decode("utf-8", "replace")
+            raise StreamError(
+                f"expected an event stream, got {content_type or 'no content type'}: "
+                f"{_error_text(body.encode())[:120]}")
+        clock = self._clock
+        stamps = attempt.stamps
+        chunk_times = stamps.chunk_times
+        parser = attempt.parser = protocol.new_parser()
+        on_event = parser.on_event
+        decoder = SSEDecoder()
+        limit = self._max_output_bytes
+        # Gateways re-chunk (a token may span chunks), so allow well over one chunk per token.
+        chunk_limit = 4 * series.probe.max_tokens + 64
+        received = token_events = 0
+        now = clock()
+        try:
+            async for data in response.content.iter_any():
+                now = clock()  # stamp first: nothing below may delay it
+                received += len(data)
+                if received > limit:
+                    raise StreamError(f"stream exceeded {limit} bytes (max_tokens ignored?); cut")
+                kinds = 0
+                for event in decoder.feed(data):
+                    kind = on_event(event)
+                    if kind:
+                        kinds |= kind
+                        token_events += 1
+                if kinds:
+                    if stamps.t_first is None:
+                        stamps.t_first = now
+                    if kinds & ANSWER and stamps.t_answer is None:
+                        stamps.t_answer = now
+                    stamps.t_last = now
+                    chunk_times.append(now)
+                    if token_events > chunk_limit:
+                        raise StreamError(f"server ignored max_tokens={series.probe.max_tokens}: "
+                                          f"more than {chunk_limit} token chunks; cut")
+                if parser.done:
+                    break
+            else:
+                now = clock()
+                kinds = 0
+                for event in decoder.flush():
+                    kinds |= on_event(event)
+                if kinds:
+                    if stamps.t_first is None:
+                        stamps.t_first = now
+                    if kinds & ANSWER and stamps.t_answer is None:
+                        stamps.t_answer = now
+                    stamps.t_last = now
+                    chunk_times.append(now)
+        except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError) as exc:
+            raise StreamError(f"connection broke mid-stream: {type(exc).__name__}") from None
+        stamps.t_end = now
+        if not parser.finished:
+            raise StreamError("stream ended without a finish reason or [DONE] (truncated)")
+        attempt.stream_done = True
+
+    def _evaluate(self, series: Series, attempt: _Attempt) -> ProbeError | None:
+        """Judge a complete stream: empty output, reasoning-only, answer checks."""
+        parser = attempt.parser
+        assert parser is not None
+        if not parser.answer:
+            if parser.reasoning:
+                return CheckFailed("reasoning used the whole budget: no answer token "
+                                   f"(finish_reason={parser.finish_reason})")
+            return EmptyOutput("the stream finished without an output token")
+        expect = series.probe.expect
+        if expect is not None:
+            failure = run_checks(expect, "".join(parser.answer), self._output_tokens(parser)[0],
+                                 parser.finish_reason)
+            if failure:
+                return CheckFailed(failure)
+        return None
+
+    def _output_tokens(self, parser: StreamParser) -> tuple[int, TokenSource]:
+        """N: the server's completion_tokens when given, else an offline estimate."""
+        if parser.usage is not None and parser.usage.completion is not None:
+            return parser.usage.completion, TokenSource.USAGE
+        text = "".join(parser.answer) + "".join(parser.reasoning)
+        if not text:
+            return 0, TokenSource.NONE
+        return estimate_tokens(text), TokenSource.ESTIMATE
+
+    def _result(self, series: Series, attempt: _Attempt, error: ProbeError | None,
+                started: float) -> ProbeResult:
+        """Build the ProbeResult from what the attempt saw."""
+        parser = attempt.parser
+        stamps = attempt.stamps
+        net = attempt.net
+        result = Result.SUCCESS if error is None else error.outcome()
+        n_tokens, source = (self._output_tokens(parser) if parser is not None
+                            else (0, TokenSource.NONE))
+        if stamps.t_end is None:
+            stamps.t_end = self._clock()
+        network: dict[Phase, float] = {}
+        if net.dns_start is not None and net.dns_end is not None:
+            network[Phase.RESOLVE] = net.dns_end - net.dns_start
+        if net.create_start is not None and net.create_end is not None:
+            dns = network.get(Phase.RESOLVE, 0.0)
+            network[Phase.CONNECT] = max(0.0, net.create_end - net.create_start - dns)
+        timings = measure.timings(stamps, n_tokens, network)
+        usage = Usage()
+        cost = currency = None
+        if parser is not None and attempt.stream_done:
+            server = parser.usage or Usage()
+            reasoning = server.reasoning
+            if reasoning is None and parser.reasoning:
+                reasoning = estimate_tokens("".join(parser.reasoning))
+            usage = Usage(
+                prompt=server.prompt if server.prompt is not None
+                else estimate_tokens(attempt.prompt_text),
+                completion=n_tokens, reasoning=reasoning, cached=server.cached)
+            price = series.price
+            if price is not None:
+                cost = measure.cost(usage.prompt or 0, n_tokens, usage.cached or 0,
+                                    input_price=price.input, output_price=price.output,
+                                    cached_price=price.cached_input)
+                currency = price.currency
+        ratelimit = {}
+        for header, kind in RATELIMIT_HEADERS.items():
+            value = attempt.headers.get(header)
+            if value is not None:
+                try:
+                    ratelimit[kind] = float(value)
+                except ValueError:
+                    pass
+        answer = "".join(parser.answer) if parser is not None else ""
+        return ProbeResult(
+            target=series.target.name, model=series.model, probe=series.probe_name,
+            result=result, reason=self._redact(error.reason) if error else "",
+            timings=timings, usage=usage, output_tokens=n_tokens, token_source=source,
+            cost=cost, currency=currency, answer=self._redact(answer[:200]),
+            finish_reason=parser.finish_reason if parser else None,
+            response_id=(parser.response_id if parser else None)
+            or attempt.headers.get("x-request-id"),
+            status=attempt.status, ratelimit=ratelimit,
+            retry_after=error.retry_after if isinstance(error, HTTPStatusError) else None,
+            started_at=started, finished_at=self._wall(),
+        )

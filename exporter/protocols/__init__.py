@@ -1,0 +1,94 @@
+"""API styles: each turns a probe into an HTTP request and its event stream into token events.
+
+One module per style; `protocol_for(api)` picks it. A parser sees each decoded event once and
+returns which kinds of token it carried (`ANSWER`, `REASONING`), so the prober can stamp them.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+
+from exporter.config import Api, ProbeConfig, Series
+from exporter.result import Usage
+from exporter.sse import ServerSentEvent
+
+ANSWER = 1
+REASONING = 2
+
+
+@dataclass(frozen=True, slots=True)
+class HttpRequest:
+    """A ready-to-send probe request."""
+
+    url: str
+    headers: dict[str, str]
+    body: bytes
+
+
+@dataclass(slots=True)
+class StreamParser(ABC):
+    """Reads one response's events; collects text, usage and the finish reason."""
+
+    answer: list[str] = field(default_factory=list)
+    reasoning: list[str] = field(default_factory=list)
+    usage: Usage | None = None
+    finish_reason: str | None = None
+    response_id: str | None = None
+    done: bool = False  # an explicit end-of-stream marker was seen
+
+    @abstractmethod
+    def on_event(self, event: ServerSentEvent) -> int:
+        """Consume one event; return a bitmask of ANSWER / REASONING tokens it carried."""
+
+    @property
+    def finished(self) -> bool:
+        """Whether the stream ended properly (end marker or finish reason seen)."""
+        return self.done or self.finish_reason is not None
+
+
+class ApiProtocol(ABC):
+    """How one API style is spoken."""
+
+    default_path: str
+
+    @abstractmethod
+    def build_request(self, series: Series, nonce: str | None, *,
+                      stream_options: bool = True) -> HttpRequest:
+        """The HTTP request for one run of this series."""
+
+    @abstractmethod
+    def new_parser(self) -> StreamParser:
+        """A parser for one response stream."""
+
+    def rejects_stream_options(self, status: int, body: str) -> bool:
+        """Whether a 4xx answer means the server does not know `stream_options`."""
+        return False
+
+    def url(self, series: Series) -> str:
+        """The endpoint URL: base_url + path (+ query)."""
+        target = series.target
+        url = target.base_url + (target.path or self.default_path)
+        if target.query:
+            from urllib.parse import urlencode
+
+            url += ("&" if "?" in url else "?") + urlencode(target.query)
+        return url
+
+
+def user_text(probe: ProbeConfig, nonce: str | None) -> str | None:
+    """The prompt text with the nonce in front (prefix caches match prefixes)."""
+    if probe.prompt is None:
+        return None
+    return f"[{nonce}] {probe.prompt}" if nonce else probe.prompt
+
+
+def protocol_for(api: Api) -> ApiProtocol:
+    """The protocol implementation for an API style."""
+    from exporter.protocols.openai_chat import OpenAIChat
+
+    protocols: dict[Api, type[ApiProtocol]] = {Api.OPENAI_CHAT: OpenAIChat}
+    try:
+        return protocols[api]()
+    except KeyError:
+        raise ValueError(f"API style {api.value!r} is not supported yet") from None

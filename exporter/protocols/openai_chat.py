@@ -1,0 +1,141 @@
+"""OpenAI chat completions (`POST {base_url}/chat/completions`, streamed).
+
+Tokens come from `delta.content` (answer) and `delta.reasoning_content` / `delta.reasoning`
+(reasoning, as vLLM, DeepSeek and OpenRouter-style gateways send it). A role-only or empty delta
+is not a token. `usage` arrives in a final chunk (usually `choices: []`, some gateways send it with
+a non-empty `choices`) when `stream_options.include_usage` was asked for.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from exporter.config import Series
+from exporter.errors import StreamError, UpstreamError
+from exporter.protocols import ANSWER, REASONING, ApiProtocol, HttpRequest, StreamParser, user_text
+from exporter.result import Usage
+from exporter.sse import ServerSentEvent
+
+
+def chat_messages(series: Series, nonce: str | None) -> list[dict[str, Any]]:
+    """The `messages` list of a probe (nonce in front of the first user message)."""
+    probe = series.probe
+    messages: list[dict[str, Any]] = []
+    if probe.system:
+        messages.append({"role": "system", "content": probe.system})
+    if probe.messages is not None:
+        tagged = False
+        for message in probe.messages:
+            content = message.content
+            if nonce and not tagged and message.role == "user":
+                content, tagged = f"[{nonce}] {content}", True
+            messages.append({"role": message.role, "content": content})
+    else:
+        messages.append({"role": "user", "content": user_text(probe, nonce)})
+    return messages
+
+
+def parse_usage(usage: Any) -> Usage | None:
+    """Read an OpenAI `usage` object (None when absent or malformed)."""
+    if not isinstance(usage, dict):
+        return None
+    details = usage.get("completion_tokens_details") or {}
+    prompt_details = usage.get("prompt_tokens_details") or {}
+    return Usage(
+        prompt=_int(usage.get("prompt_tokens")),
+        completion=_int(usage.get("completion_tokens")),
+        reasoning=_int(details.get("reasoning_tokens")) if isinstance(details, dict) else None,
+        cached=_int(prompt_details.get("cached_tokens"))
+        if isinstance(prompt_details, dict) else None,
+    )
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def error_message(error: Any) -> str:
+    """A short description of an error object."""
+    if isinstance(error, dict):
+        message = error.get("message") or error.get("type") or error.get("code")
+        return str(message)[:300] if message else "error object in stream"
+    return str(error)[:300]
+
+
+@dataclass(slots=True)
+class ChatStreamParser(StreamParser):
+    """Parser for `chat.completion.chunk` events."""
+
+    def on_event(self, event: ServerSentEvent) -> int:
+        """Consume one chunk; return the kinds of tokens it carried."""
+        data = event.data
+        if data == "[DONE]":
+            self.done = True
+            return 0
+        try:
+            chunk = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            raise StreamError(f"data line is not JSON: {data[:80]!r}") from None
+        if not isinstance(chunk, dict):
+            raise StreamError(f"data line is not a JSON object: {data[:80]!r}")
+        if chunk.get("error"):
+            raise UpstreamError(error_message(chunk["error"]))
+        if self.response_id is None and isinstance(chunk.get("id"), str):
+            self.response_id = chunk["id"]
+        if chunk.get("usage"):
+            self.usage = parse_usage(chunk["usage"]) or self.usage
+        kinds = 0
+        choices = chunk.get("choices")
+        if not choices:
+            return 0
+        for choice in choices:
+            delta = choice.get("delta")
+            if delta:
+                content = delta.get("content")
+                if content:
+                    self.answer.append(content)
+                    kinds |= ANSWER
+                thinking = delta.get("reasoning_content") or delta.get("reasoning")
+                if thinking and isinstance(thinking, str):
+                    self.reasoning.append(thinking)
+                    kinds |= REASONING
+            reason = choice.get("finish_reason")
+            if reason:
+                self.finish_reason = reason
+        return kinds
+
+
+class OpenAIChat(ApiProtocol):
+    """The OpenAI chat completions API."""
+
+    default_path = "/chat/completions"
+
+    def build_request(self, series: Series, nonce: str | None, *,
+                      stream_options: bool = True) -> HttpRequest:
+        """A streamed chat completion request asking for usage."""
+        body: dict[str, Any] = {
+            "model": series.model,
+            "messages": chat_messages(series, nonce),
+            "max_tokens": series.probe.max_tokens,
+            "stream": True,
+        }
+        if series.probe.temperature is not None:
+            body["temperature"] = series.probe.temperature
+        if stream_options:
+            body["stream_options"] = {"include_usage": True}
+        headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
+        if series.target.api_key:
+            headers["Authorization"] = f"Bearer {series.target.api_key.reveal()}"
+        headers.update(series.target.headers)
+        return HttpRequest(self.url(series), headers, orjson.dumps(body))
+
+    def new_parser(self) -> ChatStreamParser:
+        """A parser for one chat stream."""
+        return ChatStreamParser()
+
+    def rejects_stream_options(self, status: int, body: str) -> bool:
+        """Older servers answer 400 naming `stream_options`."""
+        return status in (400, 422) and "stream_options" in body

@@ -1,0 +1,301 @@
+"""The HTTP endpoints: /metrics, /probe, /-/healthy, /-/ready, /-/reload, /, /api/v1/results, /config.
+
+Rendering (exposition, status page, JSON) happens in a worker thread from an immutable snapshot,
+so a scrape never holds the event loop that stamps tokens.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import html
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+import yaml
+from aiohttp import web
+from prometheus_client import CollectorRegistry, Gauge
+from prometheus_client.exposition import choose_encoder
+
+from exporter import __version__
+from exporter.config import Config, redacted
+from exporter.log import REDACTOR
+from exporter.metrics import ExporterMetrics
+from exporter.result import ProbeResult
+from exporter.scheduler import Scheduler
+from exporter.store import ResultStore, Snapshot
+
+
+@dataclass
+class ServerState:
+    """What the endpoints read; the daemon swaps `config` on reload."""
+
+    registry: CollectorRegistry
+    metrics: ExporterMetrics
+    store: ResultStore
+    scheduler: Scheduler
+    config: Config | None
+    reload: Callable[[], Awaitable[None]]
+    ready: bool = False
+    last_reload_error: str = ""
+    started_at: float = 0.0
+
+
+STATE = web.AppKey("state", ServerState)
+
+
+def create_app(state: ServerState) -> web.Application:
+    """The aiohttp application serving every endpoint."""
+    app = web.Application()
+    app[STATE] = state
+    app.router.add_get("/metrics", metrics_handler)
+    app.router.add_get("/probe", probe_handler)
+    app.router.add_get("/-/healthy", healthy_handler)
+    app.router.add_get("/-/ready", ready_handler)
+    app.router.add_post("/-/reload", reload_handler)
+    app.router.add_put("/-/reload", reload_handler)
+    app.router.add_get("/", status_handler)
+    app.router.add_get("/api/v1/results", results_handler)
+    app.router.add_get("/config", config_handler)
+    return app
+
+
+def _render_exposition(registry: Any, accept: str, gzip_ok: bool) -> tuple[bytes, str, bool]:
+    encoder, content_type = choose_encoder(accept)
+    body = encoder(registry)
+    if gzip_ok:
+        # zlib releases the GIL while compressing, so this costs the event loop nothing.
+        return gzip.compress(body, compresslevel=1), content_type, True
+    return body, content_type, False
+
+
+async def metrics_handler(request: web.Request) -> web.Response:
+    """Prometheus exposition (OpenMetrics when asked, so exemplars carry response ids)."""
+    state = request.app[STATE]
+    registry: Any = state.registry
+    names = request.query.getall("name[]", [])
+    if names:
+        registry = registry.restricted_registry(names)
+    accept = ",".join(request.headers.getall("Accept", []))
+    gzip_ok = "gzip" in request.headers.get("Accept-Encoding", "")
+    body, content_type, gzipped = await asyncio.to_thread(
+        _render_exposition, registry, accept, gzip_ok)
+    headers = {"Content-Type": content_type}
+    if gzipped:
+        headers["Content-Encoding"] = "gzip"
+    return web.Response(body=body, headers=headers)
+
+
+async def probe_handler(request: web.Request) -> web.Response:
+    """Run one configured (target, model, probe) now and return its measurements."""
+    state = request.app[STATE]
+    names = [request.query.get(k, "") for k in ("target", "model", "probe")]
+    config = state.config
+    if config is None:
+        return web.Response(status=503, text="no config loaded\n")
+    if not all(names):
+        return web.Response(status=400, text="target, model and probe are required\n")
+    series = config.find_series(*names)
+    if series is None:
+        return web.Response(status=400, text="no such configured series: "
+                            f"target={names[0]!r} model={names[1]!r} probe={names[2]!r}\n")
+    result = await state.scheduler.run_now(series)
+    body, content_type, _ = await asyncio.to_thread(
+        _render_exposition, probe_registry(result), request.headers.get("Accept", ""), False)
+    return web.Response(body=body, headers={"Content-Type": content_type})
+
+
+def probe_registry(result: ProbeResult) -> CollectorRegistry:
+    """A one-off registry describing a single probe (blackbox-exporter style)."""
+    registry = CollectorRegistry()
+    t = result.timings
+
+    def gauge(name: str, doc: str, value: float | None) -> None:
+        if value is not None:
+            Gauge(name, doc, registry=registry).set(value)
+
+    gauge("llm_probe_success", "Whether the probe succeeded.", 1 if result.success else 0)
+    gauge("llm_probe_ttft_seconds", "Time to first token.", t.ttft)
+    gauge("llm_probe_time_to_first_answer_seconds", "Time to first answer token.",
+          t.time_to_first_answer)
+    gauge("llm_probe_tpot_seconds", "Time per output token.", t.tpot)
+    gauge("llm_probe_output_tokens_per_second", "Output tokens per second (N / E2E).", t.tps)
+    gauge("llm_probe_duration_seconds", "End-to-end duration.", t.duration)
+    gauge("llm_probe_output_tokens", "Output tokens (N).", result.output_tokens)
+    gauge("llm_probe_cost", "Cost of this probe.", result.cost)
+    outcome = Gauge("llm_probe_result", "The result of this probe (1 for its value).",
+                    ["result"], registry=registry)
+    outcome.labels(result.result.value).set(1)
+    phases = Gauge("llm_probe_phase_seconds", "Phase durations.", ["phase"], registry=registry)
+    for phase, seconds in t.phases.items():
+        phases.labels(phase.value).set(seconds)
+    return registry
+
+
+async def healthy_handler(request: web.Request) -> web.Response:
+    """Liveness: the process serves HTTP."""
+    return web.Response(text="Healthy.\n")
+
+
+async def ready_handler(request: web.Request) -> web.Response:
+    """Readiness: a config is loaded and probing."""
+    if request.app[STATE].ready:
+        return web.Response(text="Ready.\n")
+    return web.Response(status=503, text="Not ready.\n")
+
+
+async def reload_handler(request: web.Request) -> web.Response:
+    """Reload the config file; a bad file keeps the old config running."""
+    state = request.app[STATE]
+    await state.reload()
+    if state.last_reload_error:
+        return web.Response(status=500, text=f"reload failed, old config kept:\n"
+                            f"{state.last_reload_error}\n")
+    return web.Response(text="Config reloaded.\n")
+
+
+def result_json(result: ProbeResult) -> dict[str, Any]:
+    """One probe result as JSON-ready data."""
+    t = result.timings
+    return {
+        "target": result.target, "model": result.model, "probe": result.probe,
+        "result": result.result.value, "reason": result.reason,
+        "status": result.status, "started_at": result.started_at,
+        "finished_at": result.finished_at,
+        "ttft_seconds": t.ttft, "time_to_first_answer_seconds": t.time_to_first_answer,
+        "tpot_seconds": t.tpot, "output_tokens_per_second": t.tps,
+        "duration_seconds": t.duration,
+        "phases": {p.value: v for p, v in t.phases.items()},
+        "chunks": len(t.inter_chunk) + 1 if t.ttft is not None else 0,
+        "output_tokens": result.output_tokens, "token_source": result.token_source.value,
+        "tokens": {"prompt": result.usage.prompt, "completion": result.usage.completion,
+                   "reasoning": result.usage.reasoning, "cached": result.usage.cached},
+        "cost": result.cost, "currency": result.currency,
+        "finish_reason": result.finish_reason, "response_id": result.response_id,
+        "answer": result.answer, "ratelimit_remaining": dict(result.ratelimit),
+    }
+
+
+def _results_document(snapshot: Snapshot, state_info: dict[str, Any]) -> bytes:
+    series = []
+    for (target, model, probe), result in snapshot.latest.items():
+        entry = {"target": target, "model": model, "probe": probe, "last": None}
+        if result is not None:
+            entry["last"] = result_json(result)
+        series.append(entry)
+    doc = {**state_info, "series": series,
+           "recent_failures": [result_json(r) for r in snapshot.failures]}
+    return REDACTOR(orjson.dumps(doc).decode()).encode()
+
+
+def _state_info(state: ServerState) -> dict[str, Any]:
+    return {"version": __version__, "ready": state.ready,
+            "config_reload_error": state.last_reload_error or None,
+            "in_flight": state.scheduler.in_flight}
+
+
+async def results_handler(request: web.Request) -> web.Response:
+    """Every series' last result and recent failures, as JSON."""
+    state = request.app[STATE]
+    body = await asyncio.to_thread(_results_document, state.store.snapshot(), _state_info(state))
+    return web.Response(body=body, content_type="application/json")
+
+
+async def config_handler(request: web.Request) -> web.Response:
+    """The loaded config with secrets redacted (YAML; `?format=json` for JSON)."""
+    state = request.app[STATE]
+    if state.config is None:
+        return web.Response(status=503, text="no config loaded\n")
+    data = redacted(state.config)
+    if request.query.get("format") == "json":
+        return web.Response(text=REDACTOR(orjson.dumps(data).decode()),
+                            content_type="application/json")
+    text = yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
+    return web.Response(text=REDACTOR(text), content_type="text/plain")
+
+
+async def status_handler(request: web.Request) -> web.Response:
+    """The human status page."""
+    state = request.app[STATE]
+    page = await asyncio.to_thread(render_status_page, state.store.snapshot(),
+                                   _state_info(state), time.time())
+    return web.Response(text=page, content_type="text/html", charset="utf-8")
+
+
+def _ms(seconds: float | None) -> str:
+    return "–" if seconds is None else f"{seconds * 1000:.0f} ms"
+
+
+def _ago(now: float, then: float) -> str:
+    delta = max(0.0, now - then)
+    if delta < 120:
+        return f"{delta:.0f}s ago"
+    if delta < 7200:
+        return f"{delta / 60:.0f}m ago"
+    return f"{delta / 3600:.1f}h ago"
+
+
+_STYLE = """
+body{font-family:system-ui,sans-serif;margin:1.5rem;color:#1f2328}
+h1{font-size:1.3rem}h2{font-size:1.05rem;margin-top:1.6rem}
+table{border-collapse:collapse;font-size:.85rem}
+th,td{padding:.25rem .6rem;border-bottom:1px solid #d0d7de;text-align:left;white-space:nowrap}
+td.num{text-align:right;font-variant-numeric:tabular-nums}
+.ok{color:#1a7f37;font-weight:600}.bad{color:#cf222e;font-weight:600}.none{color:#656d76}
+.warn{background:#fff8c5;border:1px solid #d4a72c;padding:.5rem .8rem;margin:.5rem 0}
+.reason{white-space:normal;max-width:40rem}
+"""
+
+
+def render_status_page(snapshot: Snapshot, info: dict[str, Any], now: float) -> str:
+    """The status page HTML: every series' last result and recent failures."""
+    esc = html.escape
+    rows = []
+    for (target, model, probe), r in snapshot.latest.items():
+        if r is None:
+            rows.append(f"<tr><td>{esc(target)}</td><td>{esc(model)}</td><td>{esc(probe)}</td>"
+                        '<td class="none">pending</td>' + "<td></td>" * 9 + "</tr>")
+            continue
+        t = r.timings
+        css = "ok" if r.success else "bad"
+        tokens = f"{r.output_tokens}" + (" (est.)" if r.token_source.value == "estimate" else "")
+        cost = f"{r.cost:.6f} {esc(r.currency or '')}" if r.cost is not None else "–"
+        tps = "–" if t.tps is None else f"{t.tps:.1f}"
+        rows.append(
+            f"<tr><td>{esc(target)}</td><td>{esc(model)}</td><td>{esc(probe)}</td>"
+            f'<td class="{css}">{esc(r.result.value)}</td>'
+            f"<td>{_ago(now, r.finished_at)}</td>"
+            f'<td class="num">{_ms(t.ttft)}</td><td class="num">{_ms(t.time_to_first_answer)}</td>'
+            f'<td class="num">{_ms(t.tpot)}</td><td class="num">{tps}</td>'
+            f'<td class="num">{_ms(t.duration)}</td><td class="num">{tokens}</td>'
+            f'<td class="num">{cost}</td><td class="reason">{esc(r.reason)}</td></tr>')
+    failures = "".join(
+        f"<tr><td>{_ago(now, r.finished_at)}</td><td>{esc(r.target)}</td><td>{esc(r.model)}</td>"
+        f'<td>{esc(r.probe)}</td><td class="bad">{esc(r.result.value)}</td>'
+        f'<td class="reason">{esc(r.reason)}</td></tr>'
+        for r in snapshot.failures)
+    warning = ""
+    if info.get("config_reload_error"):
+        warning = ('<div class="warn">The last config reload failed; the previous config is '
+                   f"still running:<pre>{esc(info['config_reload_error'])}</pre></div>")
+    page = f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>llm-probe-exporter</title>
+<meta http-equiv="refresh" content="10"><style>{_STYLE}</style></head><body>
+<h1>llm-probe-exporter {esc(str(info.get('version')))}</h1>
+<p><a href="/metrics">/metrics</a> · <a href="/api/v1/results">/api/v1/results</a> ·
+<a href="/config">/config</a> · {len(snapshot.latest)} series · {info.get('in_flight', 0)} in flight</p>
+{warning}
+<h2>Series</h2>
+<table id="series"><thead><tr><th>target</th><th>model</th><th>probe</th><th>result</th>
+<th>last run</th><th>TTFT</th><th>first answer</th><th>TPOT</th><th>tokens/s</th><th>E2E</th>
+<th>output tokens</th><th>cost</th><th>reason</th></tr></thead>
+<tbody>{''.join(rows)}</tbody></table>
+<h2>Recent failures</h2>
+<table id="failures"><thead><tr><th>when</th><th>target</th><th>model</th><th>probe</th>
+<th>result</th><th>reason</th></tr></thead><tbody>{failures or
+'<tr><td colspan="6" class="none">none</td></tr>'}</tbody></table>
+</body></html>"""
+    return REDACTOR(page)

@@ -1,0 +1,47 @@
+"""The last result of every series and the recent failures, for the status page and JSON API."""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from exporter.result import ProbeResult
+
+RECENT_FAILURES = 100
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """A consistent copy of the store, safe to render off the event loop."""
+
+    latest: dict[tuple[str, str, str], ProbeResult | None]
+    failures: tuple[ProbeResult, ...]
+
+
+class ResultStore:
+    """Keeps what the status page shows; updated on the event loop only."""
+
+    def __init__(self) -> None:
+        self._latest: dict[tuple[str, str, str], ProbeResult | None] = {}
+        self._failures: deque[ProbeResult] = deque(maxlen=RECENT_FAILURES)
+
+    def set_series(self, keys: Iterable[tuple[str, str, str]]) -> None:
+        """Track exactly these series (after a load or reload), keeping known results."""
+        keys = list(keys)
+        self._latest = {key: self._latest.get(key) for key in keys}
+
+    def record(self, result: ProbeResult) -> None:
+        """Remember a finished probe."""
+        if result.key in self._latest:
+            self._latest[result.key] = result
+        if not result.success:
+            self._failures.appendleft(result)
+
+    def latest(self, key: tuple[str, str, str]) -> ProbeResult | None:
+        """The last result of one series."""
+        return self._latest.get(key)
+
+    def snapshot(self) -> Snapshot:
+        """Copy the current state (cheap: results are immutable)."""
+        return Snapshot(dict(self._latest), tuple(self._failures))

@@ -1,0 +1,135 @@
+"""Shared fixtures: scripted event-stream servers on loopback, config factories, free ports."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+import pytest
+from aiohttp import web
+
+from exporter.config import Config, parse_config
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def chat_chunk(content: str | None = None, *, reasoning: str | None = None,
+               role: str | None = None, finish: str | None = None, id: str = "chatcmpl-1",
+               usage: dict | None = None, choices: bool = True) -> bytes:
+    """One `data: {...}\\n\\n` chat.completion.chunk event."""
+    delta: dict[str, Any] = {}
+    if role:
+        delta["role"] = role
+    if content is not None:
+        delta["content"] = content
+    if reasoning is not None:
+        delta["reasoning_content"] = reasoning
+    body: dict[str, Any] = {"id": id, "object": "chat.completion.chunk", "model": "m",
+                            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]
+                            if choices else []}
+    if usage is not None:
+        body["usage"] = usage
+    return b"data: " + orjson.dumps(body) + b"\n\n"
+
+
+DONE = b"data: [DONE]\n\n"
+
+
+@dataclass
+class Script:
+    """What a scripted server answers: status, headers, then (delay, bytes) steps."""
+
+    steps: Sequence[tuple[float, bytes]] = ()
+    status: int = 200
+    headers: dict[str, str] = field(
+        default_factory=lambda: {"Content-Type": "text/event-stream"})
+    delay_headers: float = 0.0
+    reset_after: bool = False  # drop the connection after the steps instead of ending cleanly
+
+
+@dataclass
+class ScriptedServer:
+    """A loopback HTTP server playing `Script`s; records the requests it got."""
+
+    url: str
+    requests: list[dict[str, Any]]
+    scripts: list[Script]
+
+
+def ok_stream(tokens: Sequence[str], *, usage: dict | None = None, gap: float = 0.0,
+              finish: str = "stop", done: bool = True) -> Script:
+    """A well-formed chat stream: role chunk, one chunk per item, finish, usage, [DONE]."""
+    steps: list[tuple[float, bytes]] = [(0.0, chat_chunk(role="assistant", content=""))]
+    steps += [(gap, chat_chunk(t)) for t in tokens]
+    steps.append((0.0, chat_chunk(finish=finish)))
+    if usage is not None:
+        steps.append((0.0, chat_chunk(usage=usage, choices=False)))
+    if done:
+        steps.append((0.0, DONE))
+    return Script(steps)
+
+
+@pytest.fixture
+async def scripted_server() -> AsyncIterator[Callable[..., Any]]:
+    """Factory: `await scripted_server(script, ...)` → ScriptedServer; scripts play in order."""
+    runners: list[web.AppRunner] = []
+
+    async def start(*scripts: Script) -> ScriptedServer:
+        requests: list[dict[str, Any]] = []
+        queue = list(scripts)
+
+        async def handler(request: web.Request) -> web.StreamResponse:
+            body = await request.read()
+            requests.append({"path": request.path, "headers": dict(request.headers),
+                             "json": orjson.loads(body) if body else None,
+                             "query": dict(request.query)})
+            script = queue.pop(0) if len(queue) > 1 else queue[0]
+            if script.delay_headers:
+                await asyncio.sleep(script.delay_headers)
+            response = web.StreamResponse(status=script.status, headers=script.headers)
+            await response.prepare(request)
+            for delay, data in script.steps:
+                if delay:
+                    await asyncio.sleep(delay)
+                await response.write(data)
+            if script.reset_after:
+                assert request.transport is not None
+                request.transport.abort()
+                return response
+            await response.write_eof()
+            return response
+
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", handler)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        port = free_port()
+        await web.TCPSite(runner, "127.0.0.1", port).start()
+        runners.append(runner)
+        return ScriptedServer(f"http://127.0.0.1:{port}/v1", requests, list(scripts))
+
+    yield start
+    for runner in runners:
+        await runner.cleanup()
+
+
+def make_config(base_url: str = "http://127.0.0.1:1/v1", *, models: Sequence[str] = ("m",),
+                probe: dict | None = None, target: dict | None = None,
+                global_: dict | None = None, env: dict | None = None) -> Config:
+    """A one-target config around `base_url`, with overrides."""
+    data: dict[str, Any] = {
+        "global": {"timeout": "5s", "interval": "1s", **(global_ or {})},
+        "probes": {"short": {"prompt": "Say hello.", "max_tokens": 64, **(probe or {})}},
+        "targets": [{"name": "t", "base_url": base_url, "models": list(models),
+                     **(target or {})}],
+    }
+    return parse_config(data, env=env or {})
