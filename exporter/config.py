@@ -496,10 +496,7 @@ def _resolve_key(target: TargetConfig, index: int, env: Mapping[str, str], base:
     where = f"targets[{index}]"
     if target.api_key_env:
         value = env.get(target.api_key_env)
-        if value is None:
-            problems.append(ConfigProblem(
-                f"{where}.api_key_env",
-                f"environment variable {target.api_key_env} is not set"))
+        if value is None:  # reported before validation
             return None, f"env:{target.api_key_env}"
         source = f"env:{target.api_key_env}"
     elif target.api_key_file:
@@ -527,6 +524,11 @@ def _resolve_key(target: TargetConfig, index: int, env: Mapping[str, str], base:
     return Secret(stripped), source
 
 
+def _public_loc(loc: Iterable[int | str]) -> list[int | str]:
+    """Pydantic location with field aliases restored (`global_` → `global`)."""
+    return ["global" if part == "global_" else part for part in loc]
+
+
 def parse_config(data: Any, *, env: Mapping[str, str] | None = None,
                  base_dir: Path | None = None, source: Path | None = None) -> Config:
     """Validate a parsed YAML document into a `Config`, or raise `ConfigError`."""
@@ -538,16 +540,32 @@ def parse_config(data: Any, *, env: Mapping[str, str] | None = None,
         raise ConfigError("invalid config", [ConfigProblem("", "the top level must be a mapping")])
     problems: list[ConfigProblem] = []
     data = _interpolate(data, (), env, problems)
+    # Named environment variables are checked up front, so they are reported even when
+    # other problems stop validation.
+    for index, target in enumerate(data.get("targets") or []):
+        name = target.get("api_key_env") if isinstance(target, dict) else None
+        if isinstance(name, str) and name not in env:
+            problems.append(ConfigProblem(f"targets[{index}].api_key_env",
+                                          f"environment variable {name} is not set"))
     try:
         raw = RawConfig.model_validate(data)
     except ValidationError as exc:
-        for err in exc.errors(include_url=False):
-            loc = ["global" if part == "global_" else part for part in err["loc"]]
+        reported = {p.location for p in problems}
+        errors = exc.errors(include_url=False)
+        locations = [format_location(_public_loc(err["loc"])) for err in errors]
+        for err, location in zip(errors, locations, strict=True):
+            if location in reported:
+                continue  # already explained (e.g. an unset variable left it empty)
+            if err["type"] == "too_short" and any(
+                    other.startswith(location) and other != location for other in locations):
+                continue  # "list too short" only because its items failed: noise
             message = err["msg"].removeprefix("Value error, ")
             if err["type"] == "extra_forbidden":
                 message = "unknown key"
-            problems.append(ConfigProblem(format_location(loc), message))
+            problems.append(ConfigProblem(location, message))
         raise ConfigError("invalid config", problems) from None
+    if problems:
+        raise ConfigError("invalid config", problems)
 
     targets = []
     names: dict[str, int] = {}

@@ -8,6 +8,7 @@ a character split across two reads survives.
 
 from __future__ import annotations
 
+from contextlib import suppress
 from dataclasses import dataclass
 
 from exporter.errors import StreamError
@@ -125,12 +126,10 @@ class SSEDecoder:
                         data = self._data = []
                     self._event = ""
                     self._retry = None
-                    continue
-                line = raw.decode("utf-8")
-                if line[:5] == "data:":  # nearly every line: skip the general field parsing
-                    data.append(line[6:] if line[5:6] == " " else line[5:])
+                elif raw[:6] == b"data: ":  # nearly every line: skip the general field parsing
+                    data.append(raw[6:].decode("utf-8"))
                 else:
-                    self._field(line)
+                    self._field(raw.decode("utf-8"))
         except UnicodeDecodeError as exc:
             raise StreamError(f"invalid UTF-8 in event stream: {exc.reason}") from None
         return events
@@ -148,4 +147,6 @@ class SSEDecoder:
             if "\0" not in value:
                 self._id = value
         elif name == "retry" and value.isascii() and value.isdigit():
-            self._retry = int(value)
+            # More digits than int() accepts from a string is no sane value either: ignore it.
+            with suppress(ValueError):
+                self._retry = int(value)

@@ -46,6 +46,11 @@ CASES = [
     ("data with space", [b"data: x\n\n"], [E(data="x")]),
     ("data without space", [b"data:x\n\n"], [E(data="x")]),
     ("only one space removed", [b"data:  x \n\n"], [E(data=" x ")]),
+    (
+        "only one space removed from other fields",
+        [b"event:  e\nid:  1\ndata: x\n\n"],
+        [E(event=" e", data="x", id=" 1")],
+    ),
     ("tab is not removed", [b"data:\tx\n\n"], [E(data="\tx")]),
     ("data with colons", [b'data: {"a": "b:c"}\n\n'], [E(data='{"a": "b:c"}')]),
     ("multi-line data", [b"data: a\ndata: b\ndata: c\n\n"], [E(data="a\nb\nc")]),
@@ -93,6 +98,7 @@ CASES = [
     ("retry with unit ignored", [b"retry: 15s\ndata: x\n\n"], [E(data="x")]),
     ("negative retry ignored", [b"retry: -1\ndata: x\n\n"], [E(data="x")]),
     ("non-ascii digit retry ignored", ["retry: ²\ndata: x\n\n".encode()], [E(data="x")]),
+    ("absurdly long retry ignored", [b"retry: " + b"9" * 5000 + b"\ndata: x\n\n"], [E(data="x")]),
     ("empty retry ignored", [b"retry:\ndata: x\n\n"], [E(data="x")]),
     # separators only CR/LF/CRLF end a line
     ("U+2028 kept", ['data: {"t":"a\u2028b"}\n\n'.encode()], [E(data='{"t":"a\u2028b"}')]),

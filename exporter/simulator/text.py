@@ -9,9 +9,7 @@ from __future__ import annotations
 import random
 import re
 
-VOCABULARY: tuple[str, ...] = tuple(
-    " " + word
-    for word in """
+_WORDS = """
     the a an of to in on for with by from as at that this these those it its is are was be been
     model models token tokens vector vectors database index query queries search embedding
     embeddings latency stream streams answer answers request requests response responses server
@@ -27,8 +25,8 @@ VOCABULARY: tuple[str, ...] = tuple(
     about against across along around behind beyond within without engine graph table tables
     point points score scores rank ranking match matches find finds stored retrieve retrieves
     compare compares compute computes build builds keep keeps use uses make makes run runs
-    """.split()
-)
+    """
+VOCABULARY: tuple[str, ...] = tuple(" " + word for word in _WORDS.split())
 
 # ASCII words (with an optional contraction) count as one token each; any other visible
 # character (CJK, punctuation, emoji) counts as one token on its own.

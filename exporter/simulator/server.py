@@ -1,0 +1,97 @@
+"""Run the simulator app on a real socket: `start_simulator`, `Simulator.close`, `serve_forever`."""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+from collections import deque
+from types import TracebackType
+from typing import Any
+
+import structlog
+from aiohttp import web
+
+from ..config import SimulatorConfig, parse_listen_address
+from .app import SIM_RECORDS, SimRecord, create_app
+
+# How long `close()` lets in-flight answers finish before cancelling them: a simulator that
+# is told to stop should stop, even with a 30 s stall in progress.
+SHUTDOWN_GRACE = 0.2
+
+
+def _url_host(host: str) -> str:
+    """The host a local client should dial: loopback for wildcard binds, brackets for IPv6."""
+    if host in ("0.0.0.0", ""):
+        return "127.0.0.1"
+    if host == "::":
+        return "[::1]"
+    try:
+        if ipaddress.ip_address(host).version == 6:
+            return f"[{host}]"
+    except ValueError:
+        pass  # a host name
+    return host
+
+
+class Simulator:
+    """A running simulator server; `url` is an OpenAI-style base URL ending in `/v1`."""
+
+    def __init__(self, runner: web.AppRunner, host: str, port: int) -> None:
+        self._runner = runner
+        self.host = host
+        self.port = port
+        self.url = f"http://{_url_host(host)}:{port}/v1"
+
+    @property
+    def app(self) -> web.Application:
+        """The aiohttp application being served."""
+        return self._runner.app
+
+    @property
+    def records(self) -> deque[SimRecord]:
+        """What the server did for recent requests (`app[SIM_RECORDS]`)."""
+        return self.app[SIM_RECORDS]
+
+    async def close(self) -> None:
+        """Stop listening, cut in-flight answers after a short grace period, free the port."""
+        await self._runner.cleanup()
+
+    async def __aenter__(self) -> Simulator:
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None,
+                        exc: BaseException | None, tb: TracebackType | None) -> None:
+        await self.close()
+
+    def __repr__(self) -> str:
+        return f"Simulator(url={self.url!r})"
+
+
+async def start_simulator(config: SimulatorConfig, *, api_key: str | None = None,
+                          seed: int | None = None, logger: Any = None) -> Simulator:
+    """Bind `config.listen` (port 0 picks a free port) and serve the configured models."""
+    host, port = parse_listen_address(config.listen)
+    app = create_app(config.models, api_key=api_key, seed=seed, logger=logger)
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=SHUTDOWN_GRACE)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, host, port)
+        await site.start()
+    except BaseException:
+        await runner.cleanup()
+        raise
+    bound = runner.addresses[0][1] if runner.addresses else port
+    return Simulator(runner, host, bound)
+
+
+async def serve_forever(config: SimulatorConfig, *, api_key: str | None = None,
+                        seed: int | None = None, logger: Any = None) -> None:
+    """Run the simulator until cancelled (the `simulate` command), then close it."""
+    log = logger or structlog.get_logger("exporter.simulator")
+    simulator = await start_simulator(config, api_key=api_key, seed=seed, logger=log)
+    log.info("simulator listening", url=simulator.url, models=list(config.models))
+    try:
+        await asyncio.Event().wait()
+    finally:
+        await simulator.close()
+        log.info("simulator stopped")
