@@ -75,6 +75,8 @@ class ChatStreamParser(StreamParser):
         if data == "[DONE]":
             self.done = True
             return 0
+        if not data:  # a keep-alive `data:` line carries nothing
+            return 0
         try:
             chunk = orjson.loads(data)
         except orjson.JSONDecodeError:

@@ -1,0 +1,122 @@
+"""The scheduler: intervals, no overlap, global concurrency, reload, graceful stop."""
+
+from __future__ import annotations
+
+import asyncio
+
+from prometheus_client import CollectorRegistry
+
+from exporter.metrics import ExporterMetrics
+from exporter.prober import Prober
+from exporter.scheduler import Scheduler
+from exporter.store import ResultStore
+from tests.conftest import Script, chat_chunk, make_config, ok_stream
+
+LABELS = {"target": "t", "model": "m", "probe": "short"}
+
+
+def slow_stream(seconds: float) -> Script:
+    script = ok_stream(["Hi"], usage={"prompt_tokens": 3, "completion_tokens": 1})
+    return Script([(seconds, chat_chunk(role="assistant", content="")), *script.steps[1:]])
+
+
+async def run_for(config, seconds: float, **kw):
+    registry = CollectorRegistry()
+    metrics = ExporterMetrics(registry, config)
+    store = ResultStore()
+    store.set_series(s.key for s in config.series)
+    async with Prober() as prober:
+        scheduler = Scheduler(prober, metrics, store,
+                              max_concurrency=config.global_.max_concurrency, **kw)
+        scheduler.apply(config)
+        await asyncio.sleep(seconds)
+        await scheduler.stop(grace=5)
+    return registry, store
+
+
+async def test_series_run_on_their_interval(scripted_server) -> None:
+    server = await scripted_server(ok_stream(["Hi"]))
+    config = make_config(server.url, global_={"interval": "100ms", "jitter": 0})
+    registry, _ = await run_for(config, 1.05)
+    count = registry.get_sample_value("llm_probe_requests_total", {**LABELS, "result": "success"})
+    assert 9 <= count <= 11  # one per 100 ms tick
+    assert registry.get_sample_value("llm_probe_scheduler_lag_seconds_count") == count
+
+
+async def test_a_series_never_overlaps_itself(scripted_server) -> None:
+    server = await scripted_server(slow_stream(0.35))
+    config = make_config(server.url, global_={"interval": "100ms", "jitter": 0})
+    registry, _ = await run_for(config, 1.0)
+    skipped = registry.get_sample_value("llm_probe_skipped_total", {**LABELS, "reason": "overlap"})
+    assert skipped >= 4
+    starts = [r for r in server.requests]
+    assert len(starts) <= 4
+
+
+async def test_global_max_concurrency(scripted_server) -> None:
+    in_flight = {"now": 0, "max": 0}
+    server = await scripted_server(slow_stream(0.2))
+    config = make_config(server.url, models=[f"m{i}" for i in range(4)],
+                         global_={"interval": "1s", "jitter": 0, "max_concurrency": 2})
+    registry = CollectorRegistry()
+    metrics = ExporterMetrics(registry, config)
+    store = ResultStore()
+    store.set_series(s.key for s in config.series)
+    async with Prober() as prober:
+        scheduler = Scheduler(prober, metrics, store, max_concurrency=2)
+        scheduler.apply(config)
+        for _ in range(40):
+            gauge = registry.get_sample_value("llm_probe_in_flight")
+            in_flight["max"] = max(in_flight["max"], gauge)
+            await asyncio.sleep(0.025)
+        await scheduler.stop(grace=5)
+    assert in_flight["max"] == 2
+    total = sum(registry.get_sample_value("llm_probe_requests_total", {
+        **LABELS, "model": f"m{i}", "result": "success"}) for i in range(4))
+    assert total == 4
+
+
+async def test_retry_after_pauses_the_series(scripted_server) -> None:
+    limited = Script(status=429, headers={"Retry-After": "30"}, steps=[(0, b"{}")])
+    server = await scripted_server(limited)
+    config = make_config(server.url, global_={"interval": "100ms", "jitter": 0})
+    registry, _ = await run_for(config, 0.55)
+    assert registry.get_sample_value(
+        "llm_probe_requests_total", {**LABELS, "result": "rate_limited"}) == 1
+    assert registry.get_sample_value(
+        "llm_probe_skipped_total", {**LABELS, "reason": "rate_limited"}) >= 3
+
+
+async def test_stop_lets_in_flight_probes_finish(scripted_server) -> None:
+    server = await scripted_server(slow_stream(0.3))
+    config = make_config(server.url, global_={"interval": "1s", "jitter": 0})
+    # Stop 50 ms after the first probe started, while the server still holds it.
+    registry, store = await run_for(config, 0.05 + config.series[0].stable_fraction())
+    assert registry.get_sample_value(
+        "llm_probe_requests_total", {**LABELS, "result": "success"}) == 1
+    assert store.latest(("t", "m", "short")).success
+
+
+async def test_apply_removes_and_adds_series(scripted_server) -> None:
+    server = await scripted_server(ok_stream(["Hi"]))
+    config = make_config(server.url, models=("a", "b"),
+                         global_={"interval": "100ms", "jitter": 0})
+    registry = CollectorRegistry()
+    metrics = ExporterMetrics(registry, config)
+    store = ResultStore()
+    async with Prober() as prober:
+        scheduler = Scheduler(prober, metrics, store)
+        scheduler.apply(config)
+        await asyncio.sleep(0.3)
+        smaller = make_config(server.url, models=("a",), global_={"interval": "100ms",
+                                                                  "jitter": 0})
+        metrics.apply(smaller)
+        scheduler.apply(smaller)
+        await asyncio.sleep(0.05)
+        before = len([r for r in server.requests if r["json"]["model"] == "b"])
+        await asyncio.sleep(0.4)
+        after = len([r for r in server.requests if r["json"]["model"] == "b"])
+        await scheduler.stop()
+    assert before == after  # b is no longer probed
+    assert registry.get_sample_value("llm_probe_requests_total", {
+        **LABELS, "model": "b", "result": "success"}) is None

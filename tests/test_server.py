@@ -1,0 +1,115 @@
+"""The HTTP endpoints, in process, with a real prober against a scripted loopback server."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+from prometheus_client import CollectorRegistry
+
+from exporter.log import REDACTOR
+from exporter.metrics import ExporterMetrics
+from exporter.prober import Prober
+from exporter.scheduler import Scheduler
+from exporter.server import ServerState, create_app
+from exporter.store import ResultStore
+from tests.conftest import Script, make_config, ok_stream
+
+KEY = "sk-canary-9f8e7d6c5b4a"
+
+
+@pytest.fixture
+async def client(aiohttp_client, scripted_server):
+    server = await scripted_server(
+        ok_stream(["Hello", " world"], usage={"prompt_tokens": 5, "completion_tokens": 2}),
+        Script(status=401, steps=[(0, f'{{"error": {{"message": "bad key {KEY}"}}}}'.encode())]),
+        ok_stream(["Hello"], usage={"prompt_tokens": 5, "completion_tokens": 1}),
+    )
+    config = make_config(server.url, models=("m", "n"),
+                         target={"api_key": KEY, "headers": {"X-Api-Key": KEY}})
+    REDACTOR.update(config.secrets())
+    registry = CollectorRegistry()
+    metrics = ExporterMetrics(registry, config)
+    store = ResultStore()
+    store.set_series(s.key for s in config.series)
+    prober = Prober()
+    await prober.start()
+    scheduler = Scheduler(prober, metrics, store)
+    reloads = []
+
+    async def reload() -> None:
+        reloads.append(1)
+
+    state = ServerState(registry, metrics, store, scheduler, config, reload, ready=True)
+    yield await aiohttp_client(create_app(state)), state, reloads
+    await scheduler.stop()
+    await prober.close()
+    REDACTOR.update([])
+
+
+async def test_health_and_ready(client) -> None:
+    http, state, _ = client
+    assert (await http.get("/-/healthy")).status == 200
+    assert (await http.get("/-/ready")).status == 200
+    state.ready = False
+    assert (await http.get("/-/ready")).status == 503
+
+
+async def test_probe_endpoint_runs_only_configured_series(client) -> None:
+    http, state, _ = client
+    response = await http.get("/probe", params={"target": "t", "model": "m", "probe": "short"})
+    assert response.status == 200
+    body = await response.text()
+    assert "llm_probe_success 1.0" in body
+    assert 'llm_probe_result{result="success"} 1.0' in body
+    # The daemon's own counters saw it too.
+    assert state.registry.get_sample_value("llm_probe_requests_total", {
+        "target": "t", "model": "m", "probe": "short", "result": "success"}) == 1
+    for params in ({"target": "t", "model": "gpt-4", "probe": "short"},
+                   {"target": "http://evil.example", "model": "m", "probe": "short"},
+                   {"model": "m"}):
+        assert (await http.get("/probe", params=params)).status == 400
+
+
+async def test_metrics_endpoint_text_gzip_and_openmetrics(client) -> None:
+    http, _, _ = client
+    response = await http.get("/metrics")
+    assert response.status == 200
+    assert response.headers["Content-Type"].startswith("text/plain")
+    text = await response.text()
+    assert 'llm_probe_requests_total{model="m",probe="short",result="success",target="t"} 0.0' \
+        in text
+    gz = await http.get("/metrics", headers={"Accept-Encoding": "gzip"})
+    assert gz.headers.get("Content-Encoding") == "gzip"
+    assert await gz.text() == text  # the client decompresses
+    om = await http.get("/metrics", headers={"Accept": "application/openmetrics-text"})
+    assert om.headers["Content-Type"].startswith("application/openmetrics-text")
+    assert (await om.text()).rstrip().endswith("# EOF")
+
+
+async def test_status_page_results_and_no_secret_anywhere(client) -> None:
+    http, _state, _ = client
+    await http.get("/probe", params={"target": "t", "model": "m", "probe": "short"})
+    await http.get("/probe", params={"target": "t", "model": "n", "probe": "short"})  # 401
+    page = await (await http.get("/")).text()
+    assert "success" in page and "auth" in page and "HTTP 401" in page
+    results = orjson.loads(await (await http.get("/api/v1/results")).read())
+    by_model = {s["model"]: s["last"] for s in results["series"]}
+    assert by_model["m"]["result"] == "success" and by_model["m"]["output_tokens"] == 2
+    assert by_model["n"]["result"] == "auth"
+    assert results["recent_failures"][0]["result"] == "auth"
+    config = await (await http.get("/config")).text()
+    config_json = await (await http.get("/config?format=json")).text()
+    metrics = await (await http.get("/metrics")).text()
+    for text in (page, orjson.dumps(results).decode(), config, config_json, metrics):
+        assert KEY not in text
+    assert "<redacted>" in config
+
+
+async def test_reload_endpoint_calls_reload(client) -> None:
+    http, state, reloads = client
+    assert (await http.post("/-/reload")).status == 200
+    state.last_reload_error = "targets[0].base_url: bad"
+    response = await http.post("/-/reload")
+    assert response.status == 500 and "targets[0].base_url" in await response.text()
+    assert len(reloads) == 2
+    assert (await http.get("/-/reload")).status == 405
