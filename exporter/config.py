@@ -232,6 +232,7 @@ class SimulatorConfig(_Strict):
     """The embedded OpenAI-compatible simulator (demo and tests)."""
 
     listen: str = "127.0.0.1:9472"
+    api_key: str | None = None  # when set, requests must carry this key (401 otherwise)
     models: dict[str, SimulatedModel] = Field(
         default_factory=lambda: {"sim-chat": SimulatedModel()}
     )

@@ -66,7 +66,8 @@ class Daemon:
         """Start the simulator (if configured), the HTTP server and the scheduler."""
         REDACTOR.update(config.secrets())
         if config.simulator is not None:
-            self.simulator = await start_simulator(config.simulator)
+            self.simulator = await start_simulator(config.simulator,
+                                                   api_key=config.simulator.api_key)
             self.log.info("simulator started", url=self.simulator.url)
         self.prober = Prober(max_output_bytes=config.global_.max_output_bytes)
         await self.prober.start()

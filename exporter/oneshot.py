@@ -44,7 +44,8 @@ async def probing(config: Config) -> AsyncIterator[Prober]:
     from exporter.simulator import start_simulator
 
     REDACTOR.update(config.secrets())
-    simulator = await start_simulator(config.simulator) if config.simulator else None
+    simulator = (await start_simulator(config.simulator, api_key=config.simulator.api_key)
+                 if config.simulator else None)
     try:
         async with Prober(max_output_bytes=config.global_.max_output_bytes) as prober:
             yield prober

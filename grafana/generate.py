@@ -132,15 +132,28 @@ class Dashboard:
         self.layout.newline()
         panel_id, pos = self.layout.place(24, 1)
         self.panels.append(
-            {"collapsed": False, "gridPos": pos, "id": panel_id, "panels": [], "title": title,
-             "type": "row"}
+            {
+                "collapsed": False,
+                "gridPos": pos,
+                "id": panel_id,
+                "panels": [],
+                "title": title,
+                "type": "row",
+            }
         )
         self.layout.newline()
 
     def panel(
-        self, kind: str, title: str, description: str, queries: list[dict[str, Any]],
-        fieldconfig: dict[str, Any], w: int = 12, h: int = 8,
-        options: dict[str, Any] | None = None, **extra: Any,
+        self,
+        kind: str,
+        title: str,
+        description: str,
+        queries: list[dict[str, Any]],
+        fieldconfig: dict[str, Any],
+        w: int = 12,
+        h: int = 8,
+        options: dict[str, Any] | None = None,
+        **extra: Any,
     ) -> None:
         """A panel of type `kind` on the shared datasource."""
         panel_id, pos = self.layout.place(w, h)
@@ -158,60 +171,116 @@ class Dashboard:
         panel.update(extra)
         self.panels.append(panel)
 
-    def stat(self, title: str, description: str, expr: str, unit: str, w: int = 4,
-             **defaults: Any) -> None:
+    def stat(
+        self, title: str, description: str, expr: str, unit: str, w: int = 4, **defaults: Any
+    ) -> None:
         """A single-value panel over the selected range (instant query)."""
         query = target(expr, "", instant=True)
         query["range"] = False
         self.panel(
-            "stat", title, description, [query], field_config(unit, **defaults), w=w, h=4,
-            options={"reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
-                     "colorMode": "value", "graphMode": "none", "textMode": "auto"},
+            "stat",
+            title,
+            description,
+            [query],
+            field_config(unit, **defaults),
+            w=w,
+            h=4,
+            options={
+                "reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
+                "colorMode": "value",
+                "graphMode": "none",
+                "textMode": "auto",
+            },
         )
 
-    def timeseries(self, title: str, description: str, queries: list[dict[str, Any]],
-                   unit: str, w: int = 12, h: int = 8, stack: bool = False,
-                   **defaults: Any) -> None:
+    def timeseries(
+        self,
+        title: str,
+        description: str,
+        queries: list[dict[str, Any]],
+        unit: str,
+        w: int = 12,
+        h: int = 8,
+        stack: bool = False,
+        **defaults: Any,
+    ) -> None:
         """A time series graph."""
-        custom = {"drawStyle": "line", "fillOpacity": 10, "lineWidth": 1, "showPoints": "never",
-                  "spanNulls": True}
+        custom = {
+            "drawStyle": "line",
+            "fillOpacity": 10,
+            "lineWidth": 1,
+            "showPoints": "never",
+            "spanNulls": True,
+        }
         if stack:
             custom.update({"fillOpacity": 60, "stacking": {"group": "A", "mode": "normal"}})
         self.panel(
-            "timeseries", title, description, queries,
-            field_config(unit, custom=custom, **defaults), w=w, h=h,
-            options={"legend": {"calcs": ["mean", "max"], "displayMode": "table",
-                                "placement": "bottom", "showLegend": True},
-                     "tooltip": {"mode": "multi", "sort": "desc"}},
+            "timeseries",
+            title,
+            description,
+            queries,
+            field_config(unit, custom=custom, **defaults),
+            w=w,
+            h=h,
+            options={
+                "legend": {
+                    "calcs": ["mean", "max"],
+                    "displayMode": "table",
+                    "placement": "bottom",
+                    "showLegend": True,
+                },
+                "tooltip": {"mode": "multi", "sort": "desc"},
+            },
         )
 
 
 def quantile_queries(metric: str, sel: str) -> list[dict[str, Any]]:
     """p50, p90, p95, p99 and mean of a histogram over the whole selection."""
     queries = [
-        (f"histogram_quantile({q}, sum by (le) (rate({metric}_bucket{{{sel}}}[{RI}])))",
-         f"p{q[2:]}")
+        (
+            f"histogram_quantile({q}, sum by (le) (rate({metric}_bucket{{{sel}}}[{RI}])))",
+            f"p{q[2:]}",
+        )
         for q in ("0.50", "0.90", "0.95", "0.99")
     ]
     queries.append(
-        (f"sum(rate({metric}_sum{{{sel}}}[{RI}])) / sum(rate({metric}_count{{{sel}}}[{RI}]))",
-         "mean")
+        (
+            f"sum(rate({metric}_sum{{{sel}}}[{RI}])) / sum(rate({metric}_count{{{sel}}}[{RI}]))",
+            "mean",
+        )
     )
     return targets(*queries)
 
 
 def datasource_var() -> dict[str, Any]:
     """The Prometheus datasource picker every query uses."""
-    return {"hide": 0, "includeAll": False, "label": "Data source", "multi": False,
-            "name": "datasource", "query": "prometheus", "refresh": 1, "regex": "",
-            "type": "datasource"}
+    return {
+        "hide": 0,
+        "includeAll": False,
+        "label": "Data source",
+        "multi": False,
+        "name": "datasource",
+        "query": "prometheus",
+        "refresh": 1,
+        "regex": "",
+        "type": "datasource",
+    }
 
 
 def query_var(name: str, label: str, query: str, multi: bool = True) -> dict[str, Any]:
     """A label_values variable (multi + All unless multi=False)."""
     var: dict[str, Any] = {
-        "datasource": DS, "hide": 0, "includeAll": multi, "label": label, "multi": multi,
-        "name": name, "query": query, "refresh": 2, "regex": "", "sort": 1, "type": "query",
+        "datasource": DS,
+        "hide": 0,
+        "includeAll": multi,
+        "label": label,
+        "multi": multi,
+        "name": name,
+        "query": query,
+        "refresh": 2,
+        "regex": "",
+        "sort": 1,
+        "type": "query",
     }
     if multi:
         var["allValue"] = ".*"
@@ -219,15 +288,21 @@ def query_var(name: str, label: str, query: str, multi: bool = True) -> dict[str
     return var
 
 
-def custom_var(name: str, label: str, values: list[str], default: str, description: str
-               ) -> dict[str, Any]:
+def custom_var(
+    name: str, label: str, values: list[str], default: str, description: str
+) -> dict[str, Any]:
     """A fixed list of values."""
     return {
         "current": {"selected": True, "text": default, "value": default},
-        "description": description, "hide": 0, "includeAll": False, "label": label,
-        "multi": False, "name": name,
+        "description": description,
+        "hide": 0,
+        "includeAll": False,
+        "label": label,
+        "multi": False,
+        "name": name,
         "options": [{"selected": v == default, "text": v, "value": v} for v in values],
-        "query": ",".join(values), "type": "custom",
+        "query": ",".join(values),
+        "type": "custom",
     }
 
 
@@ -238,42 +313,84 @@ def common_vars(multi_target: bool) -> list[dict[str, Any]]:
         datasource_var(),
         query_var("job", "Job", "label_values(llm_probe_build_info, job)"),
         query_var("target", "Target", f'label_values({base}{{job=~"$job"}}, target)', multi_target),
-        query_var("model", "Model",
-                  f'label_values({base}{{job=~"$job", target=~"$target"}}, model)', multi_target),
-        query_var("probe", "Probe", f'label_values({base}{{job=~"$job", target=~"$target", '
-                  'model=~"$model"}, probe)'),
+        query_var(
+            "model",
+            "Model",
+            f'label_values({base}{{job=~"$job", target=~"$target"}}, model)',
+            multi_target,
+        ),
+        query_var(
+            "probe",
+            "Probe",
+            f'label_values({base}{{job=~"$job", target=~"$target", model=~"$model"}}, probe)',
+        ),
     ]
 
 
 TTFT_SLO_VAR = custom_var(
-    "ttft_slo", "TTFT SLO (s)", ["0.5", "1.0", "2.0", "3.0", "5.0", "10.0"], "2.0",
+    "ttft_slo",
+    "TTFT SLO (s)",
+    ["0.5", "1.0", "2.0", "3.0", "5.0", "10.0"],
+    "2.0",
     "TTFT threshold of the latency SLO. It must be an edge of the TTFT buckets, written as the "
     "exporter writes it (2.0, not 2); the alert rules use 2.0.",
 )
 OBJECTIVE_VAR = custom_var(
-    "objective", "Availability objective", ["0.9", "0.95", "0.99", "0.995", "0.999"], "0.99",
+    "objective",
+    "Availability objective",
+    ["0.9", "0.95", "0.99", "0.995", "0.999"],
+    "0.99",
     "Availability SLO objective; keep it equal to the llm_probe:availability_objective rule.",
 )
 
 
 def annotations() -> dict[str, Any]:
     """Grafana's built-in annotations plus exporter restarts and config reloads."""
-    return {"list": [
-        {"builtIn": 1, "datasource": {"type": "grafana", "uid": "-- Grafana --"}, "enable": True,
-         "hide": True, "iconColor": "rgba(0, 211, 255, 1)", "name": "Annotations & Alerts",
-         "type": "dashboard"},
-        {"datasource": DS, "enable": True, "iconColor": "orange", "name": "Exporter restarts",
-         "target": {"expr": f'changes(process_start_time_seconds{{job=~"$job"}}[{RI}]) > 0',
-                    "refId": "restarts", "legendFormat": "{{instance}} restarted"}},
-        {"datasource": DS, "enable": True, "iconColor": "blue", "name": "Config reloads",
-         "target": {"expr": "changes(llm_probe_config_last_reload_success_timestamp_seconds"
-                            f'{{job=~"$job"}}[{RI}]) > 0',
-                    "refId": "reloads", "legendFormat": "{{instance}} loaded its config"}},
-    ]}
+    return {
+        "list": [
+            {
+                "builtIn": 1,
+                "datasource": {"type": "grafana", "uid": "-- Grafana --"},
+                "enable": True,
+                "hide": True,
+                "iconColor": "rgba(0, 211, 255, 1)",
+                "name": "Annotations & Alerts",
+                "type": "dashboard",
+            },
+            {
+                "datasource": DS,
+                "enable": True,
+                "iconColor": "orange",
+                "name": "Exporter restarts",
+                "target": {
+                    "expr": f'changes(process_start_time_seconds{{job=~"$job"}}[{RI}]) > 0',
+                    "refId": "restarts",
+                    "legendFormat": "{{instance}} restarted",
+                },
+            },
+            {
+                "datasource": DS,
+                "enable": True,
+                "iconColor": "blue",
+                "name": "Config reloads",
+                "target": {
+                    "expr": "changes(llm_probe_config_last_reload_success_timestamp_seconds"
+                    f'{{job=~"$job"}}[{RI}]) > 0',
+                    "refId": "reloads",
+                    "legendFormat": "{{instance}} loaded its config",
+                },
+            },
+        ]
+    }
 
 
-def dashboard(uid: str, title: str, description: str, panels: list[dict[str, Any]],
-              variables: list[dict[str, Any]]) -> dict[str, Any]:
+def dashboard(
+    uid: str,
+    title: str,
+    description: str,
+    panels: list[dict[str, Any]],
+    variables: list[dict[str, Any]],
+) -> dict[str, Any]:
     """The dashboard envelope."""
     return {
         "annotations": annotations(),
@@ -282,9 +399,19 @@ def dashboard(uid: str, title: str, description: str, panels: list[dict[str, Any
         "fiscalYearStartMonth": 0,
         "graphTooltip": 1,
         "id": None,
-        "links": [{"asDropdown": False, "icon": "external link", "includeVars": True,
-                   "keepTime": True, "tags": ["llm-probe"], "targetBlank": False,
-                   "title": "LLM probe dashboards", "tooltip": "", "type": "dashboards"}],
+        "links": [
+            {
+                "asDropdown": False,
+                "icon": "external link",
+                "includeVars": True,
+                "keepTime": True,
+                "tags": ["llm-probe"],
+                "targetBlank": False,
+                "title": "LLM probe dashboards",
+                "tooltip": "",
+                "type": "dashboards",
+            }
+        ],
         "panels": panels,
         "refresh": "1m",
         "schemaVersion": 39,
@@ -300,20 +427,40 @@ def dashboard(uid: str, title: str, description: str, panels: list[dict[str, Any
     }
 
 
+CURRENCIES = ("USD", "EUR", "GBP", "CNY", "JPY")
+# Series named by their currency (legend "{{currency}}") get that currency's unit.
 CURRENCY_OVERRIDES = [
-    {"matcher": {"id": "byName", "options": cur},
-     "properties": [{"id": "unit", "value": f"currency{cur}"}]}
-    for cur in ("USD", "EUR", "GBP", "CNY", "JPY")
+    {
+        "matcher": {"id": "byName", "options": cur},
+        "properties": [{"id": "unit", "value": f"currency{cur}"}],
+    }
+    for cur in CURRENCIES
 ]
-DRILLDOWN = [{
-    "title": "Open ${__field.labels.target} / ${__field.labels.model}",
-    "url": "/d/llm-probe-model/llm-probe-model?${datasource:queryparam}&${job:queryparam}"
-           "&var-target=${__field.labels.target}&var-model=${__field.labels.model}"
-           "&${__url_time_range}",
-}]
-SUCCESS_MAPPINGS = [{"type": "value", "options": {
-    "0": {"color": "red", "index": 1, "text": "failed"},
-    "1": {"color": "green", "index": 0, "text": "ok"}}}]
+# Series whose legend ends with the currency ("{{target}} {{currency}}").
+CURRENCY_SUFFIX_OVERRIDES = [
+    {
+        "matcher": {"id": "byRegexp", "options": f".* {cur}$"},
+        "properties": [{"id": "unit", "value": f"currency{cur}"}],
+    }
+    for cur in CURRENCIES
+]
+DRILLDOWN = [
+    {
+        "title": "Open ${__field.labels.target} / ${__field.labels.model}",
+        "url": "/d/llm-probe-model/llm-probe-model?${datasource:queryparam}&${job:queryparam}"
+        "&var-target=${__field.labels.target}&var-model=${__field.labels.model}"
+        "&${__url_time_range}",
+    }
+]
+SUCCESS_MAPPINGS = [
+    {
+        "type": "value",
+        "options": {
+            "0": {"color": "red", "index": 1, "text": "failed"},
+            "1": {"color": "green", "index": 0, "text": "ok"},
+        },
+    }
+]
 
 
 def overview() -> dict[str, Any]:
@@ -321,175 +468,354 @@ def overview() -> dict[str, Any]:
     d = Dashboard()
     s = SEL
     d.row("Overview (selected time range)")
-    d.stat("Availability", AVAIL + " Over the selected time range.",
-           f'sum(increase(llm_probe_requests_total{{{s}, result="success"}}[$__range]))\n'
-           f"/\nsum(increase(llm_probe_requests_total{{{s}}}[$__range]))",
-           "percentunit", decimals=2,
-           thresholds=thresholds((None, "red"), (0.95, "orange"), (0.99, "green")))
-    d.stat("TTFT p95", TTFT + " p95 over the selected time range. " + QUANTS,
-           "histogram_quantile(0.95, sum by (le) "
-           f"(increase(llm_probe_ttft_seconds_bucket{{{s}}}[$__range])))",
-           "s", thresholds=thresholds((None, "green"), (2, "orange"), (5, "red")))
-    d.stat("Failing series", "Series (target/model/probe) whose last probe failed "
-           "(llm_probe_success == 0).",
-           f"count(llm_probe_success{{{s}}} == 0) or vector(0)", "none",
-           thresholds=thresholds((None, "green"), (1, "red")))
-    d.stat("Oldest last probe", "Seconds since the least recently finished probe of the "
-           "selection (llm_probe_last_run_timestamp_seconds). Much more than the probe interval "
-           "means a series is stuck or skipped (see the LLMProbeSeriesStale alert).",
-           f"time() - min(llm_probe_last_run_timestamp_seconds{{{s}}} > 0)", "s",
-           thresholds=thresholds((None, "green"), (300, "orange"), (900, "red")))
-    d.stat("Cost per hour", COST + " Average per hour over the selected time range.",
-           f"sum by (currency) (increase(llm_probe_cost_total{{{s}}}[$__range])) "
-           "/ ($__range_s / 3600)",
-           "short", decimals=2, overrides=CURRENCY_OVERRIDES)
-    d.stat("Error budget left", "Share of the availability error budget left over the selected "
-           "range: 1 − (failed share ÷ (1 − objective)); the objective is the dashboard "
-           "variable (keep it equal to llm_probe:availability_objective). " + AVAIL,
-           f'1 - (\n  (1 - sum(increase(llm_probe_requests_total{{{s}, result="success"}}'
-           f"[$__range])) / sum(increase(llm_probe_requests_total{{{s}}}[$__range])))\n"
-           "  / (1 - $objective)\n)",
-           "percentunit", decimals=1,
-           thresholds=thresholds((None, "red"), (0, "orange"), (0.5, "green")))
+    d.stat(
+        "Availability",
+        AVAIL + " Over the selected time range.",
+        f'sum(increase(llm_probe_requests_total{{{s}, result="success"}}[$__range]))\n'
+        f"/\nsum(increase(llm_probe_requests_total{{{s}}}[$__range]))",
+        "percentunit",
+        decimals=2,
+        thresholds=thresholds((None, "red"), (0.95, "orange"), (0.99, "green")),
+    )
+    d.stat(
+        "TTFT p95",
+        TTFT + " p95 over the selected time range. " + QUANTS,
+        "histogram_quantile(0.95, sum by (le) "
+        f"(increase(llm_probe_ttft_seconds_bucket{{{s}}}[$__range])))",
+        "s",
+        thresholds=thresholds((None, "green"), (2, "orange"), (5, "red")),
+    )
+    d.stat(
+        "Failing series",
+        "Series (target/model/probe) whose last probe failed (llm_probe_success == 0).",
+        f"count(llm_probe_success{{{s}}} == 0) or vector(0)",
+        "none",
+        thresholds=thresholds((None, "green"), (1, "red")),
+    )
+    d.stat(
+        "Oldest last probe",
+        "Seconds since the least recently finished probe of the "
+        "selection (llm_probe_last_run_timestamp_seconds). Much more than the probe interval "
+        "means a series is stuck or skipped (see the LLMProbeSeriesStale alert).",
+        f"time() - min(llm_probe_last_run_timestamp_seconds{{{s}}} > 0)",
+        "s",
+        thresholds=thresholds((None, "green"), (300, "orange"), (900, "red")),
+    )
+    d.stat(
+        "Cost per hour",
+        COST + " Average per hour over the selected time range.",
+        f"sum by (currency) (increase(llm_probe_cost_total{{{s}}}[$__range])) "
+        "/ ($__range_s / 3600)",
+        "short",
+        decimals=2,
+        overrides=CURRENCY_OVERRIDES,
+    )
+    d.stat(
+        "Error budget left",
+        "Share of the availability error budget left over the selected "
+        "range: 1 − (failed share ÷ (1 − objective)); the objective is the dashboard "
+        "variable (keep it equal to llm_probe:availability_objective). " + AVAIL,
+        f'1 - (\n  (1 - sum(increase(llm_probe_requests_total{{{s}, result="success"}}'
+        f"[$__range])) / sum(increase(llm_probe_requests_total{{{s}}}[$__range])))\n"
+        "  / (1 - $objective)\n)",
+        "percentunit",
+        decimals=1,
+        thresholds=thresholds((None, "red"), (0, "orange"), (0.5, "green")),
+    )
 
     d.row("Status")
-    d.panel("state-timeline", "Last probe result per series",
-            "llm_probe_success: 1 when the last probe of the series succeeded, 0 when it failed. "
-            "Click a series to open the model dashboard.",
-            [target(f"llm_probe_success{{{s}}}", "{{target}} / {{model}} / {{probe}}")],
-            field_config("none", mappings=SUCCESS_MAPPINGS, links=DRILLDOWN,
-                         thresholds=thresholds((None, "red"), (1, "green")),
-                         color={"mode": "thresholds"}),
-            w=24, h=8,
-            options={"showValue": "never", "mergeValues": True, "rowHeight": 0.8,
-                     "legend": {"displayMode": "list", "placement": "bottom",
-                                "showLegend": False}})
-    d.timeseries("Availability by target and model", AVAIL,
-                 targets((f'sum by (target, model) (rate(llm_probe_requests_total{{{s}, '
-                          f'result="success"}}[{RI}]))\n/\nsum by (target, model) '
-                          f"(rate(llm_probe_requests_total{{{s}}}[{RI}]))",
-                          "{{target}} / {{model}}")),
-                 "percentunit", w=12, min=0, max=1)
-    d.timeseries("Failures by result", "Failed probes per result in each interval. " + AVAIL,
-                 targets((f'sum by (result) (increase(llm_probe_requests_total{{{s}, '
-                          f'result!="success"}}[{RI}]))', "{{result}}")),
-                 "none", w=12, stack=True)
+    d.panel(
+        "state-timeline",
+        "Last probe result per series",
+        "llm_probe_success: 1 when the last probe of the series succeeded, 0 when it failed. "
+        "Click a series to open the model dashboard.",
+        [target(f"llm_probe_success{{{s}}}", "{{target}} / {{model}} / {{probe}}")],
+        field_config(
+            "none",
+            mappings=SUCCESS_MAPPINGS,
+            links=DRILLDOWN,
+            thresholds=thresholds((None, "red"), (1, "green")),
+            color={"mode": "thresholds"},
+        ),
+        w=24,
+        h=8,
+        options={
+            "showValue": "never",
+            "mergeValues": True,
+            "rowHeight": 0.8,
+            "legend": {"displayMode": "list", "placement": "bottom", "showLegend": False},
+        },
+    )
+    d.timeseries(
+        "Availability by target and model",
+        AVAIL,
+        targets(
+            (
+                f"sum by (target, model) (rate(llm_probe_requests_total{{{s}, "
+                f'result="success"}}[{RI}]))\n/\nsum by (target, model) '
+                f"(rate(llm_probe_requests_total{{{s}}}[{RI}]))",
+                "{{target}} / {{model}}",
+            )
+        ),
+        "percentunit",
+        w=12,
+        min=0,
+        max=1,
+    )
+    d.timeseries(
+        "Failures by result",
+        "Failed probes per result in each interval. " + AVAIL,
+        targets(
+            (
+                f"sum by (result) (increase(llm_probe_requests_total{{{s}, "
+                f'result!="success"}}[{RI}]))',
+                "{{result}}",
+            )
+        ),
+        "none",
+        w=12,
+        stack=True,
+    )
 
     d.row("Latency")
-    d.timeseries("TTFT", TTFT + " " + QUANTS,
-                 quantile_queries("llm_probe_ttft_seconds", s), "s")
-    d.timeseries("Time to first answer", TTFA + " " + QUANTS,
-                 quantile_queries("llm_probe_time_to_first_answer_seconds", s), "s")
+    d.timeseries("TTFT", TTFT + " " + QUANTS, quantile_queries("llm_probe_ttft_seconds", s), "s")
+    d.timeseries(
+        "Time to first answer",
+        TTFA + " " + QUANTS,
+        quantile_queries("llm_probe_time_to_first_answer_seconds", s),
+        "s",
+    )
     d.timeseries("TPOT", TPOT + " " + QUANTS, quantile_queries("llm_probe_tpot_seconds", s), "s")
-    d.timeseries("E2E duration", E2E + " " + QUANTS,
-                 quantile_queries("llm_probe_duration_seconds", s), "s")
-    d.panel("heatmap", "TTFT heatmap",
-            TTFT + " Probes per TTFT bucket in each interval.",
-            [target(f"sum by (le) (increase(llm_probe_ttft_seconds_bucket{{{s}}}[{RI}]))",
-                    "{{le}}", format="heatmap")],
-            field_config("s"), w=12,
-            options={"calculate": False, "yAxis": {"unit": "s"},
-                     "cellGap": 1, "color": {"mode": "scheme", "scheme": "Oranges"},
-                     "rowsFrame": {"layout": "auto"}, "tooltip": {"show": True}})
-    d.timeseries("Share of probes under the TTFT SLO threshold",
-                 "Share of successful probes whose TTFT is at most $ttft_slo s, read from the "
-                 "le=\"$ttft_slo\" bucket (the threshold must be a bucket edge). " + TTFT,
-                 targets((f'sum by (target, model) (rate(llm_probe_ttft_seconds_bucket{{{s}, '
-                          f'le="$ttft_slo"}}[{RI}]))\n/\nsum by (target, model) '
-                          f"(rate(llm_probe_ttft_seconds_count{{{s}}}[{RI}]))",
-                          "{{target}} / {{model}}")),
-                 "percentunit", min=0, max=1)
-    d.timeseries("TTFT p95 by target and model", TTFT + " " + QUANTS,
-                 targets(("histogram_quantile(0.95, sum by (target, model, le) "
-                          f"(rate(llm_probe_ttft_seconds_bucket{{{s}}}[{RI}])))",
-                          "{{target}} / {{model}}")),
-                 "s", w=24)
+    d.timeseries(
+        "E2E duration", E2E + " " + QUANTS, quantile_queries("llm_probe_duration_seconds", s), "s"
+    )
+    d.panel(
+        "heatmap",
+        "TTFT heatmap",
+        TTFT + " Probes per TTFT bucket in each interval.",
+        [
+            target(
+                f"sum by (le) (increase(llm_probe_ttft_seconds_bucket{{{s}}}[{RI}]))",
+                "{{le}}",
+                format="heatmap",
+            )
+        ],
+        field_config("s"),
+        w=12,
+        options={
+            "calculate": False,
+            "yAxis": {"unit": "s"},
+            "cellGap": 1,
+            "color": {"mode": "scheme", "scheme": "Oranges"},
+            "rowsFrame": {"layout": "auto"},
+            "tooltip": {"show": True},
+        },
+    )
+    d.timeseries(
+        "Share of probes under the TTFT SLO threshold",
+        "Share of successful probes whose TTFT is at most $ttft_slo s, read from the "
+        'le="$ttft_slo" bucket (the threshold must be a bucket edge). ' + TTFT,
+        targets(
+            (
+                f"sum by (target, model) (rate(llm_probe_ttft_seconds_bucket{{{s}, "
+                f'le="$ttft_slo"}}[{RI}]))\n/\nsum by (target, model) '
+                f"(rate(llm_probe_ttft_seconds_count{{{s}}}[{RI}]))",
+                "{{target}} / {{model}}",
+            )
+        ),
+        "percentunit",
+        min=0,
+        max=1,
+    )
+    d.timeseries(
+        "TTFT p95 by target and model",
+        TTFT + " " + QUANTS,
+        targets(
+            (
+                "histogram_quantile(0.95, sum by (target, model, le) "
+                f"(rate(llm_probe_ttft_seconds_bucket{{{s}}}[{RI}])))",
+                "{{target}} / {{model}}",
+            )
+        ),
+        "s",
+        w=24,
+    )
 
     d.row("Throughput")
-    d.timeseries("Output tokens per second (TPS) p50", TPS + " " + QUANTS,
-                 targets(("histogram_quantile(0.50, sum by (target, model, le) "
-                          f"(rate(llm_probe_output_tokens_per_second_bucket{{{s}}}[{RI}])))",
-                          "{{target}} / {{model}}")),
-                 TOKENS_S)
-    d.timeseries("Output tokens per second (TPS) p10",
-                 TPS + " p10: the slowest tenth of probes. " + QUANTS,
-                 targets(("histogram_quantile(0.10, sum by (target, model, le) "
-                          f"(rate(llm_probe_output_tokens_per_second_bucket{{{s}}}[{RI}])))",
-                          "{{target}} / {{model}}")),
-                 TOKENS_S)
+    d.timeseries(
+        "Output tokens per second (TPS) p50",
+        TPS + " " + QUANTS,
+        targets(
+            (
+                "histogram_quantile(0.50, sum by (target, model, le) "
+                f"(rate(llm_probe_output_tokens_per_second_bucket{{{s}}}[{RI}])))",
+                "{{target}} / {{model}}",
+            )
+        ),
+        TOKENS_S,
+    )
+    d.timeseries(
+        "Output tokens per second (TPS) p10",
+        TPS + " p10: the slowest tenth of probes. " + QUANTS,
+        targets(
+            (
+                "histogram_quantile(0.10, sum by (target, model, le) "
+                f"(rate(llm_probe_output_tokens_per_second_bucket{{{s}}}[{RI}])))",
+                "{{target}} / {{model}}",
+            )
+        ),
+        TOKENS_S,
+    )
 
     d.row("Tokens and cost")
-    d.timeseries("Tokens by type",
-                 "Tokens per minute by type: prompt, completion, reasoning, cached (prompt "
-                 "tokens served from the provider's cache). From usage when the server reports "
-                 "it, else a tokenizer estimate.",
-                 targets((f"sum by (type) (rate(llm_probe_tokens_total{{{s}}}[{RI}])) * 60",
-                          "{{type}}")),
-                 "suffix: tokens/min", w=8, stack=True)
-    d.timeseries("Cost per hour", COST,
-                 targets((f"sum by (target, currency) (rate(llm_probe_cost_total{{{s}}}[{RI}]))"
-                          " * 3600", "{{target}} {{currency}}")),
-                 "short", w=8, decimals=2)
-    d.stat("Projected cost per month",
-           COST + " Spend of the last 24 hours × 30.",
-           f"sum by (currency) (increase(llm_probe_cost_total{{{s}}}[1d])) * 30",
-           "short", w=8, decimals=2, overrides=CURRENCY_OVERRIDES)
+    d.timeseries(
+        "Tokens by type",
+        "Tokens per minute by type: prompt, completion, reasoning, cached (prompt "
+        "tokens served from the provider's cache). From usage when the server reports "
+        "it, else a tokenizer estimate.",
+        targets((f"sum by (type) (rate(llm_probe_tokens_total{{{s}}}[{RI}])) * 60", "{{type}}")),
+        "suffix: tokens/min",
+        w=8,
+        stack=True,
+    )
+    d.timeseries(
+        "Cost per hour by target",
+        COST,
+        targets(
+            (
+                f"sum by (target, currency) (rate(llm_probe_cost_total{{{s}}}[{RI}])) * 3600",
+                "{{target}} {{currency}}",
+            )
+        ),
+        "short",
+        w=8,
+        decimals=2,
+        overrides=CURRENCY_SUFFIX_OVERRIDES,
+    )
+    d.stat(
+        "Projected cost per month",
+        COST + " Spend of the last 24 hours × 30.",
+        f"sum by (currency) (increase(llm_probe_cost_total{{{s}}}[1d])) * 30",
+        "short",
+        w=8,
+        decimals=2,
+        overrides=CURRENCY_OVERRIDES,
+    )
     d.layout.newline()
-    d.timeseries("Rate-limit remaining",
-                 "Remaining requests and tokens reported by the provider in the last response "
-                 "(x-ratelimit-remaining-requests / -tokens). Near zero means users are about to "
-                 "be throttled (429, result=rate_limited).",
-                 targets((f"llm_probe_ratelimit_remaining{{{s}}}",
-                          "{{target}} / {{model}} {{kind}}")),
-                 "short", w=24)
+    d.timeseries(
+        "Rate-limit remaining",
+        "Remaining requests and tokens reported by the provider in the last response "
+        "(x-ratelimit-remaining-requests / -tokens). Near zero means users are about to "
+        "be throttled (429, result=rate_limited).",
+        targets((f"llm_probe_ratelimit_remaining{{{s}}}", "{{target}} / {{model}} {{kind}}")),
+        "short",
+        w=24,
+    )
 
     d.row("Phases")
-    d.timeseries("Where the time goes (mean per phase)", PHASES,
-                 targets((f"sum by (phase) (rate(llm_probe_phase_seconds_sum{{{s}}}[{RI}]))\n/\n"
-                          f"sum by (phase) (rate(llm_probe_phase_seconds_count{{{s}}}[{RI}]))",
-                          "{{phase}}")),
-                 "s", w=24, stack=True)
+    d.timeseries(
+        "Where the time goes (mean per phase)",
+        PHASES,
+        targets(
+            (
+                f"sum by (phase) (rate(llm_probe_phase_seconds_sum{{{s}}}[{RI}]))\n/\n"
+                f"sum by (phase) (rate(llm_probe_phase_seconds_count{{{s}}}[{RI}]))",
+                "{{phase}}",
+            )
+        ),
+        "s",
+        w=24,
+        stack=True,
+    )
 
     d.row("Exporter health")
-    d.timeseries("Scrape up", "up: 1 when Prometheus scraped the exporter (job $job).",
-                 targets(('up{job=~"$job"}', "{{instance}}")), "none", w=4, min=0, max=1)
-    d.stat("Config loaded", "llm_probe_config_last_reload_successful: 1 when the last load or "
-           "reload of the config file succeeded; after a failed reload the previous config keeps "
-           "running.", 'min(llm_probe_config_last_reload_successful{job=~"$job"})', "none",
-           mappings=[{"type": "value", "options": {
-               "0": {"color": "red", "index": 1, "text": "reload failed"},
-               "1": {"color": "green", "index": 0, "text": "ok"}}}],
-           thresholds=thresholds((None, "red"), (1, "green")))
-    d.panel("table", "Build info", "llm_probe_build_info: version and Python of each instance.",
-            [target('llm_probe_build_info{job=~"$job"}', "", format="table", instant=True,
-                    range=False)],
-            field_config("none"), w=4, h=8,
-            options={"showHeader": True},
-            transformations=[{"id": "organize", "options": {"excludeByName": {
-                "Time": True, "Value": True, "__name__": True}}}])
-    d.timeseries("Scheduler lag",
-                 "How late probes start compared with their schedule (jitter excluded). "
-                 "It grows when max_concurrency is saturated or the event loop is blocked.",
-                 targets(("histogram_quantile(0.99, sum by (instance, le) "
-                          f'(rate(llm_probe_scheduler_lag_seconds_bucket{{job=~"$job"}}[{RI}])))',
-                          "{{instance}} p99"),
-                         ("histogram_quantile(0.50, sum by (instance, le) "
-                          f'(rate(llm_probe_scheduler_lag_seconds_bucket{{job=~"$job"}}[{RI}])))',
-                          "{{instance}} p50")),
-                 "s", w=6)
-    d.timeseries("Skipped probes and probes in flight",
-                 "Probes skipped per interval by reason (budget: daily budget spent; overlap: "
-                 "the previous run of the series had not finished) and probes running now.",
-                 targets((f"sum by (reason) (increase(llm_probe_skipped_total{{{s}}}[{RI}]))",
-                          "skipped: {{reason}}"),
-                         ('sum by (instance) (llm_probe_in_flight{job=~"$job"})',
-                          "in flight: {{instance}}")),
-                 "none", w=6)
+    d.timeseries(
+        "Scrape up",
+        "up: 1 when Prometheus scraped the exporter (job $job).",
+        targets(('up{job=~"$job"}', "{{instance}}")),
+        "none",
+        w=4,
+        min=0,
+        max=1,
+    )
+    d.stat(
+        "Config loaded",
+        "llm_probe_config_last_reload_successful: 1 when the last load or "
+        "reload of the config file succeeded; after a failed reload the previous config keeps "
+        "running.",
+        'min(llm_probe_config_last_reload_successful{job=~"$job"})',
+        "none",
+        mappings=[
+            {
+                "type": "value",
+                "options": {
+                    "0": {"color": "red", "index": 1, "text": "reload failed"},
+                    "1": {"color": "green", "index": 0, "text": "ok"},
+                },
+            }
+        ],
+        thresholds=thresholds((None, "red"), (1, "green")),
+    )
+    d.panel(
+        "table",
+        "Build info",
+        "llm_probe_build_info: version and Python of each instance.",
+        [
+            target(
+                'llm_probe_build_info{job=~"$job"}', "", format="table", instant=True, range=False
+            )
+        ],
+        field_config("none"),
+        w=4,
+        h=8,
+        options={"showHeader": True},
+        transformations=[
+            {
+                "id": "organize",
+                "options": {"excludeByName": {"Time": True, "Value": True, "__name__": True}},
+            }
+        ],
+    )
+    d.timeseries(
+        "Scheduler lag",
+        "How late probes start compared with their schedule (jitter excluded). "
+        "It grows when max_concurrency is saturated or the event loop is blocked.",
+        targets(
+            (
+                "histogram_quantile(0.99, sum by (instance, le) "
+                f'(rate(llm_probe_scheduler_lag_seconds_bucket{{job=~"$job"}}[{RI}])))',
+                "{{instance}} p99",
+            ),
+            (
+                "histogram_quantile(0.50, sum by (instance, le) "
+                f'(rate(llm_probe_scheduler_lag_seconds_bucket{{job=~"$job"}}[{RI}])))',
+                "{{instance}} p50",
+            ),
+        ),
+        "s",
+        w=6,
+    )
+    d.timeseries(
+        "Skipped probes and probes in flight",
+        "Probes skipped per interval by reason (budget: daily budget spent; overlap: "
+        "the previous run of the series had not finished) and probes running now.",
+        targets(
+            (
+                f"sum by (reason) (increase(llm_probe_skipped_total{{{s}}}[{RI}]))",
+                "skipped: {{reason}}",
+            ),
+            ('sum by (instance) (llm_probe_in_flight{job=~"$job"})', "in flight: {{instance}}"),
+        ),
+        "none",
+        w=6,
+    )
     return dashboard(
-        "llm-probe-overview", "LLM probe / Overview",
+        "llm-probe-overview",
+        "LLM probe / Overview",
         "Fleet view of llm-probe-exporter: availability, TTFT, TPOT, TPS, tokens, cost and the "
         "health of the exporter for every selected target, model and probe.",
-        d.panels, [*common_vars(multi_target=True), OBJECTIVE_VAR, TTFT_SLO_VAR],
+        d.panels,
+        [*common_vars(multi_target=True), OBJECTIVE_VAR, TTFT_SLO_VAR],
     )
 
 
@@ -498,121 +824,237 @@ def model() -> dict[str, Any]:
     d = Dashboard()
     s = SEL
     d.row("$target / $model (selected time range)")
-    d.stat("Availability", AVAIL,
-           f'sum(increase(llm_probe_requests_total{{{s}, result="success"}}[$__range]))\n'
-           f"/\nsum(increase(llm_probe_requests_total{{{s}}}[$__range]))",
-           "percentunit", decimals=2,
-           thresholds=thresholds((None, "red"), (0.95, "orange"), (0.99, "green")))
+    d.stat(
+        "Availability",
+        AVAIL,
+        f'sum(increase(llm_probe_requests_total{{{s}, result="success"}}[$__range]))\n'
+        f"/\nsum(increase(llm_probe_requests_total{{{s}}}[$__range]))",
+        "percentunit",
+        decimals=2,
+        thresholds=thresholds((None, "red"), (0.95, "orange"), (0.99, "green")),
+    )
     for title, metric, q, unit, desc in (
         ("TTFT p50", "llm_probe_ttft_seconds", "0.50", "s", TTFT),
         ("TTFT p95", "llm_probe_ttft_seconds", "0.95", "s", TTFT),
         ("TPOT p50", "llm_probe_tpot_seconds", "0.50", "s", TPOT),
         ("TPS p50", "llm_probe_output_tokens_per_second", "0.50", TOKENS_S, TPS),
     ):
-        d.stat(title, desc + " Over the selected time range. " + QUANTS,
-               f"histogram_quantile({q}, sum by (le) (increase({metric}_bucket{{{s}}}[$__range])))",
-               unit)
-    d.stat("Probes run", "Finished probes over the selected range (all results).",
-           f"sum(increase(llm_probe_requests_total{{{s}}}[$__range]))", "none")
+        d.stat(
+            title,
+            desc + " Over the selected time range. " + QUANTS,
+            f"histogram_quantile({q}, sum by (le) (increase({metric}_bucket{{{s}}}[$__range])))",
+            unit,
+        )
+    d.stat(
+        "Probes run",
+        "Finished probes over the selected range (all results).",
+        f"sum(increase(llm_probe_requests_total{{{s}}}[$__range]))",
+        "none",
+    )
 
     d.row("Compare probes (text, long, image, ...)")
     by = "probe"
     for title, metric, desc in (
-        ("TTFT by probe", "llm_probe_ttft_seconds",
-         TTFT + " An image probe's TTFT minus a text probe's is the cost of sending the image."),
+        (
+            "TTFT by probe",
+            "llm_probe_ttft_seconds",
+            TTFT + " An image probe's TTFT minus a text probe's is the cost of sending the image.",
+        ),
         ("Time to first answer by probe", "llm_probe_time_to_first_answer_seconds", TTFA),
         ("TPOT by probe", "llm_probe_tpot_seconds", TPOT),
         ("E2E duration by probe", "llm_probe_duration_seconds", E2E),
     ):
-        d.timeseries(title, desc + " p50 and p95 per probe. " + QUANTS,
-                     targets(
-                         (f"histogram_quantile(0.50, sum by ({by}, le) "
-                          f"(rate({metric}_bucket{{{s}}}[{RI}])))", "{{probe}} p50"),
-                         (f"histogram_quantile(0.95, sum by ({by}, le) "
-                          f"(rate({metric}_bucket{{{s}}}[{RI}])))", "{{probe}} p95")),
-                     "s")
-    d.timeseries("TPS by probe", TPS + " " + QUANTS,
-                 targets(("histogram_quantile(0.50, sum by (probe, le) "
-                          f"(rate(llm_probe_output_tokens_per_second_bucket{{{s}}}[{RI}])))",
-                          "{{probe}} p50"),
-                         ("histogram_quantile(0.10, sum by (probe, le) "
-                          f"(rate(llm_probe_output_tokens_per_second_bucket{{{s}}}[{RI}])))",
-                          "{{probe}} p10")),
-                 TOKENS_S)
-    d.timeseries("Output tokens per probe run",
-                 "Mean completion tokens per finished probe (N in TPOT and TPS).",
-                 targets((f'sum by (probe) (rate(llm_probe_tokens_total{{{s}, type="completion"}}'
-                          f"[{RI}]))\n/\nsum by (probe) (rate(llm_probe_requests_total{{{s}}}"
-                          f"[{RI}]))", "{{probe}}")),
-                 "suffix: tokens")
+        d.timeseries(
+            title,
+            desc + " p50 and p95 per probe. " + QUANTS,
+            targets(
+                (
+                    f"histogram_quantile(0.50, sum by ({by}, le) "
+                    f"(rate({metric}_bucket{{{s}}}[{RI}])))",
+                    "{{probe}} p50",
+                ),
+                (
+                    f"histogram_quantile(0.95, sum by ({by}, le) "
+                    f"(rate({metric}_bucket{{{s}}}[{RI}])))",
+                    "{{probe}} p95",
+                ),
+            ),
+            "s",
+        )
+    d.timeseries(
+        "TPS by probe",
+        TPS + " " + QUANTS,
+        targets(
+            (
+                "histogram_quantile(0.50, sum by (probe, le) "
+                f"(rate(llm_probe_output_tokens_per_second_bucket{{{s}}}[{RI}])))",
+                "{{probe}} p50",
+            ),
+            (
+                "histogram_quantile(0.10, sum by (probe, le) "
+                f"(rate(llm_probe_output_tokens_per_second_bucket{{{s}}}[{RI}])))",
+                "{{probe}} p10",
+            ),
+        ),
+        TOKENS_S,
+    )
+    d.timeseries(
+        "Output tokens per probe run",
+        "Mean completion tokens per finished probe (N in TPOT and TPS).",
+        targets(
+            (
+                f'sum by (probe) (rate(llm_probe_tokens_total{{{s}, type="completion"}}'
+                f"[{RI}]))\n/\nsum by (probe) (rate(llm_probe_requests_total{{{s}}}"
+                f"[{RI}]))",
+                "{{probe}}",
+            )
+        ),
+        "suffix: tokens",
+    )
 
     d.row("Streaming")
-    d.panel("heatmap", "Inter-chunk gaps",
-            "Every gap between consecutive token-bearing chunks. Stalls show up as a band of "
-            "long gaps; a gateway that batches tokens shows fewer, longer gaps (TPOT stays right "
-            "because it is counted by tokens).",
-            [target(f"sum by (le) (increase(llm_probe_inter_chunk_seconds_bucket{{{s}}}[{RI}]))",
-                    "{{le}}", format="heatmap")],
-            field_config("s"), w=12,
-            options={"calculate": False, "yAxis": {"unit": "s"}, "cellGap": 1,
-                     "color": {"mode": "scheme", "scheme": "Blues"},
-                     "rowsFrame": {"layout": "auto"}, "tooltip": {"show": True}})
-    d.timeseries("Inter-chunk gap quantiles",
-                 "p50 and p99 of the gaps between token-bearing chunks, per probe. " + QUANTS,
-                 targets(("histogram_quantile(0.50, sum by (probe, le) "
-                          f"(rate(llm_probe_inter_chunk_seconds_bucket{{{s}}}[{RI}])))",
-                          "{{probe}} p50"),
-                         ("histogram_quantile(0.99, sum by (probe, le) "
-                          f"(rate(llm_probe_inter_chunk_seconds_bucket{{{s}}}[{RI}])))",
-                          "{{probe}} p99")),
-                 "s")
-    d.timeseries("Where the time goes (mean per phase)", PHASES,
-                 targets((f"sum by (phase) (rate(llm_probe_phase_seconds_sum{{{s}}}[{RI}]))\n/\n"
-                          f"sum by (phase) (rate(llm_probe_phase_seconds_count{{{s}}}[{RI}]))",
-                          "{{phase}}")),
-                 "s", w=24, stack=True)
+    d.panel(
+        "heatmap",
+        "Inter-chunk gaps",
+        "Every gap between consecutive token-bearing chunks. Stalls show up as a band of "
+        "long gaps; a gateway that batches tokens shows fewer, longer gaps (TPOT stays right "
+        "because it is counted by tokens).",
+        [
+            target(
+                f"sum by (le) (increase(llm_probe_inter_chunk_seconds_bucket{{{s}}}[{RI}]))",
+                "{{le}}",
+                format="heatmap",
+            )
+        ],
+        field_config("s"),
+        w=12,
+        options={
+            "calculate": False,
+            "yAxis": {"unit": "s"},
+            "cellGap": 1,
+            "color": {"mode": "scheme", "scheme": "Blues"},
+            "rowsFrame": {"layout": "auto"},
+            "tooltip": {"show": True},
+        },
+    )
+    d.timeseries(
+        "Inter-chunk gap quantiles",
+        "p50 and p99 of the gaps between token-bearing chunks, per probe. " + QUANTS,
+        targets(
+            (
+                "histogram_quantile(0.50, sum by (probe, le) "
+                f"(rate(llm_probe_inter_chunk_seconds_bucket{{{s}}}[{RI}])))",
+                "{{probe}} p50",
+            ),
+            (
+                "histogram_quantile(0.99, sum by (probe, le) "
+                f"(rate(llm_probe_inter_chunk_seconds_bucket{{{s}}}[{RI}])))",
+                "{{probe}} p99",
+            ),
+        ),
+        "s",
+    )
+    d.timeseries(
+        "Where the time goes (mean per phase)",
+        PHASES,
+        targets(
+            (
+                f"sum by (phase) (rate(llm_probe_phase_seconds_sum{{{s}}}[{RI}]))\n/\n"
+                f"sum by (phase) (rate(llm_probe_phase_seconds_count{{{s}}}[{RI}]))",
+                "{{phase}}",
+            )
+        ),
+        "s",
+        w=24,
+        stack=True,
+    )
 
     d.row("Failures")
-    d.panel("state-timeline", "Last probe result per probe",
-            "llm_probe_success per probe: ok when the last probe succeeded.",
-            [target(f"llm_probe_success{{{s}}}", "{{probe}}")],
-            field_config("none", mappings=SUCCESS_MAPPINGS,
-                         thresholds=thresholds((None, "red"), (1, "green")),
-                         color={"mode": "thresholds"}),
-            w=24, h=5,
-            options={"showValue": "never", "mergeValues": True, "rowHeight": 0.8,
-                     "legend": {"displayMode": "list", "placement": "bottom",
-                                "showLegend": False}})
-    query = target(f'sum by (probe, result) (increase(llm_probe_requests_total{{{s}, '
-                   f'result!="success"}}[$__range])) > 0', "", format="table", instant=True)
+    d.panel(
+        "state-timeline",
+        "Last probe result per probe",
+        "llm_probe_success per probe: ok when the last probe succeeded.",
+        [target(f"llm_probe_success{{{s}}}", "{{probe}}")],
+        field_config(
+            "none",
+            mappings=SUCCESS_MAPPINGS,
+            thresholds=thresholds((None, "red"), (1, "green")),
+            color={"mode": "thresholds"},
+        ),
+        w=24,
+        h=5,
+        options={
+            "showValue": "never",
+            "mergeValues": True,
+            "rowHeight": 0.8,
+            "legend": {"displayMode": "list", "placement": "bottom", "showLegend": False},
+        },
+    )
+    query = target(
+        f"sum by (probe, result) (increase(llm_probe_requests_total{{{s}, "
+        f'result!="success"}}[$__range])) > 0',
+        "",
+        format="table",
+        instant=True,
+    )
     query["range"] = False
-    d.panel("table", "Recent failures by result",
-            "Failed probes over the selected range by probe and result. The exporter's status "
-            "page (/) and /api/v1/results show the reason of each recent failure. " + AVAIL,
-            [query], field_config("none"), w=12,
-            options={"showHeader": True, "sortBy": [{"desc": True, "displayName": "Value"}]},
-            transformations=[{"id": "organize", "options": {"excludeByName": {"Time": True}}}])
-    d.timeseries("Failures by result", "Failed probes per interval by result. " + AVAIL,
-                 targets((f'sum by (result) (increase(llm_probe_requests_total{{{s}, '
-                          f'result!="success"}}[{RI}]))', "{{result}}")),
-                 "none", w=12, stack=True)
-    d.timeseries("Cost per probe run", COST + " Mean cost of one finished probe.",
-                 targets((f"sum by (probe, currency) (rate(llm_probe_cost_total{{{s}}}[{RI}]))\n"
-                          f"/ on (probe) group_left ()\nsum by (probe) "
-                          f"(rate(llm_probe_requests_total{{{s}}}[{RI}]))",
-                          "{{probe}} {{currency}}")),
-                 "short", w=12, decimals=6)
-    d.timeseries("Rate-limit remaining",
-                 "Remaining requests and tokens from the provider's x-ratelimit-remaining-* "
-                 "headers on the last response.",
-                 targets((f"llm_probe_ratelimit_remaining{{{s}}}", "{{probe}} {{kind}}")),
-                 "short", w=12)
+    d.panel(
+        "table",
+        "Recent failures by result",
+        "Failed probes over the selected range by probe and result. The exporter's status "
+        "page (/) and /api/v1/results show the reason of each recent failure. " + AVAIL,
+        [query],
+        field_config("none"),
+        w=12,
+        options={"showHeader": True, "sortBy": [{"desc": True, "displayName": "Value"}]},
+        transformations=[{"id": "organize", "options": {"excludeByName": {"Time": True}}}],
+    )
+    d.timeseries(
+        "Failures by result",
+        "Failed probes per interval by result. " + AVAIL,
+        targets(
+            (
+                f"sum by (result) (increase(llm_probe_requests_total{{{s}, "
+                f'result!="success"}}[{RI}]))',
+                "{{result}}",
+            )
+        ),
+        "none",
+        w=12,
+        stack=True,
+    )
+    d.timeseries(
+        "Cost per probe run",
+        COST + " Mean cost of one finished probe.",
+        targets(
+            (
+                f"sum by (probe, currency) (rate(llm_probe_cost_total{{{s}}}[{RI}]))\n"
+                f"/ on (probe) group_left ()\nsum by (probe) "
+                f"(rate(llm_probe_requests_total{{{s}}}[{RI}]))",
+                "{{probe}} {{currency}}",
+            )
+        ),
+        "short",
+        w=12,
+        decimals=6,
+        overrides=CURRENCY_SUFFIX_OVERRIDES,
+    )
+    d.timeseries(
+        "Rate-limit remaining",
+        "Remaining requests and tokens from the provider's x-ratelimit-remaining-* "
+        "headers on the last response.",
+        targets((f"llm_probe_ratelimit_remaining{{{s}}}", "{{probe}} {{kind}}")),
+        "short",
+        w=12,
+    )
     variables = common_vars(multi_target=False)
     return dashboard(
-        "llm-probe-model", "LLM probe / Target and model",
+        "llm-probe-model",
+        "LLM probe / Target and model",
         "Drill-down for one target and model: probes side by side (text vs image), streaming "
         "gaps, phases and recent failures.",
-        d.panels, variables,
+        d.panels,
+        variables,
     )
 
 

@@ -109,7 +109,7 @@ class Daemon(Process):
         return None
 
 
-def start_daemon(config: Path, tmp: Path, *extra: str) -> Daemon:
+def start_daemon(config: Path, tmp: Path, *extra: str, env: dict[str, str] | None = None) -> Daemon:
     """Start `llm-probe-exporter serve` on a free port and wait until it is ready."""
     port = free_port()
     log = tmp / f"daemon-{port}.log"
@@ -117,7 +117,7 @@ def start_daemon(config: Path, tmp: Path, *extra: str) -> Daemon:
         proc = subprocess.Popen(
             [*EXPORTER, "--config.file", str(config), "--web.listen-address",
              f"127.0.0.1:{port}", *extra], stdout=out, stderr=subprocess.STDOUT, cwd=ROOT,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+            env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})})
     daemon = Daemon(proc, log, url=f"http://127.0.0.1:{port}")
     try:
         wait_for(lambda: proc.poll() is None and http_get(f"{daemon.url}/-/ready"), 20,
