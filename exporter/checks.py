@@ -13,7 +13,8 @@ def run_checks(expect: Expect, answer: str, output_tokens: int,
                finish_reason: str | None) -> str | None:
     """The first failed check as a plain-words reason, or None when all hold."""
     if expect.min_output_tokens is not None and output_tokens < expect.min_output_tokens:
-        return f"min_output_tokens: got {output_tokens}, expected at least {expect.min_output_tokens}"
+        return (f"min_output_tokens: got {output_tokens}, "
+                f"expected at least {expect.min_output_tokens}")
     if expect.finish_reason is not None and finish_reason != expect.finish_reason:
         return f"finish_reason: got {finish_reason!r}, expected {expect.finish_reason!r}"
     if expect.contains is not None and expect.contains not in answer:

@@ -1,9 +1,10 @@
-"""Command line: serve (default), check, probe, simulate."""
+"""Command line: serve (default), check, probe, bench, simulate."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -12,7 +13,7 @@ from exporter import __version__
 from exporter.config import Config, ConfigError, format_duration, load_config
 from exporter.log import configure_logging, get_logger
 
-COMMANDS = ("serve", "check", "probe", "simulate")
+COMMANDS = ("serve", "check", "probe", "bench", "simulate")
 
 
 def _add_common(parser: argparse.ArgumentParser) -> None:
@@ -49,6 +50,43 @@ def build_parser() -> argparse.ArgumentParser:
     probe.add_argument("--model", help="only this model")
     probe.add_argument("--probe", dest="probe_name", help="only this probe")
     probe.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    probe.add_argument("--repeat", type=int, default=1, metavar="N",
+                       help="run every selected probe N times, one round after another")
+
+    bench = commands.add_parser(
+        "bench", help="benchmark series at concurrency or rate levels; compare with a baseline")
+    _add_common(bench)
+    bench.add_argument("--target", help="only this target")
+    bench.add_argument("--model", help="only this model")
+    bench.add_argument("--probe", dest="probe_name", help="only this probe")
+    bench.add_argument("--requests", type=int, default=None, metavar="N",
+                       help="requests per level (default 20; with --duration: at most N)")
+    bench.add_argument("--duration", default=None, metavar="D",
+                       help="run each level this long (30s, 2m) instead of a request count")
+    bench.add_argument("--warmup", type=int, default=1, metavar="K",
+                       help="uncounted requests before each level (default 1)")
+    bench.add_argument("--concurrency", default=None, metavar="K,K,...",
+                       help="closed-loop levels: K requests in flight (default 1)")
+    bench.add_argument("--rate", default=None, metavar="R,R,...",
+                       help="open-loop levels: Poisson arrivals per second")
+    bench.add_argument("--slo", default=None, metavar="ttft=500ms,tpot=50ms,e2e=10s",
+                       help="objectives for goodput (ttft, tfa, tpot, e2e; tps as a minimum)")
+    bench.add_argument("--knee-threshold", dest="knee_threshold", default="50%",
+                       help="p95 TTFT rise over the lowest level that marks the knee "
+                            "(default 50%%)")
+    bench.add_argument("--seed", type=int, default=None,
+                       help="seed for the Poisson arrivals of --rate")
+    bench.add_argument("--output", type=Path, default=None, metavar="run.json",
+                       help="write config, raw records and summaries as JSON")
+    bench.add_argument("--csv", type=Path, default=None, metavar="run.csv",
+                       help="write one CSV row per request")
+    bench.add_argument("--report", type=Path, default=None, metavar="report.html",
+                       help="write a self-contained HTML report with charts")
+    bench.add_argument("--baseline", type=Path, default=None, metavar="base.json",
+                       help="compare with an earlier --output run")
+    bench.add_argument("--fail-on", dest="fail_on", default=None,
+                       metavar="ttft_p95=+20%%,cost=+15%%",
+                       help="exit 1 when a metric regressed beyond its limit vs --baseline")
 
     simulate = commands.add_parser("simulate", help="run the embedded simulator standalone")
     simulate.add_argument("--listen", default=None, help="address (default 127.0.0.1:9472)")
@@ -71,7 +109,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     configure_logging(args.log_level,
                       args.log_format or ("json" if args.command == "serve" else "console"))
     handlers = {"serve": cmd_serve, "check": cmd_check, "probe": cmd_probe,
-                "simulate": cmd_simulate}
+                "bench": cmd_bench, "simulate": cmd_simulate}
     try:
         return handlers[args.command](args)
     except KeyboardInterrupt:
@@ -134,7 +172,53 @@ def cmd_probe(args: argparse.Namespace) -> int:
     if config is None:
         return 1
     return asyncio.run(run_probe_command(config, target=args.target, model=args.model,
-                                         probe=args.probe_name, as_json=args.json))
+                                         probe=args.probe_name, as_json=args.json,
+                                         repeat=args.repeat))
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    """Benchmark the selected series; exit 1 on a regression against --baseline."""
+    from exporter.bench import (
+        DEFAULT_REQUESTS,
+        BenchOptions,
+        BenchOutputs,
+        Level,
+        parse_levels,
+        parse_slo,
+        run_bench_command,
+    )
+    from exporter.config import parse_duration
+
+    try:
+        levels = [Level("concurrency", k) for k in
+                  parse_levels(args.concurrency, integer=True)] if args.concurrency else []
+        levels += [Level("rate", r) for r in parse_levels(args.rate, integer=False)] \
+            if args.rate else []
+        threshold_text = args.knee_threshold.strip()
+        threshold = (float(threshold_text[:-1]) / 100 if threshold_text.endswith("%")
+                     else float(threshold_text))
+        duration = parse_duration(args.duration) if args.duration else None
+        options = BenchOptions(
+            levels=tuple(levels) or (Level("concurrency", 1),),
+            requests=args.requests if args.requests is not None or duration else
+            DEFAULT_REQUESTS,
+            duration=duration, warmup=args.warmup, slo=parse_slo(args.slo),
+            knee_threshold=threshold, seed=args.seed)
+        if (options.requests is not None and options.requests < 1) or options.warmup < 0 \
+                or threshold <= 0 or duration == 0:
+            raise ValueError("--requests, --duration and --knee-threshold must be positive, "
+                             "--warmup zero or more")
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    config = _load(args.config_file)
+    if config is None:
+        return 1
+    outputs = BenchOutputs(output=args.output, csv=args.csv, report=args.report,
+                           baseline=args.baseline, fail_on=args.fail_on)
+    return asyncio.run(run_bench_command(config, target=args.target, model=args.model,
+                                         probe=args.probe_name, options=options,
+                                         outputs=outputs))
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
@@ -150,8 +234,6 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         simulator = config.simulator or simulator
     if args.listen:
         simulator = simulator.model_copy(update={"listen": args.listen})
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(serve_forever(simulator))
-    except KeyboardInterrupt:
-        pass
     return 0

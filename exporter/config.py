@@ -574,7 +574,8 @@ def parse_config(data: Any, *, env: Mapping[str, str] | None = None,
         where = f"targets[{index}]"
         if target.name in names:
             problems.append(ConfigProblem(
-                f"{where}.name", f"{target.name!r} is already used by targets[{names[target.name]}]"))
+                f"{where}.name",
+                f"{target.name!r} is already used by targets[{names[target.name]}]"))
         names.setdefault(target.name, index)
         probe_names = target.probes if target.probes is not None else tuple(raw.probes)
         for j, probe_name in enumerate(probe_names):

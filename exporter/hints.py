@@ -7,6 +7,7 @@ Rows are tried in order; the first whose result, status and reason words match w
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -152,10 +153,8 @@ class _Fields(dict[str, str]):
             target = series.target
             self.update(base_url=target.base_url, key_source=target.key_source,
                         api=target.api.value, timeout=f"{series.timeout:g}s")
-            try:  # the query is left out: it may carry a key
+            with contextlib.suppress(ValueError):  # the query is left out: it may carry a key
                 self["url"] = protocol_for(target.api).url(series).partition("?")[0]
-            except ValueError:
-                pass
 
     def __missing__(self, key: str) -> str:
         return {"base_url": "base_url", "key_source": "its source", "api": "the configured api",

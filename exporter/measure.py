@@ -6,6 +6,7 @@ reasoning) · t_a first answer token · t_L last token · t_end stream end · N 
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -62,7 +63,7 @@ def tokens_per_second(s: Stamps, n_tokens: int) -> float | None:
 def inter_chunk_gaps(s: Stamps) -> tuple[float, ...]:
     """Gaps between consecutive token-bearing reads (stalls show here)."""
     times = s.chunk_times
-    return tuple(b - a for a, b in zip(times, times[1:], strict=False))
+    return tuple(b - a for a, b in itertools.pairwise(times))
 
 
 def phases(s: Stamps, network: Mapping[Phase, float]) -> dict[Phase, float]:
@@ -92,7 +93,7 @@ def timings(s: Stamps, n_tokens: int, network: Mapping[Phase, float]) -> Timings
 
 def cost(prompt: int, completion: int, cached: int, *, input_price: float,
          output_price: float, cached_price: float | None) -> float:
-    """Cost of one call; prices per 1M tokens. Cached prompt tokens are billed at the cached price."""
+    """Cost of one call; prices per 1M tokens. Cached prompt tokens bill at the cached price."""
     if cached_price is None:
         cached_price = input_price
     cached = min(cached, prompt)

@@ -8,6 +8,7 @@ raises (except cancellation).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import email.utils
 import re
 import ssl
@@ -388,10 +389,8 @@ class Prober:
         for header, kind in RATELIMIT_HEADERS.items():
             value = attempt.headers.get(header)
             if value is not None:
-                try:
+                with contextlib.suppress(ValueError):
                     ratelimit[kind] = float(value)
-                except ValueError:
-                    pass
         answer = "".join(parser.answer) if parser is not None else ""
         return ProbeResult(
             target=series.target.name, model=series.model, probe=series.probe_name,

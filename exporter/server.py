@@ -1,4 +1,4 @@
-"""The HTTP endpoints: /metrics, /probe, /-/healthy, /-/ready, /-/reload, /, /api/v1/results, /config.
+"""HTTP endpoints: /metrics, /probe, /-/healthy, /-/ready, /-/reload, /, /api/v1/results, /config.
 
 Rendering (exposition, status page, JSON) happens in a worker thread from an immutable snapshot,
 so a scrape never holds the event loop that stamps tokens.
@@ -286,7 +286,8 @@ def render_status_page(snapshot: Snapshot, info: dict[str, Any], now: float) -> 
 <meta http-equiv="refresh" content="10"><style>{_STYLE}</style></head><body>
 <h1>llm-probe-exporter {esc(str(info.get('version')))}</h1>
 <p><a href="/metrics">/metrics</a> · <a href="/api/v1/results">/api/v1/results</a> ·
-<a href="/config">/config</a> · {len(snapshot.latest)} series · {info.get('in_flight', 0)} in flight</p>
+<a href="/config">/config</a> · {len(snapshot.latest)} series ·
+{info.get('in_flight', 0)} in flight</p>
 {warning}
 <h2>Series</h2>
 <table id="series"><thead><tr><th>target</th><th>model</th><th>probe</th><th>result</th>

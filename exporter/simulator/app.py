@@ -35,6 +35,11 @@ MAX_RECORDS = 10_000
 REQUESTS_PER_WINDOW = 10_000
 TOKENS_PER_WINDOW = 2_000_000
 RATE_WINDOW = 60.0
+# Precise waits: sleep until this long before a deadline, then yield to the loop until it.
+SPIN_MARGIN = 0.0015
+# Every chunk is timed precisely while at most this many streams generate at once; beyond
+# that only first tokens are (TTFT is the number that matters; busy waits cost CPU).
+PRECISE_MAX_STREAMS = 4
 
 
 class SimRecord(TypedDict):
@@ -100,6 +105,7 @@ class _State:
     rng: random.Random
     records: deque[SimRecord]
     logger: Any
+    generating: int = 0
     capacity: dict[str, asyncio.Semaphore] = field(default_factory=dict)
     limits: _RateLimiter = field(default_factory=_RateLimiter)
 
@@ -142,11 +148,20 @@ def _json(body: Any, status: int = 200, headers: Mapping[str, str] | None = None
                          content_type="application/json")
 
 
-async def _sleep_until(loop: asyncio.AbstractEventLoop, deadline: float) -> None:
-    """Sleep to an absolute `loop.time()`; relative sleeps in a loop would drift."""
-    delay = deadline - loop.time()
+async def _sleep_until(loop: asyncio.AbstractEventLoop, deadline: float, *,
+                       precise: bool = False) -> None:
+    """Sleep to an absolute `loop.time()` (relative sleeps in a loop would drift); never early.
+
+    asyncio wakes timers up to ~1.5 ms late (epoll counts milliseconds and CPython 3.11 rounds
+    the timeout up twice). `precise` sleeps until just before the deadline and then yields to
+    the loop until it passes: sub-millisecond, at the price of a short busy wait.
+    """
+    delay = deadline - loop.time() - (SPIN_MARGIN if precise else 0.0)
     if delay > 0:
         await asyncio.sleep(delay)
+    if precise:
+        while loop.time() < deadline:
+            await asyncio.sleep(0)
 
 
 @contextlib.asynccontextmanager
@@ -261,7 +276,12 @@ async def _stream(request: web.Request, dialect: Dialect, plan: Plan, ctx: Strea
             await resp.write(data)  # sent at once: not a token, it must not look like one
         async with _slot(semaphore, loop, record["received_at"]) as base:
             record["started_at"] = base
-            await _write_chunks(request, resp, encoder, plan, tokens, record, base)
+            state = request.app[_STATE]
+            state.generating += 1
+            try:
+                await _write_chunks(request, resp, encoder, plan, tokens, record, base)
+            finally:
+                state.generating -= 1
     except ConnectionError:
         _client_gone(request, record)
     return resp
@@ -271,24 +291,28 @@ async def _write_chunks(request: web.Request, resp: web.StreamResponse, encoder:
                         plan: Plan, tokens: list[str], record: SimRecord, base: float) -> None:
     """The token chunks, then the closing events (or the planned fault)."""
     loop = asyncio.get_running_loop()
+    state = request.app[_STATE]
     cut = plan.cut_at if plan.fault in (Fault.DISCONNECT, Fault.ERROR_IN_STREAM) else None
     for chunk in plan.chunks():
+        precise = (record["first_token_at"] is None
+                   or state.generating <= PRECISE_MAX_STREAMS)
         if cut is not None and chunk.start >= cut:
-            await _sleep_until(loop, base + chunk.due)
+            await _sleep_until(loop, base + chunk.due, precise=precise)
             await _stream_fault(request, resp, encoder, plan, record)
             return
         if chunk.kind is Kind.REASONING and plan.reasoning is Reasoning.HIDDEN:
             continue  # hidden thinking only spends time
         # Encode before sleeping so that the write follows the wake-up directly.
         data = encoder.delta(chunk.kind, "".join(tokens[chunk.start:chunk.start + chunk.count]))
-        await _sleep_until(loop, base + chunk.due)
+        await _sleep_until(loop, base + chunk.due, precise=precise)
         await resp.write(data)
         now = loop.time()
         if record["first_token_at"] is None:
             record.update(first_token_at=now, first_token_due=base + chunk.due)
         record["last_token_at"] = now
         record["tokens_sent"] += chunk.count
-    await _sleep_until(loop, base + plan.end)
+    await _sleep_until(loop, base + plan.end,
+                       precise=state.generating <= PRECISE_MAX_STREAMS)
     if cut is not None:
         await _stream_fault(request, resp, encoder, plan, record)
         return
@@ -330,7 +354,7 @@ async def _respond(request: web.Request, dialect: Dialect, plan: Plan, ctx: Stre
             _abort(request)
             record.update(outcome="aborted", finished_at=loop.time())
             return web.Response(status=499)  # never sent: the connection is gone
-        await _sleep_until(loop, base + plan.end)
+        await _sleep_until(loop, base + plan.end, precise=True)
         if plan.fault is Fault.ERROR_IN_STREAM:
             # A 200 whose body is an error object, as some gateways answer.
             body = dialect.error_body(500, request_id=record["id"])
