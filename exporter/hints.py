@@ -61,7 +61,7 @@ HINTS: tuple[Hint, ...] = (
     Hint(Result.RATE_LIMITED,
          text="rate limited: probe less often (raise `interval`), lower bench concurrency, or "
               "raise the quota; the daemon waits for Retry-After by itself"),
-    Hint(Result.CONNECT, words=("refused",),
+    Hint(Result.CONNECT, words=("refused", "connect call failed"),
          text="nothing accepts connections at that host and port: check host and port in "
               "base_url ({base_url}) and that the server is running{proxy_note}"),
     Hint(Result.CONNECT, words=("name or service not known", "nodename nor servname",

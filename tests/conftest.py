@@ -133,3 +133,28 @@ def make_config(base_url: str = "http://127.0.0.1:1/v1", *, models: Sequence[str
                      **(target or {})}],
     }
     return parse_config(data, env=env or {})
+
+
+@pytest.fixture(scope="session")
+def prometheus_with_daemon(tmp_path_factory):
+    """A real Prometheus (rules loaded) scraping the daemon, which probes `sim-good` and
+    `sim-bad` (fails every request) on its embedded simulator; yields the Prometheus handle."""
+    from tests.e2e_support import ROOT, shipped_config, start_daemon, start_prometheus, wait_for
+
+    tmp = tmp_path_factory.mktemp("prometheus-with-daemon")
+    fast = {"ttft": "50ms", "tpot": "5ms", "output_tokens": 16, "jitter": 0.1}
+    config, _ = shipped_config(tmp, interval="1s", models={
+        "sim-good": fast, "sim-bad": {**fast, "error_rate": 1.0, "error_status": 503}})
+    daemon = start_daemon(config, tmp)
+    rules = sorted((ROOT / "deploy" / "prometheus").glob("*.yml"))
+    prometheus = start_prometheus(tmp, [daemon.url.removeprefix("http://")], rule_files=rules)
+    prometheus.rate_interval = "30s"
+    try:
+        wait_for(prometheus.targets_up, 30, "Prometheus to scrape the exporter")
+        wait_for(lambda: prometheus.query(
+            'sum by (model) (rate(llm_probe_requests_total[30s])) > 0'), 60,
+            "request rates in Prometheus")
+        yield prometheus
+    finally:
+        prometheus.stop()
+        daemon.stop()

@@ -56,7 +56,7 @@ def shipped_config(tmp: Path, *, interval: str = "1s", models: dict | None = Non
         data["simulator"]["models"] = models
         data["targets"][0]["models"] = list(models)
         data["targets"][0]["prices"] = {
-            m: p for m, p in data["targets"][0].get("prices", {}).items() if m in models}
+            m: {"input": 0.5, "output": 1.5, "currency": "USD"} for m in models}
     data["global"]["interval"] = interval
     for target in data["targets"]:
         target["base_url"] = f"http://127.0.0.1:{sim_port}/v1"

@@ -359,3 +359,18 @@ def test_every_dashboard_query_parses(tmp_path: Path) -> None:
         [PROMTOOL, "check", "rules", str(rules)], capture_output=True, text=True, check=False
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+SCHEMA_CHECK = GRAFANA / "schema-check" / "run.sh"
+
+
+@pytest.mark.skipif(
+    shutil.which("npm") is None or shutil.which("node") is None,
+    reason="node/npm not installed (needed for @grafana/schema + typescript)",
+)
+def test_dashboards_type_check_against_grafana_schema() -> None:
+    result = subprocess.run(
+        ["bash", str(SCHEMA_CHECK)], capture_output=True, text=True, check=False, timeout=600
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "schema check: OK" in result.stdout

@@ -160,7 +160,7 @@ async def _sleep_until(loop: asyncio.AbstractEventLoop, deadline: float, *,
     if delay > 0:
         await asyncio.sleep(delay)
     if precise:
-        while loop.time() < deadline:
+        while loop.time() < deadline:  # noqa: ASYNC110 - a deliberate busy wait
             await asyncio.sleep(0)
 
 
