@@ -62,7 +62,9 @@ def configure_logging(level: str = "info", fmt: str = "json", stream: Any = None
         ],
         wrapper_class=structlog.make_filtering_bound_logger(
             logging.getLevelNamesMapping()[level.upper()]),
-        logger_factory=structlog.PrintLoggerFactory(stream or sys.stderr),
+        # Resolve stderr at write time, so a replaced sys.stderr (tests, daemons) is followed.
+        logger_factory=(structlog.PrintLoggerFactory(stream) if stream is not None
+                        else lambda *args: structlog.PrintLogger(sys.stderr)),
         cache_logger_on_first_use=False,
     )
 

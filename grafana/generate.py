@@ -282,8 +282,11 @@ def query_var(name: str, label: str, query: str, multi: bool = True) -> dict[str
         "sort": 1,
         "type": "query",
     }
-    if multi:
+    if multi and name != "job":
+        # "All" as .* keeps queries short; for job it stays the list of jobs that export
+        # llm_probe_build_info, so /probe scrapes (Probe CR, another job) never mix in.
         var["allValue"] = ".*"
+    if multi:
         var["current"] = {"selected": True, "text": ["All"], "value": ["$__all"]}
     return var
 
@@ -363,7 +366,10 @@ def annotations() -> dict[str, Any]:
                 "iconColor": "orange",
                 "name": "Exporter restarts",
                 "target": {
-                    "expr": f'changes(process_start_time_seconds{{job=~"$job"}}[{RI}]) > 0',
+                    # Counters restart from zero with the process; this one counts every
+                    # probe start, so a reset is a restart.
+                    "expr": "sum by (instance) (resets(llm_probe_scheduler_lag_seconds_count"
+                    f'{{job=~"$job"}}[{RI}])) > 0',
                     "refId": "restarts",
                     "legendFormat": "{{instance}} restarted",
                 },
@@ -777,19 +783,26 @@ def overview() -> dict[str, Any]:
         ],
     )
     d.timeseries(
-        "Scheduler lag",
+        "Scheduler and event loop lag",
         "How late probes start compared with their schedule (jitter excluded). "
-        "It grows when max_concurrency is saturated or the event loop is blocked.",
+        "It grows when max_concurrency is saturated or the event loop is blocked. Event "
+        "loop lag: how late the loop that stamps tokens wakes a timer; when it is high, "
+        "timings may be skewed.",
         targets(
             (
                 "histogram_quantile(0.99, sum by (instance, le) "
                 f'(rate(llm_probe_scheduler_lag_seconds_bucket{{job=~"$job"}}[{RI}])))',
-                "{{instance}} p99",
+                "{{instance}} scheduler p99",
             ),
             (
                 "histogram_quantile(0.50, sum by (instance, le) "
                 f'(rate(llm_probe_scheduler_lag_seconds_bucket{{job=~"$job"}}[{RI}])))',
-                "{{instance}} p50",
+                "{{instance}} scheduler p50",
+            ),
+            (
+                "histogram_quantile(0.99, sum by (instance, le) "
+                f'(rate(llm_probe_event_loop_lag_seconds_bucket{{job=~"$job"}}[{RI}])))',
+                "{{instance}} event loop p99",
             ),
         ),
         "s",

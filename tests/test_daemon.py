@@ -37,6 +37,7 @@ def test_reload_applies_good_config_and_keeps_old_on_bad(tmp_path) -> None:
 
         data = yaml.safe_load(config.read_text())
         data["targets"][0]["models"] = ["a"]  # drop b
+        data["targets"][0]["prices"].pop("b")
         config.write_text(yaml.safe_dump(data))
         daemon.proc.send_signal(signal.SIGHUP)
         wait_for(lambda: daemon.sample("llm_probe_requests_total", model="b",

@@ -34,6 +34,7 @@ _HISTOGRAMS = [
     "llm_probe_duration_seconds",
     "llm_probe_phase_seconds",
     "llm_probe_scheduler_lag_seconds",
+    "llm_probe_event_loop_lag_seconds",
 ]
 _COUNTERS = [
     "llm_probe_requests_total",
@@ -50,22 +51,16 @@ _GAUGES = [
     "llm_probe_config_last_reload_successful",
     "llm_probe_config_last_reload_success_timestamp_seconds",
     "llm_probe_interval_seconds",  # configured interval per series (LLMProbeSeriesStale)
-    "llm_probe_event_loop_lag_seconds",
-    "llm_probe_check_pass_ratio",
 ]
 EXPORTED_METRICS = frozenset(
     [f"{h}{suffix}" for h in _HISTOGRAMS for suffix in ("_bucket", "_sum", "_count")]
     + _COUNTERS
     + _GAUGES
-    # prometheus_client's ProcessCollector on the daemon's registry (restart annotation).
-    + ["process_start_time_seconds"]
 )
 # Series that Prometheus itself makes.
 PROMETHEUS_METRICS = frozenset(["up", "ALERTS", "ALERTS_FOR_STATE"])
 # Families a dashboard does not need to show (used by alerts, or extras of the daemon).
-NOT_ON_DASHBOARDS = frozenset(
-    ["llm_probe_interval_seconds", "llm_probe_event_loop_lag_seconds", "llm_probe_check_pass_ratio"]
-)
+NOT_ON_DASHBOARDS = frozenset(["llm_probe_interval_seconds"])
 
 # Grafana variables and the values used to turn a panel query into plain PromQL.
 DEFAULT_VARIABLES = {
@@ -318,7 +313,7 @@ def test_every_exported_family_is_on_a_dashboard() -> None:
         for name in EXPORTED_METRICS
         if not name.endswith(("_sum", "_count"))
     }
-    expected -= NOT_ON_DASHBOARDS | {"process_start_time_seconds"}
+    expected -= NOT_ON_DASHBOARDS
     missing = expected - families - used
     missing -= {"llm_probe_config_last_reload_success_timestamp_seconds"}  # annotation
     assert not missing, f"not shown on any dashboard: {sorted(missing)}"
