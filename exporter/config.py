@@ -281,8 +281,15 @@ class Expect(_Strict):
         return regex
 
 
+class Case(_Strict):
+    """One item of a golden set: a prompt and what its answer must satisfy."""
+
+    prompt: str
+    expect: Expect | None = None
+
+
 class ProbeConfig(_Strict):
-    """What to send: a prompt (or messages) and its limits."""
+    """What to send: a prompt (or messages, or a rotating golden set of cases) and its limits."""
 
     prompt: str | None = None
     messages: tuple[Message, ...] | None = None
@@ -292,11 +299,15 @@ class ProbeConfig(_Strict):
     nonce: bool = True
     image: ImageSpec | None = None
     expect: Expect | None = None
+    cases: tuple[Case, ...] = ()
 
     @model_validator(mode="after")
     def _prompt_or_messages(self) -> ProbeConfig:
-        if (self.prompt is None) == (self.messages is None):
-            raise ValueError("set exactly one of `prompt` or `messages`")
+        given = (self.prompt is not None) + (self.messages is not None)
+        if self.cases and given:
+            raise ValueError("`cases` bring their own prompts: drop `prompt`/`messages`")
+        if not self.cases and given != 1:
+            raise ValueError("set exactly one of `prompt`, `messages` or `cases`")
         if self.messages is not None and not self.messages:
             raise ValueError("`messages` must not be empty")
         return self
@@ -583,6 +594,13 @@ def parse_config(data: Any, *, env: Mapping[str, str] | None = None,
                 problems.append(ConfigProblem(
                     f"{where}.probes[{j}]",
                     f"unknown probe {probe_name!r} (defined: {', '.join(raw.probes)})"))
+        if target.api is Api.OPENAI_COMPLETIONS:
+            for j, probe_name in enumerate(probe_names):
+                probe = raw.probes.get(probe_name)
+                if probe is not None and probe.image is not None:
+                    problems.append(ConfigProblem(
+                        f"{where}.probes[{j}]",
+                        f"probe {probe_name!r} sends an image; openai-completions takes text only"))
         for model in target.prices:
             if model not in target.models:
                 problems.append(ConfigProblem(

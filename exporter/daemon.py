@@ -11,6 +11,7 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
+from exporter import tokens
 from exporter.config import Config, ConfigError, load_config, parse_listen_address
 from exporter.log import REDACTOR, get_logger
 from exporter.metrics import ExporterMetrics
@@ -65,6 +66,8 @@ class Daemon:
     async def start(self, config: Config) -> None:
         """Start the simulator (if configured), the HTTP server and the scheduler."""
         REDACTOR.update(config.secrets())
+        # Load the token vocabulary now, off the loop, not inside the first probe.
+        await asyncio.to_thread(tokens.warm_up)
         if config.simulator is not None:
             self.simulator = await start_simulator(config.simulator,
                                                    api_key=config.simulator.api_key)

@@ -33,6 +33,7 @@ DEFAULT_BUCKETS: Mapping[Family, tuple[float, ...]] = {
 EVENT_LOOP_LAG_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1)
 TOKEN_TYPES = ("prompt", "completion", "reasoning", "cached")
 SKIP_REASONS = ("budget", "overlap", "rate_limited")
+CHECK_OUTCOMES = ("pass", "fail")
 PROBE_LABELS = ("target", "model", "probe")
 EXEMPLAR_ID_LIMIT = 100  # OpenMetrics caps an exemplar's labels at 128 characters
 
@@ -56,6 +57,7 @@ class _SeriesChildren:
     skipped: dict[str, object]
     cost: dict[str, object] = field(default_factory=dict)
     ratelimit: dict[str, object] = field(default_factory=dict)
+    checks: dict[str, object] = field(default_factory=dict)
 
 
 class ExporterMetrics:
@@ -138,6 +140,8 @@ class ExporterMetrics:
                                [*labels, "kind"], registry=reg)
         self.skipped = Counter("llm_probe_skipped", "Probes not run, by reason.",
                                [*labels, "reason"], registry=reg)
+        self.checks = Counter("llm_probe_checks", "Answer checks by outcome (pass, fail).",
+                              [*labels, "outcome"], registry=reg)
         self.interval = Gauge("llm_probe_interval_seconds",
                               "Configured probe interval of the series.", labels, registry=reg)
         self.scheduler_lag = Histogram(
@@ -147,7 +151,7 @@ class ExporterMetrics:
     def _families(self) -> list:
         return [self.ttft, self.ttfa, self.tpot, self.inter_chunk, self.tps, self.duration,
                 self.phase, self.requests, self.tokens, self.cost, self.success, self.last_run,
-                self.ratelimit, self.skipped, self.interval]
+                self.ratelimit, self.skipped, self.checks, self.interval]
 
     # -- series --------------------------------------------------------------------------
 
@@ -166,10 +170,15 @@ class ExporterMetrics:
             if children is None:
                 children = self._series[key] = self._create(series)
             self._sync_prices(children, series)
+            if not children.checks and (series.probe.expect is not None
+                                        or any(c.expect for c in series.probe.cases)):
+                children.checks = {o: self.checks.labels(*children.values, o)
+                                   for o in CHECK_OUTCOMES}
             self.interval.labels(*children.values).set(series.interval)
 
     def _create(self, series: Series) -> _SeriesChildren:
         values = (*series.key, *self._constant.values())
+        has_checks = series.probe.expect is not None or any(c.expect for c in series.probe.cases)
         return _SeriesChildren(
             values=values,
             ttft=self.ttft.labels(*values), ttfa=self.ttfa.labels(*values),
@@ -180,6 +189,8 @@ class ExporterMetrics:
             tokens={t: self.tokens.labels(*values, t) for t in TOKEN_TYPES},
             success=self.success.labels(*values), last_run=self.last_run.labels(*values),
             skipped={r: self.skipped.labels(*values, r) for r in SKIP_REASONS},
+            checks={o: self.checks.labels(*values, o) for o in CHECK_OUTCOMES}
+            if has_checks else {},
         )
 
     def _sync_prices(self, children: _SeriesChildren, series: Series) -> None:
@@ -208,6 +219,8 @@ class ExporterMetrics:
             self.ratelimit.remove(*values, kind)
         for reason in children.skipped:
             self.skipped.remove(*values, reason)
+        for outcome in children.checks:
+            self.checks.remove(*values, outcome)
 
     # -- recording -----------------------------------------------------------------------
 
@@ -224,6 +237,8 @@ class ExporterMetrics:
             if gauge is None:
                 gauge = children.ratelimit[kind] = self.ratelimit.labels(*children.values, kind)
             gauge.set(value)
+        if result.checked is not None and children.checks:
+            children.checks["pass" if result.checked else "fail"].inc()
         if result.result not in (Result.SUCCESS, Result.CHECK_FAILED):
             return  # latency of a failed probe would pollute the distributions
         t = result.timings

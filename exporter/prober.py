@@ -37,7 +37,8 @@ from exporter.errors import (
     TLSFailed,
 )
 from exporter.log import REDACTOR, Redactor, get_logger
-from exporter.protocols import ANSWER, ApiProtocol, StreamParser, protocol_for
+from exporter.config import Case, Expect
+from exporter.protocols import ANSWER, ApiProtocol, StreamParser, make_prompt, protocol_for
 from exporter.result import Phase, ProbeResult, TokenSource, Usage
 from exporter.sse import SSEDecoder
 from exporter.tokens import estimate_tokens
@@ -76,6 +77,9 @@ class _Attempt:
     status: int | None = None
     headers: Mapping[str, str] = field(default_factory=dict)
     prompt_text: str = ""
+    case: int | None = None  # index of the golden-set case this run sent
+    expect: Expect | None = None
+    checked: bool | None = None  # answer checks ran: passed (True) or failed (False)
     stream_done: bool = False  # the stream ended properly
 
 
@@ -157,6 +161,7 @@ class Prober:
         self._session: aiohttp.ClientSession | None = None
         self._no_stream_options: set[str] = set()  # targets that rejected stream_options
         self._protocols: dict[Any, ApiProtocol] = {}
+        self._case_turn: dict[tuple[str, str, str], int] = {}  # golden-set rotation per series
 
     async def __aenter__(self) -> Prober:
         await self.start()
@@ -218,10 +223,13 @@ class Prober:
         protocol = self._protocol(series)
         target = series.target
         nonce = uuid.uuid4().hex[:12] if series.probe.nonce else None
+        case = self._next_case(series, attempt)
+        prompt = make_prompt(series.probe, case, nonce)
+        attempt.prompt_text = "\n".join(filter(None, (prompt.system, *(
+            content for _role, content in prompt.messages))))
         stream_options = target.name not in self._no_stream_options
         for _ in range(2):
-            request = protocol.build_request(series, nonce, stream_options=stream_options)
-            attempt.prompt_text = request.body.decode("utf-8", "replace")
+            request = protocol.build_request(series, prompt, stream_options=stream_options)
             stamps = attempt.stamps = measure.Stamps(t0=self._clock())
             attempt.net = net = _NetStamps(self._clock)
             try:
@@ -260,6 +268,19 @@ class Prober:
                                           _status_reason(response.status, message), retry)
                 await self._read_stream(response, protocol, series, attempt)
                 return
+
+    def _next_case(self, series: Series, attempt: _Attempt) -> Case | None:
+        """The golden-set case of this run (round robin per series), and its checks."""
+        cases = series.probe.cases
+        attempt.expect = series.probe.expect
+        if not cases:
+            return None
+        turn = self._case_turn.get(series.key, 0)
+        self._case_turn[series.key] = turn + 1
+        attempt.case = turn % len(cases)
+        case = cases[attempt.case]
+        attempt.expect = case.expect or series.probe.expect
+        return case
 
     async def _read_stream(self, response: aiohttp.ClientResponse, protocol: ApiProtocol,
                            series: Series, attempt: _Attempt) -> None:
@@ -330,14 +351,20 @@ class Prober:
         assert parser is not None
         if not parser.answer:
             if parser.reasoning:
-                return CheckFailed("reasoning used the whole budget: no answer token "
-                                   f"(finish_reason={parser.finish_reason})")
+                if parser.finish_reason in ("length", "max_tokens"):
+                    return CheckFailed("reasoning used the whole budget: no answer before "
+                                       f"max_tokens={series.probe.max_tokens}")
+                return CheckFailed("the model only reasoned and gave no answer")
             return EmptyOutput("the stream finished without an output token")
-        expect = series.probe.expect
+        expect = attempt.expect
         if expect is not None:
             failure = run_checks(expect, "".join(parser.answer), self._output_tokens(parser)[0],
                                  parser.finish_reason)
+            attempt.checked = failure is None
             if failure:
+                self._log.debug("answer check failed", target=series.target.name,
+                                model=series.model, probe=series.probe_name, check=failure,
+                                answer="".join(parser.answer)[:200])
                 return CheckFailed(failure)
         return None
 
@@ -400,7 +427,8 @@ class Prober:
             finish_reason=parser.finish_reason if parser else None,
             response_id=(parser.response_id if parser else None)
             or attempt.headers.get("x-request-id"),
-            status=attempt.status, ratelimit=ratelimit,
+            status=attempt.status, ratelimit=ratelimit, case=attempt.case,
+            checked=attempt.checked,
             retry_after=error.retry_after if isinstance(error, HTTPStatusError) else None,
             started_at=started, finished_at=self._wall(),
         )

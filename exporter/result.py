@@ -72,6 +72,8 @@ class ProbeResult:
     status: int | None = None
     ratelimit: Mapping[str, float] = field(default_factory=dict)
     retry_after: float | None = None
+    case: int | None = None       # golden-set case index, when the probe has `cases`
+    checked: bool | None = None   # answer checks ran and passed (True) or failed (False)
     started_at: float = 0.0   # unix time the request was sent
     finished_at: float = 0.0  # unix time the probe ended
 

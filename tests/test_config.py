@@ -48,8 +48,10 @@ INVALID_CASES = {
                          "is not set"],
     "unknown_probe.yaml": ["targets[0].probes[1]: unknown probe 'long' (defined: short)",
                            "targets[1].name: 'a' is already used by targets[0]"],
-    "prompt_and_messages.yaml": ["probes.short: set exactly one of `prompt` or `messages`",
-                                 "probes.none: set exactly one of `prompt` or `messages`"],
+    "prompt_and_messages.yaml": ["probes.short: set exactly one of `prompt`, `messages` or "
+                                 "`cases`",
+                                 "probes.none: set exactly one of `prompt`, `messages` or "
+                                 "`cases`"],
     "bad_yaml.yaml": ["line 2, column"],
     "reserved_label.yaml": ["global.labels: label 'model' is set by the exporter"],
 }

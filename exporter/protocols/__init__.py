@@ -8,13 +8,43 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
+from urllib.parse import urlencode
 
-from exporter.config import Api, ProbeConfig, Series
+from exporter.config import Api, Case, ImageSpec, ProbeConfig, Series
 from exporter.result import Usage
 from exporter.sse import ServerSentEvent
 
 ANSWER = 1
 REASONING = 2
+
+
+@dataclass(frozen=True, slots=True)
+class Prompt:
+    """What one run sends, independent of the API style (nonce already applied)."""
+
+    system: str | None
+    messages: tuple[tuple[str, str], ...]  # (role, content)
+    image: ImageSpec | None = None  # attached to the last user message
+
+
+def make_prompt(probe: ProbeConfig, case: Case | None, nonce: str | None) -> Prompt:
+    """The prompt of one run: the probe's (or the case's) messages, nonce in front of the first
+    user message — prefix caches match prefixes, so a suffix would not defeat them."""
+    if case is not None:
+        messages = [("user", case.prompt)]
+    elif probe.messages is not None:
+        messages = [(m.role, m.content) for m in probe.messages]
+    else:
+        messages = [("user", probe.prompt or "")]
+    system = probe.system
+    if messages and messages[0][0] == "system":
+        system = messages.pop(0)[1] if system is None else system
+    if nonce:
+        for i, (role, content) in enumerate(messages):
+            if role == "user":
+                messages[i] = (role, f"[{nonce}] {content}")
+                break
+    return Prompt(system, tuple(messages), probe.image)
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,7 +83,7 @@ class ApiProtocol(ABC):
     default_path: str
 
     @abstractmethod
-    def build_request(self, series: Series, nonce: str | None, *,
+    def build_request(self, series: Series, prompt: Prompt, *,
                       stream_options: bool = True) -> HttpRequest:
         """The HTTP request for one run of this series."""
 
@@ -70,25 +100,19 @@ class ApiProtocol(ABC):
         target = series.target
         url = target.base_url + (target.path or self.default_path)
         if target.query:
-            from urllib.parse import urlencode
-
             url += ("&" if "?" in url else "?") + urlencode(target.query)
         return url
 
 
-def user_text(probe: ProbeConfig, nonce: str | None) -> str | None:
-    """The prompt text with the nonce in front (prefix caches match prefixes)."""
-    if probe.prompt is None:
-        return None
-    return f"[{nonce}] {probe.prompt}" if nonce else probe.prompt
-
-
 def protocol_for(api: Api) -> ApiProtocol:
     """The protocol implementation for an API style."""
+    from exporter.protocols.anthropic_messages import AnthropicMessages
     from exporter.protocols.openai_chat import OpenAIChat
+    from exporter.protocols.openai_completions import OpenAICompletions
 
-    protocols: dict[Api, type[ApiProtocol]] = {Api.OPENAI_CHAT: OpenAIChat}
-    try:
-        return protocols[api]()
-    except KeyError:
-        raise ValueError(f"API style {api.value!r} is not supported yet") from None
+    protocols: dict[Api, type[ApiProtocol]] = {
+        Api.OPENAI_CHAT: OpenAIChat,
+        Api.OPENAI_COMPLETIONS: OpenAICompletions,
+        Api.ANTHROPIC_MESSAGES: AnthropicMessages,
+    }
+    return protocols[api]()

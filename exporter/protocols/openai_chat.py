@@ -15,26 +15,25 @@ import orjson
 
 from exporter.config import Series
 from exporter.errors import StreamError, UpstreamError
-from exporter.protocols import ANSWER, REASONING, ApiProtocol, HttpRequest, StreamParser, user_text
+from exporter.images import data_url
+from exporter.protocols import ANSWER, REASONING, ApiProtocol, HttpRequest, Prompt, StreamParser
 from exporter.result import Usage
 from exporter.sse import ServerSentEvent
 
 
-def chat_messages(series: Series, nonce: str | None) -> list[dict[str, Any]]:
-    """The `messages` list of a probe (nonce in front of the first user message)."""
-    probe = series.probe
+def chat_messages(prompt: Prompt) -> list[dict[str, Any]]:
+    """The OpenAI `messages` list (an image becomes an `image_url` part of the last user turn)."""
     messages: list[dict[str, Any]] = []
-    if probe.system:
-        messages.append({"role": "system", "content": probe.system})
-    if probe.messages is not None:
-        tagged = False
-        for message in probe.messages:
-            content = message.content
-            if nonce and not tagged and message.role == "user":
-                content, tagged = f"[{nonce}] {content}", True
-            messages.append({"role": message.role, "content": content})
-    else:
-        messages.append({"role": "user", "content": user_text(probe, nonce)})
+    if prompt.system:
+        messages.append({"role": "system", "content": prompt.system})
+    messages += [{"role": role, "content": content} for role, content in prompt.messages]
+    if prompt.image is not None:
+        last_user = max(i for i, m in enumerate(messages) if m["role"] == "user")
+        text = messages[last_user]["content"]
+        messages[last_user]["content"] = [
+            {"type": "image_url", "image_url": {"url": data_url(prompt.image)}},
+            {"type": "text", "text": text},
+        ]
     return messages
 
 
@@ -65,6 +64,19 @@ def error_message(error: Any) -> str:
     return str(error)[:300]
 
 
+def load_chunk(data: str) -> dict[str, Any]:
+    """Parse one data line as a JSON object, raising the probe errors on bad input."""
+    try:
+        chunk = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        raise StreamError(f"data line is not JSON: {data[:80]!r}") from None
+    if not isinstance(chunk, dict):
+        raise StreamError(f"data line is not a JSON object: {data[:80]!r}")
+    if chunk.get("error"):
+        raise UpstreamError(error_message(chunk["error"]))
+    return chunk
+
+
 @dataclass(slots=True)
 class ChatStreamParser(StreamParser):
     """Parser for `chat.completion.chunk` events."""
@@ -77,27 +89,22 @@ class ChatStreamParser(StreamParser):
             return 0
         if not data:  # a keep-alive `data:` line carries nothing
             return 0
-        try:
-            chunk = orjson.loads(data)
-        except orjson.JSONDecodeError:
-            raise StreamError(f"data line is not JSON: {data[:80]!r}") from None
-        if not isinstance(chunk, dict):
-            raise StreamError(f"data line is not a JSON object: {data[:80]!r}")
-        if chunk.get("error"):
-            raise UpstreamError(error_message(chunk["error"]))
+        chunk = load_chunk(data)
         if self.response_id is None and isinstance(chunk.get("id"), str):
             self.response_id = chunk["id"]
         if chunk.get("usage"):
             self.usage = parse_usage(chunk["usage"]) or self.usage
-        kinds = 0
         choices = chunk.get("choices")
-        if not choices:
+        if not choices or not isinstance(choices, list):
             return 0
+        kinds = 0
         for choice in choices:
+            if not isinstance(choice, dict):
+                raise StreamError("a choice is not a JSON object")
             delta = choice.get("delta")
-            if delta:
+            if delta and isinstance(delta, dict):
                 content = delta.get("content")
-                if content:
+                if content and isinstance(content, str):
                     self.answer.append(content)
                     kinds |= ANSWER
                 thinking = delta.get("reasoning_content") or delta.get("reasoning")
@@ -106,8 +113,17 @@ class ChatStreamParser(StreamParser):
                     kinds |= REASONING
             reason = choice.get("finish_reason")
             if reason:
-                self.finish_reason = reason
+                self.finish_reason = str(reason)
         return kinds
+
+
+def openai_headers(series: Series) -> dict[str, str]:
+    """JSON + SSE headers, bearer auth, then the target's own headers (which may override)."""
+    headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
+    if series.target.api_key:
+        headers["Authorization"] = f"Bearer {series.target.api_key.reveal()}"
+    headers.update(series.target.headers)
+    return headers
 
 
 class OpenAIChat(ApiProtocol):
@@ -115,12 +131,12 @@ class OpenAIChat(ApiProtocol):
 
     default_path = "/chat/completions"
 
-    def build_request(self, series: Series, nonce: str | None, *,
+    def build_request(self, series: Series, prompt: Prompt, *,
                       stream_options: bool = True) -> HttpRequest:
         """A streamed chat completion request asking for usage."""
         body: dict[str, Any] = {
             "model": series.model,
-            "messages": chat_messages(series, nonce),
+            "messages": chat_messages(prompt),
             "max_tokens": series.probe.max_tokens,
             "stream": True,
         }
@@ -128,11 +144,7 @@ class OpenAIChat(ApiProtocol):
             body["temperature"] = series.probe.temperature
         if stream_options:
             body["stream_options"] = {"include_usage": True}
-        headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
-        if series.target.api_key:
-            headers["Authorization"] = f"Bearer {series.target.api_key.reveal()}"
-        headers.update(series.target.headers)
-        return HttpRequest(self.url(series), headers, orjson.dumps(body))
+        return HttpRequest(self.url(series), openai_headers(series), orjson.dumps(body))
 
     def new_parser(self) -> ChatStreamParser:
         """A parser for one chat stream."""
