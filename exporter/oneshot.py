@@ -18,6 +18,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from exporter import __version__
+from exporter import tokens
 from exporter.config import Config, Series
 from exporter.hints import hint_for
 from exporter.log import REDACTOR
@@ -44,6 +45,7 @@ async def probing(config: Config) -> AsyncIterator[Prober]:
     from exporter.simulator import start_simulator
 
     REDACTOR.update(config.secrets())
+    await asyncio.to_thread(tokens.warm_up)
     simulator = (await start_simulator(config.simulator, api_key=config.simulator.api_key)
                  if config.simulator else None)
     try:
@@ -109,7 +111,7 @@ def _series_of(results: Sequence[ProbeResult],
 def make_console(file: Any = None) -> Console:
     """A console wide enough for the tables, also when stdout is not a terminal."""
     console = Console(file=file)
-    return Console(file=file, width=max(console.width, 160))
+    return Console(file=file, width=max(console.width, 180))
 
 
 def print_table(results: Sequence[ProbeResult], series: Sequence[Series] = (), *,
@@ -119,9 +121,10 @@ def print_table(results: Sequence[ProbeResult], series: Sequence[Series] = (), *
     known = _series_of(results, series)
     table = Table(title="probe results", title_justify="left")
     columns = ["target", "model", "probe", *(["run"] if repeat > 1 else []), "result", "TTFT",
-               "first answer", "TPOT", "tok/s", "E2E", "tokens p/c/r (source)", "cost", "answer"]
+               "first answer", "TPOT", "tok/s", "E2E", "tokens p/c/r", "cost", "answer"]
     for column in columns:
-        table.add_column(column, no_wrap=column != "answer",
+        table.add_column(column, no_wrap=True, overflow="ellipsis",
+                         max_width=24 if column == "answer" else None,
                          justify="right" if column in ("TTFT", "first answer", "TPOT", "tok/s",
                                                         "E2E", "cost") else "left")
     runs: dict[tuple[str, str, str], int] = {}
@@ -129,7 +132,7 @@ def print_table(results: Sequence[ProbeResult], series: Sequence[Series] = (), *
         runs[r.key] = runs.get(r.key, 0) + 1
         t = r.timings
         style = "green" if r.success else "red"
-        answer = r.answer[:ANSWER_PREVIEW].replace("\n", " ") if r.success else r.reason
+        answer = (r.answer if r.success else r.reason)[:ANSWER_PREVIEW].replace("\n", " ")
         table.add_row(
             r.target, r.model, r.probe, *([str(runs[r.key])] if repeat > 1 else []),
             f"[{style}]{r.result.value}[/{style}]", fmt_ms(t.ttft),

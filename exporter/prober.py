@@ -24,7 +24,7 @@ import orjson
 
 from exporter import measure
 from exporter.checks import run_checks
-from exporter.config import Series
+from exporter.config import Case, Expect, Series
 from exporter.errors import (
     CheckFailed,
     ConnectFailed,
@@ -37,7 +37,6 @@ from exporter.errors import (
     TLSFailed,
 )
 from exporter.log import REDACTOR, Redactor, get_logger
-from exporter.config import Case, Expect
 from exporter.protocols import ANSWER, ApiProtocol, StreamParser, make_prompt, protocol_for
 from exporter.result import Phase, ProbeResult, TokenSource, Usage
 from exporter.sse import SSEDecoder

@@ -12,6 +12,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+import structlog.testing
 from multidict import CIMultiDict
 
 from exporter.config import SimulatedModel, SimulatorConfig
@@ -25,6 +26,7 @@ from exporter.simulator import (
     create_app,
     estimate_tokens,
     make_plan,
+    serve_forever,
     start_simulator,
 )
 from exporter.simulator.plan import Kind, OverrideError
@@ -272,7 +274,8 @@ async def test_anthropic_stream(make_sim: MakeSim, session: aiohttp.ClientSessio
     assert kinds[:3] == ["message_start", "content_block_start", "ping"]
     assert kinds[-3:] == ["content_block_stop", "message_delta", "message_stop"]
     start = events[0][1]["message"]
-    assert start["usage"]["input_tokens"] == 2 + 4 + 2
+    assert start["usage"]["input_tokens"] == (
+        estimate_tokens("Be brief.") + estimate_tokens("Hi there") + 4)
     assert start["id"].startswith("msg_")
     deltas = [(data["index"], data["delta"]) for _, data in events
               if data["type"] == "content_block_delta"]
@@ -502,7 +505,7 @@ async def test_stall_fault(make_sim: MakeSim, session: aiohttp.ClientSession) ->
     record = sim.records[-1]
     assert record["fault"] == "stall"
     # Chunks are never written early, so the hang shows as a lower bound.
-    assert record["last_token_at"] - record["first_token_at"] >= 0.05
+    assert record["last_token_at"] >= record["first_token_due"] + 0.05
 
 
 async def test_client_hang_up_is_quiet(make_sim: MakeSim, session: aiohttp.ClientSession,
@@ -520,8 +523,9 @@ async def test_client_hang_up_is_quiet(make_sim: MakeSim, session: aiohttp.Clien
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
 
 
-async def test_close_with_stream_in_flight(make_sim: MakeSim,
-                                           session: aiohttp.ClientSession) -> None:
+async def test_close_with_stream_in_flight(make_sim: MakeSim, session: aiohttp.ClientSession,
+                                           caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
     sim = await make_sim({"sim": profile(stall_rate=1.0, stall=30.0)})
     resp = await session.post(sim.url + "/chat/completions", json=chat())
     await resp.content.readany()  # the role chunk: the handler is in its (stalling) stream
@@ -530,6 +534,26 @@ async def test_close_with_stream_in_flight(make_sim: MakeSim,
         await resp.read()
     resp.close()
     assert sim.records[-1]["outcome"] == "cancelled"
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+async def test_serve_forever_until_cancelled(session: aiohttp.ClientSession) -> None:
+    config = SimulatorConfig(listen="127.0.0.1:0", models={"sim": profile()})
+    with structlog.testing.capture_logs() as logs:
+        task = asyncio.create_task(serve_forever(config))
+        for _ in range(1000):
+            if logs:
+                break
+            await asyncio.sleep(0.005)
+        assert logs[0]["event"] == "simulator listening"
+        async with session.get(logs[0]["url"] + "/models") as resp:
+            assert resp.status == 200
+        async with session.get(logs[0]["url"].removesuffix("/v1") + "/health") as resp:
+            assert await resp.text() == "ok"
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    assert logs[-1]["event"] == "simulator stopped"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -695,3 +719,11 @@ def test_estimate_tokens(text: str, tokens: int) -> None:
 def test_vocabulary_tokens_count_as_one() -> None:
     assert all(word.startswith(" ") and estimate_tokens(word) == 1 for word in VOCABULARY)
     assert len(set(VOCABULARY)) == len(VOCABULARY)
+
+
+def test_vocabulary_is_one_token_for_the_exporter() -> None:
+    from exporter import tokens
+
+    text = "".join(VOCABULARY)
+    assert tokens.estimate_tokens(text) == len(VOCABULARY)
+    assert tokens.heuristic_tokens(text) == len(VOCABULARY)

@@ -48,6 +48,7 @@ class SimRecord(TypedDict):
     `received_at` is handler entry; `started_at` is when generation began (later than
     `received_at` only when the request queued for capacity); `first_token_due` is the planned
     time of the first token-bearing write and `first_token_at` the time right after it.
+    `tokens` is the planned completion (what usage reports), `tokens_sent` what was written.
     `outcome`: pending, complete, error (error status), error_in_stream, aborted (disconnect
     fault), client_gone (the client hung up), cancelled (server shut down).
     """
