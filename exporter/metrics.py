@@ -10,6 +10,7 @@ from __future__ import annotations
 import platform
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
 
@@ -80,6 +81,12 @@ class ExporterMetrics:
         build = Gauge("llm_probe_build_info", "Exporter build information.",
                       ["version", "python_version"], registry=registry)
         build.labels(__version__, platform.python_version()).set(1)
+        self.budget_spent = Gauge("llm_probe_budget_spent",
+                                  "Spent today (UTC) against global.budget.", ["currency"],
+                                  registry=registry)
+        self.budget_limit = Gauge("llm_probe_budget_limit",
+                                  "global.budget.max_cost_per_day.", ["currency"],
+                                  registry=registry)
         self.reload_ok = Gauge("llm_probe_config_last_reload_successful",
                                "Whether the last config load succeeded.", registry=registry)
         self.reload_time = Gauge("llm_probe_config_last_reload_success_timestamp_seconds",
@@ -277,6 +284,14 @@ class ExporterMetrics:
         """Record how late a probe started."""
         if self.scheduler_lag is not None:
             self.scheduler_lag.observe(seconds)
+
+    def set_budget(self, budget: Any) -> None:
+        """Show the daily budget and today's spend (None clears them)."""
+        self.budget_spent.clear()
+        self.budget_limit.clear()
+        if budget is not None:
+            self.budget_spent.labels(budget.currency).set(budget.spent)
+            self.budget_limit.labels(budget.currency).set(budget.limit)
 
     def reload_status(self, ok: bool, when: float | None = None) -> None:
         """Record the outcome of a config (re)load."""

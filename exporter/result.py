@@ -83,6 +83,14 @@ class ProbeResult:
         return self.result is Result.SUCCESS
 
     @property
+    def token_efficiency(self) -> float | None:
+        """Completion tokens / all tokens of the call (how much of the bill is output)."""
+        prompt, completion = self.usage.prompt, self.usage.completion
+        if prompt is None or completion is None or prompt + completion == 0:
+            return None
+        return completion / (prompt + completion)
+
+    @property
     def key(self) -> tuple[str, str, str]:
         """The (target, model, probe) label values."""
         return (self.target, self.model, self.probe)

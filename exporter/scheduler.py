@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from exporter.budget import Budget
 from exporter.config import Config, Series
 from exporter.log import get_logger
 from exporter.metrics import ExporterMetrics
@@ -41,6 +42,9 @@ class Scheduler:
         self._running: dict[SeriesKey, asyncio.Task[ProbeResult]] = {}
         self._paused_until: dict[SeriesKey, float] = {}
         self._stopping = False
+        self.budget: Budget | None = None
+        self._budget_config: object = None
+        self._save_lock = asyncio.Lock()
 
     @property
     def in_flight(self) -> int:
@@ -52,6 +56,14 @@ class Scheduler:
         if config.global_.max_concurrency != self._max_concurrency:
             self._semaphore = asyncio.Semaphore(config.global_.max_concurrency)
             self._max_concurrency = config.global_.max_concurrency
+        if config.global_.budget != self._budget_config:
+            self._budget_config = config.global_.budget
+            self.budget = None
+            if config.global_.budget is not None:
+                self.budget = Budget(config.global_.budget, wall_clock=self._wall,
+                                     logger=self._log)
+                self.budget.load()
+            self._metrics.set_budget(self.budget)
         wanted = {s.key: s for s in config.series}
         for key, (series, task) in list(self._loops.items()):
             if wanted.get(key) != series:
@@ -89,6 +101,9 @@ class Scheduler:
         if self._paused_until.get(key, 0.0) > self._wall():
             self._metrics.record_skip(key, "rate_limited")
             return
+        if self.budget is not None and self.budget.exhausted():
+            self._metrics.record_skip(key, "budget")
+            return
         task = asyncio.create_task(self._run(series, planned), name=f"probe {key}")
         self._running[key] = task
         task.add_done_callback(lambda _t, key=key: self._running.pop(key, None))
@@ -109,6 +124,10 @@ class Scheduler:
     def _record(self, result: ProbeResult) -> None:
         self._metrics.record(result)
         self._store.record(result)
+        if self.budget is not None and result.cost and self.budget.add(result.cost,
+                                                                        result.currency):
+            self._metrics.set_budget(self.budget)
+            asyncio.get_running_loop().create_task(self._save_budget(self.budget))
         if result.retry_after:
             self._paused_until[result.key] = self._wall() + result.retry_after
         if result.success:
@@ -118,6 +137,10 @@ class Scheduler:
             self._log.warning("probe failed", target=result.target, model=result.model,
                               probe=result.probe, result=result.result.value,
                               reason=result.reason)
+
+    async def _save_budget(self, budget: Budget) -> None:
+        async with self._save_lock:  # one writer at a time; the last write has the latest sum
+            await asyncio.to_thread(budget.save)
 
     async def run_now(self, series: Series) -> ProbeResult:
         """Run one probe of a configured series at once (the `/probe` endpoint)."""

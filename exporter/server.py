@@ -171,6 +171,7 @@ def result_json(result: ProbeResult) -> dict[str, Any]:
         "phases": {p.value: v for p, v in t.phases.items()},
         "chunks": len(t.inter_chunk) + 1 if t.ttft is not None else 0,
         "output_tokens": result.output_tokens, "token_source": result.token_source.value,
+        "token_efficiency": result.token_efficiency, "case": result.case,
         "tokens": {"prompt": result.usage.prompt, "completion": result.usage.completion,
                    "reasoning": result.usage.reasoning, "cached": result.usage.cached},
         "cost": result.cost, "currency": result.currency,
@@ -257,11 +258,13 @@ def render_status_page(snapshot: Snapshot, info: dict[str, Any], now: float) -> 
     for (target, model, probe), r in snapshot.latest.items():
         if r is None:
             rows.append(f"<tr><td>{esc(target)}</td><td>{esc(model)}</td><td>{esc(probe)}</td>"
-                        '<td class="none">pending</td>' + "<td></td>" * 9 + "</tr>")
+                        '<td class="none">pending</td>' + "<td></td>" * 10 + "</tr>")
             continue
         t = r.timings
         css = "ok" if r.success else "bad"
-        tokens = f"{r.output_tokens}" + (" (est.)" if r.token_source.value == "estimate" else "")
+        tokens = f"{r.usage.prompt or 0}/{r.output_tokens}" + (
+            " (est.)" if r.token_source.value == "estimate" else "")
+        efficiency = "–" if r.token_efficiency is None else f"{r.token_efficiency:.0%}"
         cost = f"{r.cost:.6f} {esc(r.currency or '')}" if r.cost is not None else "–"
         tps = "–" if t.tps is None else f"{t.tps:.1f}"
         rows.append(
@@ -271,6 +274,7 @@ def render_status_page(snapshot: Snapshot, info: dict[str, Any], now: float) -> 
             f'<td class="num">{_ms(t.ttft)}</td><td class="num">{_ms(t.time_to_first_answer)}</td>'
             f'<td class="num">{_ms(t.tpot)}</td><td class="num">{tps}</td>'
             f'<td class="num">{_ms(t.duration)}</td><td class="num">{tokens}</td>'
+            f'<td class="num">{efficiency}</td>'
             f'<td class="num">{cost}</td><td class="reason">{esc(r.reason)}</td></tr>')
     failures = "".join(
         f"<tr><td>{_ago(now, r.finished_at)}</td><td>{esc(r.target)}</td><td>{esc(r.model)}</td>"
@@ -292,7 +296,7 @@ def render_status_page(snapshot: Snapshot, info: dict[str, Any], now: float) -> 
 <h2>Series</h2>
 <table id="series"><thead><tr><th>target</th><th>model</th><th>probe</th><th>result</th>
 <th>last run</th><th>TTFT</th><th>first answer</th><th>TPOT</th><th>tokens/s</th><th>E2E</th>
-<th>output tokens</th><th>cost</th><th>reason</th></tr></thead>
+<th>tokens in/out</th><th>efficiency</th><th>cost</th><th>reason</th></tr></thead>
 <tbody>{''.join(rows)}</tbody></table>
 <h2>Recent failures</h2>
 <table id="failures"><thead><tr><th>when</th><th>target</th><th>model</th><th>probe</th>
