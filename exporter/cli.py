@@ -16,9 +16,21 @@ from exporter.log import configure_logging, get_logger
 COMMANDS = ("serve", "check", "probe", "bench", "simulate")
 
 
+def _shard(text: str) -> str:
+    from exporter.shard import parse_shard
+
+    try:
+        parse_shard(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
 def _add_common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config.file", dest="config_file", default="config.yaml",
                         help="path to the YAML config (default: config.yaml)")
+    parser.add_argument("--shard", type=_shard, default=None, metavar="I/N",
+                        help="probe only shard I of N (0-based; overrides global.shard)")
     parser.add_argument("--log.level", dest="log_level", default="info",
                         choices=("debug", "info", "warning", "error"))
     parser.add_argument("--log.format", dest="log_format", default=None,
@@ -116,9 +128,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
-def _load(path: str) -> Config | None:
+def _load(path: str, shard: str | None = None) -> Config | None:
     try:
-        return load_config(path)
+        return load_config(path, shard=shard)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return None
@@ -128,10 +140,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     """Run the daemon."""
     from exporter.daemon import Daemon
 
-    config = _load(args.config_file)
+    config = _load(args.config_file, getattr(args, "shard", None))
     if config is None:
         return 1
-    daemon = Daemon(Path(args.config_file), args.listen, shutdown_grace=args.shutdown_grace)
+    daemon = Daemon(Path(args.config_file), args.listen, shutdown_grace=args.shutdown_grace,
+                    shard=args.shard)
     try:
         asyncio.run(daemon.run(config))
     except OSError as exc:
@@ -145,7 +158,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    config = _load(args.config_file)
+    config = _load(args.config_file, getattr(args, "shard", None))
     if config is None:
         return 1
     table = Table(title=f"{len(config.series)} series in {args.config_file}")
@@ -168,7 +181,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
     """Run the selected probes once; exit 1 unless all succeeded."""
     from exporter.oneshot import run_probe_command
 
-    config = _load(args.config_file)
+    config = _load(args.config_file, getattr(args, "shard", None))
     if config is None:
         return 1
     return asyncio.run(run_probe_command(config, target=args.target, model=args.model,
@@ -211,7 +224,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    config = _load(args.config_file)
+    config = _load(args.config_file, getattr(args, "shard", None))
     if config is None:
         return 1
     outputs = BenchOutputs(output=args.output, csv=args.csv, report=args.report,
@@ -228,7 +241,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
     simulator = SimulatorConfig()
     if args.config_file:
-        config = _load(args.config_file)
+        config = _load(args.config_file, getattr(args, "shard", None))
         if config is None:
             return 1
         simulator = config.simulator or simulator

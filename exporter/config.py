@@ -189,6 +189,17 @@ class GlobalConfig(_Strict):
     buckets: dict[Family, tuple[float, ...]] = Field(default_factory=dict)
     budget: BudgetConfig | None = None
     max_output_bytes: int = Field(default=4 * 1024 * 1024, ge=1024)
+    shard: str | None = None  # "i/n": probe only the series whose stable hash picks shard i
+    max_series: int = Field(default=10_000, ge=1)
+
+    @field_validator("shard")
+    @classmethod
+    def _check_shard(cls, shard: str | None) -> str | None:
+        if shard is not None:
+            from exporter.shard import parse_shard
+
+            parse_shard(shard)
+        return shard
 
     @field_validator("labels")
     @classmethod
@@ -542,8 +553,13 @@ def _public_loc(loc: Iterable[int | str]) -> list[int | str]:
 
 
 def parse_config(data: Any, *, env: Mapping[str, str] | None = None,
-                 base_dir: Path | None = None, source: Path | None = None) -> Config:
-    """Validate a parsed YAML document into a `Config`, or raise `ConfigError`."""
+                 base_dir: Path | None = None, source: Path | None = None,
+                 shard: str | None = None) -> Config:
+    """Validate a parsed YAML document into a `Config`, or raise `ConfigError`.
+
+    `shard` ("i/n", e.g. from `--shard`) overrides `global.shard`: only the series whose stable
+    hash falls in shard i are kept, so n replicas probe every series exactly once.
+    """
     env = os.environ if env is None else env
     base_dir = base_dir or Path.cwd()
     if data is None:
@@ -623,11 +639,22 @@ def parse_config(data: Any, *, env: Mapping[str, str] | None = None,
                interval=t.interval, timeout=t.timeout, jitter=t.jitter)
         for t in targets for m in t.models for p in t.probes
     )
+    if len(series) > raw.global_.max_series:
+        raise ConfigError("invalid config", [ConfigProblem(
+            "targets", f"{len(series)} series (targets × models × probes) exceed "
+            f"global.max_series={raw.global_.max_series}; raise it if this is intended")])
+    shard = shard or raw.global_.shard
+    if shard is not None:
+        from exporter.shard import in_shard, parse_shard
+
+        index, count = parse_shard(shard)
+        series = tuple(s for s in series if in_shard(s.key, index, count))
     return Config(global_=raw.global_, simulator=raw.simulator, probes=dict(raw.probes),
                   targets=tuple(targets), series=series, source=source, raw=data)
 
 
-def load_config(path: str | Path, *, env: Mapping[str, str] | None = None) -> Config:
+def load_config(path: str | Path, *, env: Mapping[str, str] | None = None,
+                shard: str | None = None) -> Config:
     """Read and validate a YAML config file, or raise `ConfigError`."""
     path = Path(path)
     try:
@@ -641,7 +668,7 @@ def load_config(path: str | Path, *, env: Mapping[str, str] | None = None) -> Co
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or str(exc)
         raise ConfigError(f"invalid YAML in {path}", [ConfigProblem(where, problem)]) from None
-    return parse_config(data, env=env, base_dir=path.parent.resolve(), source=path)
+    return parse_config(data, env=env, base_dir=path.parent.resolve(), source=path, shard=shard)
 
 
 def parse_listen_address(address: str) -> tuple[str, int]:

@@ -28,8 +28,9 @@ class Daemon:
     """The long-running exporter."""
 
     def __init__(self, config_path: Path, listen: str, *, shutdown_grace: float = 10.0,
-                 logger: Any = None) -> None:
+                 shard: str | None = None, logger: Any = None) -> None:
         self.config_path = config_path
+        self.shard = shard
         self.listen = listen
         self.shutdown_grace = shutdown_grace
         self.log = logger or get_logger()
@@ -103,7 +104,8 @@ class Daemon:
         assert self.state is not None
         async with self._reload_lock:
             try:
-                config = await asyncio.to_thread(load_config, self.config_path)
+                config = await asyncio.to_thread(load_config, self.config_path,
+                                                 shard=self.shard)
                 old = self.state.config
                 if old is not None and old.simulator != config.simulator:
                     self.log.warning("simulator settings changed; restart to apply them")

@@ -129,3 +129,33 @@ def test_redacted_config_has_no_secret() -> None:
     shown = repr(redacted(config))
     assert secret not in shown
     assert "env:K" in shown and "'X-Trace': 'on'" in shown
+
+
+def test_shards_split_the_plan_exactly_once() -> None:
+    data = base(models=[f"m{i}" for i in range(50)])
+    everything = {s.key for s in parse_config(data, env={}).series}
+    for count in (1, 2, 3):
+        shards = [{s.key for s in parse_config(data, env={}, shard=f"{i}/{count}").series}
+                  for i in range(count)]
+        assert set().union(*shards) == everything
+        assert sum(len(s) for s in shards) == len(everything)
+    data["global"] = {"shard": "1/2"}
+    assert {s.key for s in parse_config(data, env={}).series} == shards_of(data, 1, 2)
+
+
+def shards_of(data, index, count):
+    from exporter.shard import in_shard
+
+    return {s.key for s in parse_config({**data, "global": {}}, env={}).series
+            if in_shard(s.key, index, count)}
+
+
+def test_bad_shard_and_too_many_series_are_errors() -> None:
+    data = base()
+    data["global"] = {"shard": "2/2"}
+    with pytest.raises(ConfigError, match=r"global.shard"):
+        parse_config(data, env={})
+    data = base(models=[f"m{i}" for i in range(30)])
+    data["global"] = {"max_series": 10}
+    with pytest.raises(ConfigError, match=r"30 series .* exceed global.max_series=10"):
+        parse_config(data, env={})
