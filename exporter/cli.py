@@ -50,6 +50,11 @@ def build_parser() -> argparse.ArgumentParser:
     _add_common(serve)
     serve.add_argument("--web.listen-address", dest="listen", default=":9471",
                        help="address to serve /metrics and the status page on (default :9471)")
+    serve.add_argument("--web.config.file", dest="web_config", default=None,
+                       help="exporter-toolkit web config: TLS and basic auth on every endpoint")
+    serve.add_argument("--web.disable-probe-endpoint", dest="probe_endpoint",
+                       action="store_false",
+                       help="turn off /probe (on-demand probes cost money)")
     serve.add_argument("--shutdown.grace", dest="shutdown_grace", type=float, default=10.0,
                        help="seconds to let in-flight probes finish on SIGTERM (default 10)")
 
@@ -143,11 +148,20 @@ def cmd_serve(args: argparse.Namespace) -> int:
     config = _load(args.config_file, getattr(args, "shard", None))
     if config is None:
         return 1
+    if args.web_config:
+        from exporter.webconfig import load_web_config
+
+        try:
+            load_web_config(args.web_config)
+        except ConfigError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
     daemon = Daemon(Path(args.config_file), args.listen, shutdown_grace=args.shutdown_grace,
-                    shard=args.shard)
+                    shard=args.shard, probe_endpoint=args.probe_endpoint,
+                    web_config=Path(args.web_config) if args.web_config else None)
     try:
         asyncio.run(daemon.run(config))
-    except OSError as exc:
+    except (OSError, ConfigError) as exc:
         get_logger().error("cannot start", error=str(exc))
         return 1
     return 0

@@ -20,6 +20,7 @@ from exporter.scheduler import Scheduler
 from exporter.server import ServerState, create_app
 from exporter.simulator import Simulator, start_simulator
 from exporter.store import ResultStore
+from exporter.webconfig import auth_middleware, load_web_config, ssl_context
 
 LOOP_LAG_PERIOD = 0.25
 
@@ -28,9 +29,12 @@ class Daemon:
     """The long-running exporter."""
 
     def __init__(self, config_path: Path, listen: str, *, shutdown_grace: float = 10.0,
-                 shard: str | None = None, logger: Any = None) -> None:
+                 shard: str | None = None, web_config: Path | None = None,
+                 probe_endpoint: bool = True, logger: Any = None) -> None:
         self.config_path = config_path
         self.shard = shard
+        self.web_config = web_config
+        self.probe_endpoint = probe_endpoint
         self.listen = listen
         self.shutdown_grace = shutdown_grace
         self.log = logger or get_logger()
@@ -78,12 +82,20 @@ class Daemon:
         self.scheduler = Scheduler(self.prober, self.metrics, self.store,
                                    max_concurrency=config.global_.max_concurrency)
         self.state = ServerState(self.registry, self.metrics, self.store, self.scheduler,
-                                 None, self.reload, started_at=time.time())
-        self._runner = web.AppRunner(create_app(self.state), access_log=None,
+                                 None, self.reload, started_at=time.time(),
+                                 probe_endpoint=self.probe_endpoint)
+        middlewares, tls = [], None
+        if self.web_config is not None:
+            web_config, base = load_web_config(self.web_config)
+            middlewares.append(auth_middleware(web_config))
+            if web_config.tls_server_config is not None:
+                tls = ssl_context(web_config.tls_server_config, base)
+        self._runner = web.AppRunner(create_app(self.state, middlewares), access_log=None,
                                      handle_signals=False)
         await self._runner.setup()
         host, port = parse_listen_address(self.listen)
-        await web.TCPSite(self._runner, host, port, reuse_address=True).start()
+        await web.TCPSite(self._runner, host, port, reuse_address=True,
+                          ssl_context=tls).start()
         self.log.info("listening", address=self.listen)
         self._apply(config)
         self.metrics.reload_status(True, time.time())

@@ -10,7 +10,7 @@ import asyncio
 import gzip
 import html
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,14 +42,18 @@ class ServerState:
     ready: bool = False
     last_reload_error: str = ""
     started_at: float = 0.0
+    probe_endpoint: bool = True
+    probe_min_interval: float = 10.0  # /probe answers from the last result if it is this fresh
+    probe_concurrency: int = 4  # on-demand probes in flight at once (each costs money)
+    _probes_in_flight: int = 0
 
 
 STATE = web.AppKey("state", ServerState)
 
 
-def create_app(state: ServerState) -> web.Application:
+def create_app(state: ServerState, middlewares: Sequence[Any] = ()) -> web.Application:
     """The aiohttp application serving every endpoint."""
-    app = web.Application()
+    app = web.Application(middlewares=list(middlewares))
     app[STATE] = state
     app.router.add_get("/metrics", metrics_handler)
     app.router.add_get("/probe", probe_handler)
@@ -92,6 +96,8 @@ async def metrics_handler(request: web.Request) -> web.Response:
 async def probe_handler(request: web.Request) -> web.Response:
     """Run one configured (target, model, probe) now and return its measurements."""
     state = request.app[STATE]
+    if not state.probe_endpoint:
+        return web.Response(status=404, text="the /probe endpoint is disabled\n")
     names = [request.query.get(k, "") for k in ("target", "model", "probe")]
     config = state.config
     if config is None:
@@ -102,10 +108,22 @@ async def probe_handler(request: web.Request) -> web.Response:
     if series is None:
         return web.Response(status=400, text="no such configured series: "
                             f"target={names[0]!r} model={names[1]!r} probe={names[2]!r}\n")
-    result = await state.scheduler.run_now(series)
+    last = state.store.latest(series.key)
+    headers = {}
+    if last is not None and time.time() - last.finished_at < state.probe_min_interval:
+        result = last  # fresh enough: don't pay for another call
+        headers["X-Probe-Cached"] = "1"
+    elif state._probes_in_flight >= state.probe_concurrency:
+        return web.Response(status=429, text="too many on-demand probes in flight\n")
+    else:
+        state._probes_in_flight += 1
+        try:
+            result = await state.scheduler.run_now(series)
+        finally:
+            state._probes_in_flight -= 1
     body, content_type, _ = await asyncio.to_thread(
         _render_exposition, probe_registry(result), request.headers.get("Accept", ""), False)
-    return web.Response(body=body, headers={"Content-Type": content_type})
+    return web.Response(body=body, headers={"Content-Type": content_type, **headers})
 
 
 def probe_registry(result: ProbeResult) -> CollectorRegistry:
