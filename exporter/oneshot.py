@@ -17,8 +17,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from exporter import __version__
-from exporter import tokens
+from exporter import __version__, tokens
 from exporter.config import Config, Series
 from exporter.hints import hint_for
 from exporter.log import REDACTOR
@@ -132,7 +131,7 @@ def print_table(results: Sequence[ProbeResult], series: Sequence[Series] = (), *
         runs[r.key] = runs.get(r.key, 0) + 1
         t = r.timings
         style = "green" if r.success else "red"
-        answer = (r.answer if r.success else r.reason)[:ANSWER_PREVIEW].replace("\n", " ")
+        answer = (r.answer if r.success else r.reason).strip()[:ANSWER_PREVIEW].replace("\n", " ")
         table.add_row(
             r.target, r.model, r.probe, *([str(runs[r.key])] if repeat > 1 else []),
             f"[{style}]{r.result.value}[/{style}]", fmt_ms(t.ttft),
