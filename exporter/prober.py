@@ -136,6 +136,17 @@ def _error_text(body: bytes) -> str:
     return text[:300]
 
 
+def _os_error_text(error: OSError) -> str:
+    """Plain words for a connection error (asyncio's messages name no cause)."""
+    if isinstance(error, ConnectionRefusedError):
+        return "connection refused"
+    if isinstance(error, ConnectionResetError):
+        return "connection reset"
+    if isinstance(error, TimeoutError):
+        return "connect timed out"
+    return error.strerror or str(error) or type(error).__name__
+
+
 def _status_reason(status: int, message: str) -> str:
     """A plain-words reason for an HTTP error status."""
     if status == 404:
@@ -241,7 +252,7 @@ class Prober:
                 raise TLSFailed(f"TLS failed: {exc}") from None
             except aiohttp.ClientConnectorError as exc:
                 raise ConnectFailed(f"cannot connect to {exc.host}:{exc.port}: "
-                                    f"{exc.os_error.strerror or exc.os_error}") from None
+                                    f"{_os_error_text(exc.os_error)}") from None
             except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as exc:
                 raise ConnectFailed(f"connection failed before response headers: "
                                     f"{type(exc).__name__}: {exc}") from None

@@ -91,7 +91,7 @@ async def test_connection_refused_is_connect() -> None:
     async with Prober() as prober:
         result = await prober.probe(config.series[0])
     assert result.result is Result.CONNECT
-    assert "cannot connect" in result.reason
+    assert "cannot connect" in result.reason and "connection refused" in result.reason
 
 
 async def test_tls_to_plain_http_server_is_tls(scripted_server) -> None:
