@@ -67,9 +67,13 @@ def create_app(state: ServerState, middlewares: Sequence[Any] = ()) -> web.Appli
     return app
 
 
-def _render_exposition(registry: Any, accept: str, gzip_ok: bool) -> tuple[bytes, str, bool]:
+def _render_exposition(registry: Any, accept: str, gzip_ok: bool,
+                       metrics: ExporterMetrics | None = None) -> tuple[bytes, str, bool]:
     encoder, content_type = choose_encoder(accept)
-    body = encoder(registry)
+    if metrics is not None:  # the whole page: the incremental renderer
+        body = metrics.render(openmetrics=content_type.startswith("application/openmetrics"))
+    else:
+        body = encoder(registry)
     if gzip_ok:
         # zlib releases the GIL while compressing, so this costs the event loop nothing.
         return gzip.compress(body, compresslevel=1), content_type, True
@@ -79,14 +83,12 @@ def _render_exposition(registry: Any, accept: str, gzip_ok: bool) -> tuple[bytes
 async def metrics_handler(request: web.Request) -> web.Response:
     """Prometheus exposition (OpenMetrics when asked, so exemplars carry response ids)."""
     state = request.app[STATE]
-    registry: Any = state.registry
     names = request.query.getall("name[]", [])
-    if names:
-        registry = registry.restricted_registry(names)
+    registry = state.registry.restricted_registry(names) if names else state.registry
     accept = ",".join(request.headers.getall("Accept", []))
     gzip_ok = "gzip" in request.headers.get("Accept-Encoding", "")
     body, content_type, gzipped = await asyncio.to_thread(
-        _render_exposition, registry, accept, gzip_ok)
+        _render_exposition, registry, accept, gzip_ok, None if names else state.metrics)
     headers = {"Content-Type": content_type}
     if gzipped:
         headers["Content-Encoding"] = "gzip"

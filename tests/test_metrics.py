@@ -122,3 +122,31 @@ def test_exposition_size_per_series_is_bounded() -> None:
         metrics.record(success(model=f"model-{i}"))
     size = len(generate_latest(registry)) / 20
     assert size < 32_000, f"{size:.0f} bytes per series"
+
+
+def _lines(page: bytes) -> list[str]:
+    return sorted(line for line in page.decode().splitlines() if line)
+
+
+@pytest.mark.parametrize("openmetrics", [False, True])
+def test_incremental_renderer_matches_the_library(openmetrics) -> None:
+    """The fast renderer and prometheus_client's renderer produce the same page."""
+    from prometheus_client import generate_latest as text_latest
+    from prometheus_client.openmetrics.exposition import generate_latest as om_latest
+
+    registry = CollectorRegistry()
+    config = make_config(models=("m", 'odd"model\\x'), global_={"labels": {"location": "eu"}},
+                         target={"prices": {"m": {"input": 1, "output": 2}}},
+                         probe={"expect": {"contains": "x"}})
+    metrics = ExporterMetrics(registry, config)
+    metrics.record(success(ratelimit={"tokens": 1e6}, cost=0.5, currency="USD", checked=True))
+    metrics.record(success(model='odd"model\\x', result=Result.HTTP_5XX))
+    metrics.record_skip(("t", "m", "short"), "overlap")
+    metrics.observe_lag(0.002)
+    first = metrics.render(openmetrics)
+    library = (om_latest if openmetrics else text_latest)(registry)
+    assert _lines(first) == _lines(library)
+    metrics.record(success(response_id="chatcmpl-2"))  # cached blocks refresh after a change
+    assert _lines(metrics.render(openmetrics)) == _lines(
+        (om_latest if openmetrics else text_latest)(registry))
+    assert metrics.render(openmetrics) != first
