@@ -55,6 +55,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--web.disable-probe-endpoint", dest="probe_endpoint",
                        action="store_false",
                        help="turn off /probe (on-demand probes cost money)")
+    serve.add_argument("--config.auto-reload", dest="auto_reload", action="store_true",
+                       help="reload when the config file (or a key file) changes")
     serve.add_argument("--shutdown.grace", dest="shutdown_grace", type=float, default=10.0,
                        help="seconds to let in-flight probes finish on SIGTERM (default 10)")
 
@@ -158,6 +160,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             return 1
     daemon = Daemon(Path(args.config_file), args.listen, shutdown_grace=args.shutdown_grace,
                     shard=args.shard, probe_endpoint=args.probe_endpoint,
+                    auto_reload=args.auto_reload,
                     web_config=Path(args.web_config) if args.web_config else None)
     try:
         asyncio.run(daemon.run(config))

@@ -25,6 +25,7 @@ from exporter.webconfig import auth_middleware, load_web_config, ssl_context
 
 LOOP_LAG_PERIOD = 0.25
 SWITCH_INTERVAL = 0.0005
+AUTO_RELOAD_PERIOD = 2.0
 
 
 class Daemon:
@@ -32,11 +33,14 @@ class Daemon:
 
     def __init__(self, config_path: Path, listen: str, *, shutdown_grace: float = 10.0,
                  shard: str | None = None, web_config: Path | None = None,
-                 probe_endpoint: bool = True, logger: Any = None) -> None:
+                 probe_endpoint: bool = True, auto_reload: bool = False,
+                 logger: Any = None) -> None:
         self.config_path = config_path
         self.shard = shard
         self.web_config = web_config
         self.probe_endpoint = probe_endpoint
+        self.auto_reload = auto_reload
+        self._watch_task: asyncio.Task[None] | None = None
         self.listen = listen
         self.shutdown_grace = shutdown_grace
         self.log = logger or get_logger()
@@ -106,6 +110,8 @@ class Daemon:
         self.metrics.reload_status(True, time.time())
         self.state.ready = True
         self._lag_task = asyncio.create_task(self._watch_loop_lag())
+        if self.auto_reload:
+            self._watch_task = asyncio.create_task(self._watch_files())
         self.log.info("probing", series=len(config.series), targets=len(config.targets))
 
     def _apply(self, config: Config) -> None:
@@ -137,6 +143,40 @@ class Daemon:
             self.metrics.reload_status(True, time.time())
             self.log.info("config reloaded", series=len(config.series))
 
+    def _watched_files(self) -> list[Path]:
+        """The config file and the key files it names."""
+        files = [self.config_path]
+        config = self.state.config if self.state else None
+        if config is not None:
+            base = self.config_path.parent
+            for target in config.raw.get("targets", []):
+                key_file = target.get("api_key_file") if isinstance(target, dict) else None
+                if key_file:
+                    files.append(Path(key_file) if Path(key_file).is_absolute()
+                                 else base / key_file)
+        return files
+
+    async def _watch_files(self) -> None:
+        """Poll the config and key files; reload when one changed (`--config.auto-reload`)."""
+        def stamps() -> dict[Path, tuple[float, int] | None]:
+            out: dict[Path, tuple[float, int] | None] = {}
+            for path in self._watched_files():
+                try:
+                    stat = path.stat()
+                    out[path] = (stat.st_mtime, stat.st_size)
+                except OSError:
+                    out[path] = None
+            return out
+
+        seen = await asyncio.to_thread(stamps)
+        while True:
+            await asyncio.sleep(AUTO_RELOAD_PERIOD)
+            current = await asyncio.to_thread(stamps)
+            if current != seen:
+                self.log.info("config changed on disk; reloading")
+                await self.reload()
+                seen = await asyncio.to_thread(stamps)
+
     async def _watch_loop_lag(self) -> None:
         """Measure how late the loop wakes a timer: timings are skewed by the same amount."""
         loop = asyncio.get_running_loop()
@@ -150,9 +190,10 @@ class Daemon:
         self.log.info("shutting down")
         if self.state is not None:
             self.state.ready = False
-        if self._lag_task is not None:
-            self._lag_task.cancel()
-            await asyncio.gather(self._lag_task, return_exceptions=True)
+        for task in (self._lag_task, self._watch_task):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
         if self.scheduler is not None:
             await self.scheduler.stop(self.shutdown_grace)
         if self._runner is not None:

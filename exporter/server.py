@@ -215,7 +215,7 @@ def _results_document(snapshot: Snapshot, state_info: dict[str, Any]) -> bytes:
 def _state_info(state: ServerState) -> dict[str, Any]:
     return {"version": __version__, "ready": state.ready,
             "config_reload_error": state.last_reload_error or None,
-            "in_flight": state.scheduler.in_flight}
+            "in_flight": state.scheduler.in_flight, "tasks": len(asyncio.all_tasks())}
 
 
 async def results_handler(request: web.Request) -> web.Response:

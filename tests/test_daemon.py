@@ -104,3 +104,24 @@ def test_check_prints_the_plan_and_fails_on_errors(tmp_path) -> None:
                          capture_output=True, text=True, cwd=ROOT)
     assert run.returncode == 1
     assert "targets[0].base_url: 'x' is not an http(s) URL" in run.stderr
+
+
+def test_auto_reload_picks_up_a_rotated_key_file(tmp_path) -> None:
+    key_file = tmp_path / "key"
+    key_file.write_text("sk-old-rotated-away\n")
+    config, _ = make_shipped_config(tmp_path, models={"a": FAST}, interval="300ms")
+    data = yaml.safe_load(config.read_text())
+    data["targets"][0]["api_key_file"] = str(key_file)
+    data["simulator"]["api_key"] = "sk-new-valid-key"
+    config.write_text(yaml.safe_dump(data))
+    daemon = start_daemon(config, tmp_path, "--config.auto-reload")
+    try:
+        wait_for(lambda: daemon.sample("llm_probe_requests_total", model="a", result="auth"),
+                 20, "auth failures with the old key")
+        key_file.write_text("sk-new-valid-key\n")
+        wait_for(lambda: daemon.sample("llm_probe_requests_total", model="a",
+                                       result="success"), 20, "success after the rotation")
+    finally:
+        assert daemon.stop() == 0
+    assert "config changed on disk; reloading" in daemon.output()
+    assert "sk-new-valid-key" not in daemon.output()
