@@ -475,8 +475,16 @@ class Config:
     raw: Mapping[str, Any] = field(default_factory=dict, repr=False)
 
     def secrets(self) -> list[str]:
-        """Every secret value in this config, for log redaction."""
-        return [t.api_key.reveal() for t in self.targets if t.api_key]
+        """Every secret value in this config (keys, secret-looking headers), for redaction."""
+        found = [t.api_key.reveal() for t in self.targets if t.api_key]
+        for target in self.targets:
+            for name, value in target.headers.items():
+                if _SECRET_HEADER.search(name):
+                    # "Bearer sk-…" headers: the token alone must be redacted too.
+                    found += [value, value.rpartition(" ")[2]]
+        if self.simulator is not None and self.simulator.api_key:
+            found.append(self.simulator.api_key)
+        return found
 
     def find_series(self, target: str, model: str, probe: str) -> Series | None:
         """The configured series with these names, if any."""

@@ -136,6 +136,16 @@ def _error_text(body: bytes) -> str:
     return text[:300]
 
 
+def _mark(stamps: measure.Stamps, kinds: int, now: float) -> None:
+    """Record a read that carried tokens of `kinds` at time `now`."""
+    if stamps.t_first is None:
+        stamps.t_first = now
+    if kinds & ANSWER and stamps.t_answer is None:
+        stamps.t_answer = now
+    stamps.t_last = now
+    stamps.chunk_times.append(now)
+
+
 def _os_error_text(error: OSError) -> str:
     """Plain words for a connection error (asyncio's messages name no cause)."""
     if isinstance(error, ConnectionRefusedError):
@@ -303,7 +313,6 @@ class Prober:
                 f"{_error_text(body.encode())[:120]}")
         clock = self._clock
         stamps = attempt.stamps
-        chunk_times = stamps.chunk_times
         parser = attempt.parser = protocol.new_parser()
         on_event = parser.on_event
         decoder = SSEDecoder()
@@ -325,29 +334,21 @@ class Prober:
                         kinds |= kind
                         token_events += 1
                 if kinds:
-                    if stamps.t_first is None:
-                        stamps.t_first = now
-                    if kinds & ANSWER and stamps.t_answer is None:
-                        stamps.t_answer = now
-                    stamps.t_last = now
-                    chunk_times.append(now)
+                    _mark(stamps, kinds, now)
                     if token_events > chunk_limit:
                         raise StreamError(f"server ignored max_tokens={series.probe.max_tokens}: "
                                           f"more than {chunk_limit} token chunks; cut")
                 if parser.done:
                     break
             else:
-                now = clock()
+                # EOF: an event without its closing blank line is complete only now, but its
+                # bytes came with the last read, so it keeps that read's stamp.
                 kinds = 0
                 for event in decoder.flush():
                     kinds |= on_event(event)
                 if kinds:
-                    if stamps.t_first is None:
-                        stamps.t_first = now
-                    if kinds & ANSWER and stamps.t_answer is None:
-                        stamps.t_answer = now
-                    stamps.t_last = now
-                    chunk_times.append(now)
+                    _mark(stamps, kinds, now)
+                now = clock()
         except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError) as exc:
             raise StreamError(f"connection broke mid-stream: {type(exc).__name__}") from None
         stamps.t_end = now

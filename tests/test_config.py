@@ -159,3 +159,11 @@ def test_bad_shard_and_too_many_series_are_errors() -> None:
     data["global"] = {"max_series": 10}
     with pytest.raises(ConfigError, match=r"30 series .* exceed global.max_series=10"):
         parse_config(data, env={})
+
+
+def test_secret_headers_are_secrets_for_redaction() -> None:
+    data = base(headers={"api-key": "azure-secret-123456", "Authorization": "Bearer tok-987654",
+                         "X-Trace": "visible"})
+    secrets = parse_config(data, env={}).secrets()
+    assert {"azure-secret-123456", "Bearer tok-987654", "tok-987654"} <= set(secrets)
+    assert "visible" not in secrets
