@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+from collections import deque
 import sys
 import time
 from pathlib import Path
@@ -180,10 +181,15 @@ class Daemon:
     async def _watch_loop_lag(self) -> None:
         """Measure how late the loop wakes a timer: timings are skewed by the same amount."""
         loop = asyncio.get_running_loop()
+        recent: deque[float] = deque(maxlen=int(60 / LOOP_LAG_PERIOD))
         while True:
             planned = loop.time() + LOOP_LAG_PERIOD
             await asyncio.sleep(LOOP_LAG_PERIOD)
-            self.metrics.event_loop_lag.observe(max(0.0, loop.time() - planned))
+            lag = max(0.0, loop.time() - planned)
+            self.metrics.event_loop_lag.observe(lag)
+            recent.append(lag)
+            if self.state is not None:
+                self.state.loop_lag_recent = max(recent)
 
     async def shutdown(self) -> None:
         """Stop scheduling, let in-flight probes finish (bounded), close everything."""

@@ -45,10 +45,12 @@ class ServerState:
     probe_endpoint: bool = True
     probe_min_interval: float = 10.0  # /probe answers from the last result if it is this fresh
     probe_concurrency: int = 4  # on-demand probes in flight at once (each costs money)
+    loop_lag_recent: float = 0.0  # worst event-loop lag over the last minute (seconds)
     _probes_in_flight: int = 0
 
 
 STATE = web.AppKey("state", ServerState)
+LOOP_LAG_WARNING = 0.01  # seconds of event-loop lag that make the status page warn
 
 
 def create_app(state: ServerState, middlewares: Sequence[Any] = ()) -> web.Application:
@@ -215,7 +217,8 @@ def _results_document(snapshot: Snapshot, state_info: dict[str, Any]) -> bytes:
 def _state_info(state: ServerState) -> dict[str, Any]:
     return {"version": __version__, "ready": state.ready,
             "config_reload_error": state.last_reload_error or None,
-            "in_flight": state.scheduler.in_flight, "tasks": len(asyncio.all_tasks())}
+            "in_flight": state.scheduler.in_flight, "tasks": len(asyncio.all_tasks()),
+            "event_loop_lag_max_seconds": state.loop_lag_recent}
 
 
 async def results_handler(request: web.Request) -> web.Response:
@@ -305,6 +308,11 @@ def render_status_page(snapshot: Snapshot, info: dict[str, Any], now: float) -> 
     if info.get("config_reload_error"):
         warning = ('<div class="warn">The last config reload failed; the previous config is '
                    f"still running:<pre>{esc(info['config_reload_error'])}</pre></div>")
+    lag = info.get("event_loop_lag_max_seconds") or 0.0
+    if lag > LOOP_LAG_WARNING:
+        warning += ('<div class="warn">The event loop woke up to '
+                    f"{lag * 1000:.0f} ms late in the last minute: timings taken then may be "
+                    "late by as much (CPU starved, or too many series for this host).</div>")
     page = f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>llm-probe-exporter</title>
 <meta http-equiv="refresh" content="10"><style>{_STYLE}</style></head><body>

@@ -113,3 +113,11 @@ async def test_reload_endpoint_calls_reload(client) -> None:
     assert response.status == 500 and "targets[0].base_url" in await response.text()
     assert len(reloads) == 2
     assert (await http.get("/-/reload")).status == 405
+
+
+async def test_status_page_warns_about_event_loop_lag(client) -> None:
+    http, state, _ = client
+    assert "event loop" not in await (await http.get("/")).text()
+    state.loop_lag_recent = 0.042
+    page = await (await http.get("/")).text()
+    assert "The event loop woke up to 42 ms late" in page
