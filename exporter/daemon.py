@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import signal
-from collections import deque
 import sys
 import time
+from collections import deque
 from pathlib import Path
 from typing import Any
 
