@@ -571,7 +571,7 @@ async def test_records(make_sim: MakeSim, session: aiohttp.ClientSession) -> Non
     assert record["tpot_scheduled"] == 0.002
     assert record["tokens"] == record["tokens_sent"] == 4
     assert record["started_at"] == record["received_at"]
-    assert record["first_token_due"] == record["received_at"] + 0.01
+    assert record["first_token_due"] == pytest.approx(record["received_at"] + 0.01, abs=1e-9)
     # Never early: the first token goes out at or after its deadline.
     assert record["first_token_at"] >= record["first_token_due"]
     assert record["received_at"] < record["first_token_at"] <= record["last_token_at"]
@@ -594,7 +594,8 @@ async def test_capacity_queues_fifo(make_sim: MakeSim, session: aiohttp.ClientSe
         assert later["first_token_at"] > earlier["last_token_at"]
         assert later["started_at"] >= earlier["last_token_at"]
         # The wait counts into TTFT: the clock restarts at the slot, not at arrival.
-        assert later["first_token_due"] == later["started_at"] + later["ttft_scheduled"]
+        assert later["first_token_due"] == pytest.approx(
+            later["started_at"] + later["ttft_scheduled"], abs=1e-9)
     assert records[0]["started_at"] == records[0]["received_at"]
     assert records[-1]["started_at"] > records[-1]["received_at"]
 
@@ -642,7 +643,7 @@ async def test_hidden_reasoning(make_sim: MakeSim, session: aiohttp.ClientSessio
     assert events[-2][1]["usage"]["completion_tokens_details"]["reasoning_tokens"] == 3
     record = sim.records[-1]
     # The first visible token is due after the hidden thinking.
-    assert record["first_token_due"] == record["started_at"] + 0.01 + 3 * 0.001
+    assert record["first_token_due"] == pytest.approx(record["started_at"] + 0.013, abs=1e-9)
 
 
 async def test_port_zero_and_url(make_sim: MakeSim) -> None:

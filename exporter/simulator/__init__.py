@@ -20,7 +20,8 @@ Faults come from the profile (`error_rate`/`error_status`, `stall_rate`/`stall`,
 `disconnect_rate`) or, per request, from optional headers:
 
     x-sim-fault: 500 | 429 | <any 400..599>   answer with that status and a provider-like body
-                                              (429 adds `Retry-After: 1`)
+                                              (429 adds `Retry-After: 1`); `error` uses
+                                              the profile's `error_status`
     x-sim-fault: stall                        hang for `stall` seconds after the first chunk
     x-sim-fault: disconnect                   drop the connection after about half the tokens
     x-sim-fault: error-in-stream              200 stream carrying an error object mid-way

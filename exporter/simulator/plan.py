@@ -82,7 +82,7 @@ class Overrides:
                 try:
                     values["fault"] = Fault(fault)
                 except ValueError:
-                    choices = ", ".join(f.value for f in Fault if f is not Fault.ERROR)
+                    choices = ", ".join(f.value for f in Fault)
                     raise OverrideError(
                         f"x-sim-fault: expected a status (400..599), none, {choices}"
                     ) from None
