@@ -19,6 +19,7 @@ run: setup
 
 test-deps: setup
 	@bash scripts/install-test-deps
+	@bash scripts/install-real-servers
 
 lint: setup
 	$(BIN)/ruff check exporter tests benchmarks

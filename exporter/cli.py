@@ -265,5 +265,5 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     if args.listen:
         simulator = simulator.model_copy(update={"listen": args.listen})
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(serve_forever(simulator))
+        asyncio.run(serve_forever(simulator, api_key=simulator.api_key))
     return 0

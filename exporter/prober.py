@@ -193,7 +193,10 @@ class Prober:
     async def start(self) -> None:
         """Open the shared HTTP session."""
         if self._session is None:
-            connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300)
+            # A fresh connection per probe, as blackbox_exporter does: every probe sees the
+            # connect phase, and a server that closes after each stream despite announcing
+            # keep-alive (llama-server does) cannot fail the next probe on a dead socket.
+            connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, force_close=True)
             self._session = aiohttp.ClientSession(
                 connector=connector, trace_configs=[_trace_config()],
                 timeout=aiohttp.ClientTimeout(total=None), auto_decompress=True,
