@@ -115,6 +115,6 @@ def status_result(status: int) -> Result:
         return Result.NOT_FOUND
     if status == 429:
         return Result.RATE_LIMITED
-    if 400 <= status < 500:
+    if status < 500:  # 3xx too: an unfollowed redirect is a base_url to fix
         return Result.HTTP_4XX
     return Result.HTTP_5XX

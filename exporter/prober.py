@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import email.utils
+import math
 import re
 import ssl
 import time
@@ -52,6 +53,8 @@ RATELIMIT_HEADERS = {
     "anthropic-ratelimit-tokens-remaining": "tokens",
 }
 ERROR_BODY_LIMIT = 64 * 1024
+# A broken or hostile Retry-After (`inf`, a date in 9999) must not pause a series for good.
+MAX_RETRY_AFTER = 3600.0
 
 
 @dataclass(slots=True)
@@ -108,14 +111,15 @@ def parse_retry_after(value: str | None, now: float) -> float | None:
         return None
     value = value.strip()
     try:
-        return max(0.0, float(value))
+        seconds = float(value)
     except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value).timestamp()
-    except (TypeError, ValueError):
+        try:
+            seconds = email.utils.parsedate_to_datetime(value).timestamp() - now
+        except (TypeError, ValueError, OverflowError):
+            return None
+    if not math.isfinite(seconds):
         return None
-    return max(0.0, when - now)
+    return min(MAX_RETRY_AFTER, max(0.0, seconds))
 
 
 def _error_text(body: bytes) -> str:
@@ -157,8 +161,11 @@ def _os_error_text(error: OSError) -> str:
     return error.strerror or str(error) or type(error).__name__
 
 
-def _status_reason(status: int, message: str) -> str:
+def _status_reason(status: int, message: str, location: str | None = None) -> str:
     """A plain-words reason for an HTTP error status."""
+    if status < 400:
+        where = f" to {location[:200]}" if location else ""
+        return f"HTTP {status}: redirect{where} not followed (set base_url to the final URL)"
     if status == 404:
         lowered = message.lower()
         if "model" in lowered or "deployment" in lowered:
@@ -238,7 +245,14 @@ class Prober:
             error = ProbeError(f"internal error: {type(exc).__name__}: {exc}")
             self._log.exception("probe crashed", target=series.target.name, model=series.model,
                                 probe=series.probe_name)
-        return self._result(series, attempt, error, started)
+        try:
+            return self._result(series, attempt, error, started)
+        except Exception as exc:  # what a parser collected is unusable: still one result
+            self._log.exception("probe result failed", target=series.target.name,
+                                model=series.model, probe=series.probe_name)
+            attempt.parser = None
+            error = ProbeError(f"internal error: {type(exc).__name__}: {exc}")
+            return self._result(series, attempt, error, started)
 
     async def _run(self, series: Series, attempt: _Attempt) -> None:
         """Send the request and read the stream into `attempt`."""
@@ -259,6 +273,9 @@ class Prober:
                 response = await self._session.post(
                     request.url, data=request.body, headers=request.headers,
                     ssl=None if target.tls_verify else False, trace_request_ctx=net,
+                    # A redirect would resend the key (x-api-key, custom headers) to wherever it
+                    # points and turn the POST into a GET: report it instead.
+                    allow_redirects=False,
                 )
             except (aiohttp.ClientConnectorCertificateError, aiohttp.ClientConnectorSSLError,
                     aiohttp.ClientSSLError, ssl.SSLError) as exc:
@@ -287,8 +304,8 @@ class Prober:
                                        target=target.name)
                         continue
                     retry = parse_retry_after(response.headers.get("Retry-After"), self._wall())
-                    raise HTTPStatusError(response.status,
-                                          _status_reason(response.status, message), retry)
+                    raise HTTPStatusError(response.status, _status_reason(
+                        response.status, message, response.headers.get("Location")), retry)
                 await self._read_stream(response, protocol, series, attempt)
                 return
 

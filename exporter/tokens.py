@@ -40,10 +40,18 @@ def estimate_method() -> str:
     return "cl100k_base" if _encoding() is not None else "heuristic"
 
 
+# BPE over megabytes takes seconds (an answer cut at max_output_bytes is 4 MiB) and runs on the
+# event loop that stamps tokens: longer texts are estimated from a prefix, scaled by length.
+ESTIMATE_SAMPLE_CHARS = 16 * 1024
+
+
 def estimate_tokens(text: str) -> int:
     """Estimate how many tokens a model spent producing `text`."""
     if not text:
         return 0
+    if len(text) > ESTIMATE_SAMPLE_CHARS:
+        sample = text[:ESTIMATE_SAMPLE_CHARS]
+        return max(1, round(estimate_tokens(sample) * len(text) / len(sample)))
     encoding = _encoding()
     if encoding is not None:
         return len(encoding.encode(text, disallowed_special=()))

@@ -23,6 +23,10 @@ from exporter.sse import ServerSentEvent
 ANTHROPIC_VERSION = "2023-06-01"
 
 
+def _object(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
 def _int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
@@ -47,21 +51,30 @@ class AnthropicStreamParser(StreamParser):
             raise StreamError(f"data line is not a JSON object: {event.data[:80]!r}")
         kind = data.get("type") or event.event
         if kind == "content_block_delta":
-            delta = data.get("delta") or {}
-            if delta.get("type") == "text_delta" and delta.get("text"):
-                self.answer.append(delta["text"])
+            delta = data.get("delta")
+            if not isinstance(delta, dict):
+                raise StreamError(f"content_block_delta without a delta object: "
+                                  f"{event.data[:80]!r}")
+            block = delta.get("type")
+            field = ("text" if block == "text_delta"
+                     else "thinking" if block == "thinking_delta" else None)
+            piece = delta.get(field) if field else None
+            if piece is not None and not isinstance(piece, str):
+                raise StreamError(f"{field} is not a string: {event.data[:80]!r}")
+            if not piece:
+                return 0
+            if field == "text":
+                self.answer.append(piece)
                 return ANSWER
-            if delta.get("type") == "thinking_delta" and delta.get("thinking"):
-                self.reasoning.append(delta["thinking"])
-                return REASONING
-            return 0
+            self.reasoning.append(piece)
+            return REASONING
         if kind == "message_start":
-            message = data.get("message") or {}
+            message = _object(data.get("message"))
             if isinstance(message.get("id"), str):
                 self.response_id = message["id"]
             self._read_usage(message.get("usage"))
         elif kind == "message_delta":
-            delta = data.get("delta") or {}
+            delta = _object(data.get("delta"))
             if delta.get("stop_reason"):
                 self.finish_reason = str(delta["stop_reason"])
             self._read_usage(data.get("usage"))
