@@ -48,7 +48,10 @@ def configure_logging(level: str = "info", fmt: str = "json", stream: Any = None
     """Configure structlog (JSON or console lines) with redaction as the last step."""
     renderer: Any
     if fmt == "console":
-        renderer = structlog.dev.ConsoleRenderer(colors=False)
+        # Plain tracebacks: rich's would print local variables, and a request's headers (the
+        # key) are among them, possibly shortened past what redaction can recognise.
+        renderer = structlog.dev.ConsoleRenderer(
+            colors=False, exception_formatter=structlog.dev.plain_traceback)
     else:
         renderer = structlog.processors.JSONRenderer()
     structlog.configure(
