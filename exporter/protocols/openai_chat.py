@@ -8,6 +8,7 @@ a non-empty `choices`) when `stream_options.include_usage` was asked for.
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from dataclasses import dataclass
 from typing import Any
 
@@ -78,8 +79,8 @@ def load_chunk(data: str) -> dict[str, Any]:
 
 
 @dataclass(slots=True)
-class ChatStreamParser(StreamParser):
-    """Parser for `chat.completion.chunk` events."""
+class OpenAIStreamParser(StreamParser):
+    """What chat and legacy completion chunks share: [DONE], id, usage, choices."""
 
     def on_event(self, event: ServerSentEvent) -> int:
         """Consume one chunk; return the kinds of tokens it carried."""
@@ -101,19 +102,35 @@ class ChatStreamParser(StreamParser):
         for choice in choices:
             if not isinstance(choice, dict):
                 raise StreamError("a choice is not a JSON object")
-            delta = choice.get("delta")
-            if delta and isinstance(delta, dict):
-                content = delta.get("content")
-                if content and isinstance(content, str):
-                    self.answer.append(content)
-                    kinds |= ANSWER
-                thinking = delta.get("reasoning_content") or delta.get("reasoning")
-                if thinking and isinstance(thinking, str):
-                    self.reasoning.append(thinking)
-                    kinds |= REASONING
+            kinds |= self.read_choice(choice)
             reason = choice.get("finish_reason")
             if reason:
                 self.finish_reason = str(reason)
+        return kinds
+
+    @abstractmethod
+    def read_choice(self, choice: dict[str, Any]) -> int:
+        """Collect the tokens of one choice; return their kinds."""
+
+
+@dataclass(slots=True)
+class ChatStreamParser(OpenAIStreamParser):
+    """Parser for `chat.completion.chunk` events."""
+
+    def read_choice(self, choice: dict[str, Any]) -> int:
+        """`delta.content` is answer; `delta.reasoning_content` / `delta.reasoning` reasoning."""
+        delta = choice.get("delta")
+        if not delta or not isinstance(delta, dict):
+            return 0
+        kinds = 0
+        content = delta.get("content")
+        if content and isinstance(content, str):
+            self.answer.append(content)
+            kinds |= ANSWER
+        thinking = delta.get("reasoning_content") or delta.get("reasoning")
+        if thinking and isinstance(thinking, str):
+            self.reasoning.append(thinking)
+            kinds |= REASONING
         return kinds
 
 

@@ -8,10 +8,8 @@ from typing import Any
 import orjson
 
 from exporter.config import Series
-from exporter.errors import StreamError
-from exporter.protocols import ANSWER, ApiProtocol, HttpRequest, Prompt, StreamParser
-from exporter.protocols.openai_chat import load_chunk, openai_headers, parse_usage
-from exporter.sse import ServerSentEvent
+from exporter.protocols import ANSWER, HttpRequest, Prompt
+from exporter.protocols.openai_chat import OpenAIChat, OpenAIStreamParser, openai_headers
 
 
 def completion_prompt(prompt: Prompt) -> str:
@@ -22,39 +20,19 @@ def completion_prompt(prompt: Prompt) -> str:
 
 
 @dataclass(slots=True)
-class CompletionStreamParser(StreamParser):
+class CompletionStreamParser(OpenAIStreamParser):
     """Parser for `text_completion` chunks."""
 
-    def on_event(self, event: ServerSentEvent) -> int:
-        """Consume one chunk; return ANSWER when it carried text."""
-        data = event.data
-        if data == "[DONE]":
-            self.done = True
-            return 0
-        if not data:
-            return 0
-        chunk = load_chunk(data)
-        if self.response_id is None and isinstance(chunk.get("id"), str):
-            self.response_id = chunk["id"]
-        if chunk.get("usage"):
-            self.usage = parse_usage(chunk["usage"]) or self.usage
-        choices = chunk.get("choices")
-        if not choices or not isinstance(choices, list):
-            return 0
-        kinds = 0
-        for choice in choices:
-            if not isinstance(choice, dict):
-                raise StreamError("a choice is not a JSON object")
-            text = choice.get("text")
-            if text and isinstance(text, str):
-                self.answer.append(text)
-                kinds |= ANSWER
-            if choice.get("finish_reason"):
-                self.finish_reason = str(choice["finish_reason"])
-        return kinds
+    def read_choice(self, choice: dict[str, Any]) -> int:
+        """`choices[].text` is answer."""
+        text = choice.get("text")
+        if text and isinstance(text, str):
+            self.answer.append(text)
+            return ANSWER
+        return 0
 
 
-class OpenAICompletions(ApiProtocol):
+class OpenAICompletions(OpenAIChat):
     """The legacy completions API."""
 
     default_path = "/completions"
@@ -74,6 +52,3 @@ class OpenAICompletions(ApiProtocol):
         """A parser for one completion stream."""
         return CompletionStreamParser()
 
-    def rejects_stream_options(self, status: int, body: str) -> bool:
-        """Older servers answer 400 naming `stream_options`."""
-        return status in (400, 422) and "stream_options" in body
