@@ -82,6 +82,12 @@ HINTS: tuple[Hint, ...] = (
          text="no complete answer within the {timeout} timeout: the endpoint is slow or "
               "overloaded, or max_tokens is large for its speed; raise `timeout` or lower "
               "`max_tokens`"),
+    Hint(Result.HTTP_4XX, words=("redirect",),
+         text="the server redirected and the exporter does not follow redirects (the key would "
+              "go wherever they point): set base_url to the final URL"),
+    Hint(Result.HTTP_4XX, words=("no connected db",),
+         text="a LiteLLM proxy without its key database accepts only its master key: use the "
+              "master key, or give the proxy a database for virtual keys"),
     Hint(Result.HTTP_4XX, status=400,
          text="the server rejected the request body: a parameter (temperature, max_tokens, "
               "messages, stream_options) may not be supported by this model; read its message "

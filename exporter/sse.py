@@ -58,6 +58,27 @@ class SSEDecoder:
 
     def feed(self, chunk: bytes) -> list[ServerSentEvent]:
         """Consume one read of the body; return the events it completed."""
+        # Fast path for what nearly every LLM stream sends: one read holding exactly one
+        # `data: …\n\n` event, nothing pending. Same result as the general path, half the work.
+        if (
+            chunk[-2:] == b"\n\n"
+            and chunk[:6] == b"data: "
+            and chunk.find(b"\n") == len(chunk) - 2
+            and not self._tail
+            and not self._data
+            and not self._after_cr
+            and 0x0D not in chunk
+            and len(chunk) <= self._max
+        ):
+            self._start = False
+            try:
+                data = chunk[6:-2].decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise StreamError(f"invalid UTF-8 in event stream: {exc.reason}") from None
+            event = ServerSentEvent(self._event or "message", data, self._id, self._retry)
+            self._event = ""
+            self._retry = None
+            return [event]
         if self._after_cr:
             if not chunk:
                 return []
