@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import email.utils
+import functools
 import math
 import re
 import ssl
@@ -22,6 +23,7 @@ from typing import Any
 
 import aiohttp
 import orjson
+from aiohttp.client_proto import ResponseHandler
 
 from exporter import measure
 from exporter.checks import run_checks
@@ -83,6 +85,25 @@ class _Attempt:
     expect: Expect | None = None
     checked: bool | None = None  # answer checks ran: passed (True) or failed (False)
     stream_done: bool = False  # the stream ended properly
+
+
+class _StampingHandler(ResponseHandler):
+    """aiohttp's connection protocol, noting when the oldest not-yet-read bytes arrived.
+
+    `data_received` runs straight from the selector, before aiohttp parses HTTP and before the
+    reading task is woken; under load that wake-up waits behind every other ready callback, so a
+    stamp taken after `iter_any()` returns is late by exactly the work of other streams.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, clock: Clock) -> None:
+        super().__init__(loop)
+        self._clock = clock
+        self.arrived: float | None = None
+
+    def data_received(self, data: bytes) -> None:
+        if self.arrived is None:
+            self.arrived = self._clock()
+        super().data_received(data)
 
 
 def _trace_config() -> aiohttp.TraceConfig:
@@ -204,6 +225,11 @@ class Prober:
             # connect phase, and a server that closes after each stream despite announcing
             # keep-alive (llama-server does) cannot fail the next probe on a dead socket.
             connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, force_close=True)
+            # Stamp bytes where they arrive (see _StampingHandler); without the private hook
+            # (another aiohttp) reads fall back to stamping when iter_any() returns.
+            if hasattr(connector, "_factory"):
+                connector._factory = functools.partial(
+                    _StampingHandler, loop=asyncio.get_running_loop(), clock=self._clock)
             self._session = aiohttp.ClientSession(
                 connector=connector, trace_configs=[_trace_config()],
                 timeout=aiohttp.ClientTimeout(total=None), auto_decompress=True,
@@ -341,9 +367,24 @@ class Prober:
         chunk_limit = 4 * series.probe.max_tokens + 64
         received = token_events = 0
         now = clock()
+        connection = response.connection
+        handler = connection.protocol if connection is not None else None
+        if not isinstance(handler, _StampingHandler):
+            handler = None
+        elif response.content.total_bytes == 0 or (
+                handler.arrived is not None and handler.arrived < stamps.t0):
+            # Only headers (or an earlier response's bytes) arrived so far: the body's first
+            # bytes must take their own stamp.
+            handler.arrived = None
         try:
             async for data in response.content.iter_any():
                 now = clock()  # stamp first: nothing below may delay it
+                if handler is not None:
+                    # When the first of these bytes reached the socket: earlier than `now` by
+                    # the time this task waited for the loop. Taken, so the next read gets its own.
+                    arrived, handler.arrived = handler.arrived, None
+                    if arrived is not None:
+                        now = arrived
                 received += len(data)
                 if received > limit:
                     raise StreamError(f"stream exceeded {limit} bytes (max_tokens ignored?); cut")

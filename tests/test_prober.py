@@ -265,3 +265,13 @@ async def test_cost_from_prices(scripted_server) -> None:
         "llm_probe_cost_total", {**labels(), "currency": "CNY"}) == pytest.approx(expected)
     assert registry.get_sample_value(
         "llm_probe_tokens_total", {**labels(), "type": "cached"}) == 400
+
+
+async def test_bytes_are_stamped_by_the_connection_protocol() -> None:
+    """The stamp is taken in `data_received`, before the reading task wakes (private aiohttp
+    hook: this test notices when an aiohttp upgrade removes it and stamps fall back to reads)."""
+    from exporter.prober import _StampingHandler
+
+    async with Prober() as prober:
+        factory = prober._session.connector._factory
+    assert factory.func is _StampingHandler
