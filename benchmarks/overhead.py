@@ -81,6 +81,7 @@ class _Content:
 
 class _Response:
     status = 200
+    connection = None  # no socket: stamps are taken at the read
 
     def __init__(self, chunks: Sequence[bytes]) -> None:
         self.headers = {"Content-Type": "text/event-stream"}
