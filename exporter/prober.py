@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import email.utils
 import functools
 import math
@@ -68,7 +69,10 @@ class _NetStamps:
     dns_end: float | None = None
     create_start: float | None = None
     create_end: float | None = None
+    tcp_connected: float | None = None  # from the connection protocol (see _StampingHandler)
+    tls_done: float | None = None  # https only
     sent: float | None = None  # request (headers, then body) written
+    handler: _StampingHandler | None = None  # this request's connection protocol
 
 
 @dataclass(slots=True)
@@ -87,18 +91,36 @@ class _Attempt:
     stream_done: bool = False  # the stream ended properly
 
 
+_CURRENT_REQUEST: contextvars.ContextVar[_NetStamps | None] = contextvars.ContextVar(
+    "llm_probe_request", default=None)
+
+
 class _StampingHandler(ResponseHandler):
     """aiohttp's connection protocol, noting when the oldest not-yet-read bytes arrived.
 
     `data_received` runs straight from the selector, before aiohttp parses HTTP and before the
     reading task is woken; under load that wake-up waits behind every other ready callback, so a
     stamp taken after `iter_any()` returns is late by exactly the work of other streams.
+
+    It also splits connection set-up: asyncio builds the protocol right after the TCP connect
+    and calls `connection_made` once the TLS handshake is done (at once for plain TCP).
     """
 
     def __init__(self, loop: asyncio.AbstractEventLoop, clock: Clock) -> None:
         super().__init__(loop)
         self._clock = clock
+        self.tcp_connected = clock()
+        self.handshake_done: float | None = None
         self.arrived: float | None = None
+        # Connections are made inside the probing task (one per probe: force_close), so the
+        # request being made is the one in this context.
+        net = _CURRENT_REQUEST.get()
+        if net is not None:
+            net.handler = self
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.handshake_done = self._clock()
+        super().connection_made(transport)  # type: ignore[arg-type]
 
     def data_received(self, data: bytes) -> None:
         if self.arrived is None:
@@ -295,6 +317,7 @@ class Prober:
             request = protocol.build_request(series, prompt, stream_options=stream_options)
             stamps = attempt.stamps = measure.Stamps(t0=self._clock())
             attempt.net = net = _NetStamps(self._clock)
+            _CURRENT_REQUEST.set(net)
             try:
                 response = await self._session.post(
                     request.url, data=request.body, headers=request.headers,
@@ -315,6 +338,11 @@ class Prober:
             stamps.t_headers = self._clock()
             if net.sent is not None:
                 stamps.t0 = net.sent
+            handler = net.handler
+            if handler is not None and net.create_start is not None:
+                net.tcp_connected = handler.tcp_connected
+                if response.url.scheme == "https":
+                    net.tls_done = handler.handshake_done
             async with response:
                 attempt.status = response.status
                 attempt.headers = response.headers
@@ -367,12 +395,9 @@ class Prober:
         chunk_limit = 4 * series.probe.max_tokens + 64
         received = token_events = 0
         now = clock()
-        connection = response.connection
-        handler = connection.protocol if connection is not None else None
-        if not isinstance(handler, _StampingHandler):
-            handler = None
-        elif response.content.total_bytes == 0 or (
-                handler.arrived is not None and handler.arrived < stamps.t0):
+        handler = attempt.net.handler
+        if handler is not None and (response.content.total_bytes == 0 or (
+                handler.arrived is not None and handler.arrived < stamps.t0)):
             # Only headers (or an earlier response's bytes) arrived so far: the body's first
             # bytes must take their own stamp.
             handler.arrived = None
@@ -465,7 +490,11 @@ class Prober:
             network[Phase.RESOLVE] = net.dns_end - net.dns_start
         if net.create_start is not None and net.create_end is not None:
             dns = network.get(Phase.RESOLVE, 0.0)
-            network[Phase.CONNECT] = max(0.0, net.create_end - net.create_start - dns)
+            if net.tcp_connected is not None and net.tls_done is not None:
+                network[Phase.CONNECT] = max(0.0, net.tcp_connected - net.create_start - dns)
+                network[Phase.TLS] = max(0.0, net.tls_done - net.tcp_connected)
+            else:
+                network[Phase.CONNECT] = max(0.0, net.create_end - net.create_start - dns)
         timings = measure.timings(stamps, n_tokens, network)
         usage = Usage()
         cost = currency = None

@@ -275,3 +275,54 @@ async def test_bytes_are_stamped_by_the_connection_protocol() -> None:
     async with Prober() as prober:
         factory = prober._session.connector._factory
     assert factory.func is _StampingHandler
+
+
+async def test_https_splits_connect_and_tls_phases(tmp_path) -> None:
+    """Over https the handshake is its own phase; over plain http there is none."""
+    import ssl
+    import subprocess
+
+    from aiohttp import web
+
+    from tests.conftest import ok_stream
+
+    cert, key = tmp_path / "c.pem", tmp_path / "k.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                    "-subj", "/CN=127.0.0.1", "-keyout", str(key), "-out", str(cert)],
+                   check=True, capture_output=True)
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert, key)
+    script = ok_stream(["Hi"])
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        await request.read()
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        for _delay, data in script.steps:
+            await response.write(data)
+        return response
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", handler)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port, ssl_context=context).start()
+    try:
+        config = make_config(f"https://127.0.0.1:{port}/v1", target={"tls_verify": False})
+        async with Prober() as prober:
+            result = await prober.probe(config.series[0])
+    finally:
+        await runner.cleanup()
+    assert result.result is Result.SUCCESS, result.reason
+    phases = result.timings.phases
+    assert phases["tls"] > 0 and "connect" in phases
+    assert phases["tls"] + phases["connect"] < result.timings.ttft + phases["tls"] + 1
+
+
+async def test_plain_http_has_connect_but_no_tls_phase(scripted_server) -> None:
+    server = await scripted_server(ok_stream(["Hi"]))
+    config = make_config(server.url)
+    async with Prober() as prober:
+        result = await prober.probe(config.series[0])
+    assert "connect" in result.timings.phases and "tls" not in result.timings.phases
