@@ -277,19 +277,27 @@ async def test_bytes_are_stamped_by_the_connection_protocol() -> None:
     assert factory.func is _StampingHandler
 
 
-async def test_https_splits_connect_and_tls_phases(tmp_path) -> None:
-    """Over https the handshake is its own phase; over plain http there is none."""
-    import ssl
+@pytest.fixture
+def self_signed(tmp_path):
+    """A self-signed certificate and key for a loopback https server."""
     import subprocess
-
-    from aiohttp import web
-
-    from tests.conftest import ok_stream
 
     cert, key = tmp_path / "c.pem", tmp_path / "k.pem"
     subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
                     "-subj", "/CN=127.0.0.1", "-keyout", str(key), "-out", str(cert)],
                    check=True, capture_output=True)
+    return cert, key
+
+
+async def test_https_splits_connect_and_tls_phases(self_signed) -> None:
+    """Over https the handshake is its own phase; over plain http there is none."""
+    import ssl
+
+    from aiohttp import web
+
+    from tests.conftest import ok_stream
+
+    cert, key = self_signed
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.load_cert_chain(cert, key)
     script = ok_stream(["Hi"])
