@@ -192,6 +192,15 @@ def _model_param(body: Mapping[str, Any]) -> str:
     return model
 
 
+def _stream_params(body: Mapping[str, Any]) -> tuple[bool, bool]:
+    """`stream`, and whether usage was asked for with `stream_options.include_usage`."""
+    stream = _bool_param(body, "stream")
+    options = body.get("stream_options")
+    if options is not None and not isinstance(options, Mapping):
+        raise BadRequest("Invalid 'stream_options': expected an object.", "stream_options")
+    return stream, stream and bool(options and options.get("include_usage"))
+
+
 def _check_temperature(body: Mapping[str, Any]) -> None:
     value = body.get("temperature")
     if value is None:
@@ -323,11 +332,7 @@ class OpenAIChat(_OpenAIDialect):
         if max_tokens is None:
             max_tokens = _int_param(body, "max_tokens")
         _check_temperature(body)
-        stream = _bool_param(body, "stream")
-        options = body.get("stream_options")
-        if options is not None and not isinstance(options, Mapping):
-            raise BadRequest("Invalid 'stream_options': expected an object.", "stream_options")
-        include_usage = stream and bool(options and options.get("include_usage"))
+        stream, include_usage = _stream_params(body)
         return ParsedRequest(model, stream, max_tokens, include_usage, prompt_tokens)
 
     def encoder(self, ctx: StreamContext) -> StreamEncoder:
@@ -410,11 +415,7 @@ class OpenAICompletions(_OpenAIDialect):
                              "prompt")
         max_tokens = _int_param(body, "max_tokens")
         _check_temperature(body)
-        stream = _bool_param(body, "stream")
-        options = body.get("stream_options")
-        if options is not None and not isinstance(options, Mapping):
-            raise BadRequest("Invalid 'stream_options': expected an object.", "stream_options")
-        include_usage = stream and bool(options and options.get("include_usage"))
+        stream, include_usage = _stream_params(body)
         return ParsedRequest(model, stream, max_tokens, include_usage, prompt_tokens)
 
     def encoder(self, ctx: StreamContext) -> StreamEncoder:
