@@ -62,9 +62,12 @@ def test_prometheus_quantile_matches_scripted_ttft(daemon, tmp_module) -> None:
         wait_for(prometheus.targets_up, 30, "Prometheus to scrape the exporter")
         expr = ('histogram_quantile(0.5, sum by (le, model) '
                 '(rate(llm_probe_ttft_seconds_bucket[30s])))')
-        result = wait_for(lambda: [r for r in prometheus.query(expr)
-                                   if r["value"][1] not in ("NaN",)] or None,
-                          60, "a TTFT quantile from Prometheus")
+        def quantiles() -> list | None:
+            found = [r for r in prometheus.query(expr) if r["value"][1] != "NaN"]
+            # Both models, each with a rate over the window (not just its first scrape).
+            return found if {r["metric"]["model"] for r in found} == set(MODELS) else None
+
+        result = wait_for(quantiles, 60, "a TTFT quantile of every model from Prometheus")
         assert {r["metric"]["model"] for r in result} == set(MODELS)
         for r in result:
             p50 = float(r["value"][1])
