@@ -88,6 +88,18 @@ class Layout:
         self.row_height = 0
 
 
+
+def heatmap_options(scheme: str) -> dict:
+    """Options of a heatmap of pre-bucketed seconds (Prometheus `le` buckets)."""
+    return {
+        "calculate": False,
+        "yAxis": {"unit": "s"},
+        "cellGap": 1,
+        "color": {"mode": "scheme", "scheme": scheme},
+        "rowsFrame": {"layout": "auto"},
+        "tooltip": {"show": True},
+    }
+
 def target(expr: str, legend: str = "", ref: str = "A", **extra: Any) -> dict[str, Any]:
     """One Prometheus query of a panel."""
     query = {
@@ -608,14 +620,7 @@ def overview() -> dict[str, Any]:
         ],
         field_config("s"),
         w=12,
-        options={
-            "calculate": False,
-            "yAxis": {"unit": "s"},
-            "cellGap": 1,
-            "color": {"mode": "scheme", "scheme": "Oranges"},
-            "rowsFrame": {"layout": "auto"},
-            "tooltip": {"show": True},
-        },
+        options=heatmap_options("Oranges"),
     )
     d.timeseries(
         "Share of probes under the TTFT SLO threshold",
@@ -941,14 +946,7 @@ def model() -> dict[str, Any]:
         ],
         field_config("s"),
         w=12,
-        options={
-            "calculate": False,
-            "yAxis": {"unit": "s"},
-            "cellGap": 1,
-            "color": {"mode": "scheme", "scheme": "Blues"},
-            "rowsFrame": {"layout": "auto"},
-            "tooltip": {"show": True},
-        },
+        options=heatmap_options("Blues"),
     )
     d.timeseries(
         "Inter-chunk gap quantiles",

@@ -122,6 +122,23 @@ async def scripted_server() -> AsyncIterator[Callable[..., Any]]:
         await runner.cleanup()
 
 
+async def probe_once(server: ScriptedServer, **overrides: Any) -> tuple[Any, Any]:
+    """Probe the first series of `make_config(server.url, **overrides)` once and record it;
+    returns (result, registry)."""
+    from prometheus_client import CollectorRegistry
+
+    from exporter.metrics import ExporterMetrics
+    from exporter.prober import Prober
+
+    config = make_config(server.url, **overrides)
+    registry = CollectorRegistry()
+    metrics = ExporterMetrics(registry, config)
+    async with Prober() as prober:
+        result = await prober.probe(config.series[0])
+    metrics.record(result)
+    return result, registry
+
+
 def make_config(base_url: str = "http://127.0.0.1:1/v1", *, models: Sequence[str] = ("m",),
                 probe: dict | None = None, target: dict | None = None,
                 global_: dict | None = None, env: dict | None = None) -> Config:

@@ -9,7 +9,15 @@ from exporter.errors import Result
 from exporter.metrics import ExporterMetrics
 from exporter.prober import Prober
 from exporter.result import TokenSource
-from tests.conftest import DONE, Script, chat_chunk, free_port, make_config, ok_stream
+from tests.conftest import (
+    DONE,
+    Script,
+    chat_chunk,
+    free_port,
+    make_config,
+    ok_stream,
+    probe_once,
+)
 
 USAGE_3 = {"prompt_tokens": 9, "completion_tokens": 3, "total_tokens": 12}
 
@@ -70,12 +78,7 @@ ROWS = [
                          [row[1:] for row in ROWS], ids=[row[0] for row in ROWS])
 async def test_result_classes(scripted_server, script, overrides, expected, reason) -> None:
     server = await scripted_server(script)
-    config = make_config(server.url, **overrides)
-    registry = CollectorRegistry()
-    metrics = ExporterMetrics(registry, config)
-    async with Prober() as prober:
-        result = await prober.probe(config.series[0])
-    metrics.record(result)
+    result, registry = await probe_once(server, **overrides)
     assert result.result is expected, result.reason
     assert reason in result.reason
     assert registry.get_sample_value("llm_probe_requests_total", labels(expected.value)) == 1

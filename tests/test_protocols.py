@@ -13,7 +13,7 @@ from exporter.images import generated_png
 from exporter.metrics import ExporterMetrics
 from exporter.prober import Prober
 from exporter.result import TokenSource
-from tests.conftest import DONE, Script, make_config
+from tests.conftest import DONE, Script, make_config, probe_once
 
 
 def sse(event: str, data: dict) -> bytes:
@@ -49,16 +49,6 @@ def anthropic_stream(*, thinking: list[str] = (), text: list[str] = ("Hello", " 
 
 
 ANTHROPIC = {"target": {"api": "anthropic-messages", "api_key": "sk-ant-test-123456"}}
-
-
-async def probe_once(server, **overrides):
-    config = make_config(server.url, **overrides)
-    registry = CollectorRegistry()
-    metrics = ExporterMetrics(registry, config)
-    async with Prober() as prober:
-        result = await prober.probe(config.series[0])
-    metrics.record(result)
-    return result, registry
 
 
 async def test_anthropic_stream(scripted_server) -> None:
