@@ -543,10 +543,33 @@ def test_unsharded_probes_go_through_the_service(rendered: dict[str, list[dict[s
         assert [p["spec"]["prober"]["url"] for p in _all(docs, "Probe")] == [address], name
 
 
+@pytest.mark.parametrize("resource", ["../base", "../sharded"])
+def test_probe_urls_follow_the_overlay_namespace(k8s_tree: Path, tmp_path: Path,
+                                                 resource: str) -> None:
+    tree = tmp_path / "kubernetes"
+    shutil.copytree(k8s_tree, tree)
+    path = tree / "example/kustomization.yaml"
+    kustomization = yaml.safe_load(path.read_text())
+    assert kustomization["namespace"] == "monitoring" and kustomization["resources"] == ["../base"]
+    kustomization.update(namespace="llm-probes", resources=[resource])
+    if resource == "../sharded":
+        del kustomization["configMapGenerator"]  # keep the config that the shard Probes ask for
+    path.write_text(yaml.safe_dump(kustomization))
+    docs = render(tree / "example")
+    assert {doc["metadata"]["namespace"] for doc in docs} == {"llm-probes"}
+    probes = _all(docs, "Probe")
+    assert probes and all(".llm-probes.svc:" in p["spec"]["prober"]["url"] for p in probes)
+    if resource == "../sharded":
+        _assert_probes_reach_their_owners(docs)
+
+
 def test_sharded_probes_reach_the_pod_that_owns_their_series(
     rendered: dict[str, list[dict[str, Any]]],
 ) -> None:
-    docs = rendered["sharded"]
+    _assert_probes_reach_their_owners(rendered["sharded"])
+
+
+def _assert_probes_reach_their_owners(docs: list[dict[str, Any]]) -> None:
     statefulset = _one(docs, "StatefulSet")
     replicas = statefulset["spec"]["replicas"]
     headless = _one(docs, "Service", statefulset["spec"]["serviceName"])
