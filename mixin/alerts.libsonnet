@@ -75,7 +75,7 @@ local p = import 'lib/promql.libsonnet';
             % [instance, cfg.schedulerLag.window]),
       alert('LLMProbeBudgetExhausted',
             'sum by (%s) (increase(llm_probe_skipped_total{%s}[15m])) > 0'
-            % [p.list([cfg.jobLabel, 'instance']), m(['reason="budget"'])],
+            % [p.list([cfg.jobLabel, 'instance'] + cfg.fleetLabels), m(['reason="budget"'])],
             '0m', 'warning',
             'llm-probe-exporter stopped probing: the daily budget is spent.',
             '%s skipped probes because global.budget.max_cost_per_day is spent; series are not measured until the next UTC day.'

@@ -31,7 +31,7 @@ KEY_ORDER = ("name", "interval", "alert", "record", "expr", "for", "labels", "an
 
 
 def evaluate(overrides: str = "") -> dict[str, Any]:
-    """The mixin (rules, alerts, dashboards, config), with optional jsonnet `+ { ... }` overrides."""
+    """The mixin (rules, alerts, dashboards, config), plus jsonnet `{ ... }` overrides if any."""
     snippet = f"""
         local mixin = (import {json.dumps(str(MIXIN))}) {"+ " + overrides if overrides else ""};
         {{
