@@ -1,12 +1,13 @@
-"""Dashboards and rules are tested code: every query parses and uses only metrics that exist.
+"""Dashboards and rules are tested code: every query parses and uses only declared metrics.
 
-`dashboard_queries()` and `substitute()` are also used by tests/test_dashboards_e2e.py, which
-runs every panel query against a real Prometheus scraping the daemon.
+Metric names come from exporter/families.py (FAMILIES, sample_names, PROCESS_FAMILIES), never from
+a list kept here. `dashboard_queries()`, `substitute()` and `is_optional()` are also used by
+tests/test_dashboards_e2e.py, which runs every panel query against a real Prometheus.
 """
 
 from __future__ import annotations
 
-import importlib.util
+import functools
 import json
 import re
 import shutil
@@ -17,60 +18,44 @@ from typing import Any, NamedTuple
 import pytest
 import yaml
 
+from exporter.families import FAMILIES, PROCESS_FAMILIES, MetricType, Scope, sample_names
+from mixin import generate
+
 ROOT = Path(__file__).resolve().parents[1]
 GRAFANA = ROOT / "grafana"
 DASHBOARDS = sorted(GRAFANA.glob("*.json"))
-RULE_FILES = [ROOT / "deploy/prometheus/rules.yml", ROOT / "deploy/prometheus/alerts.yml"]
+RULE_FILES = [ROOT / generate.RULES, ROOT / generate.ALERTS]
 PROMTOOL = shutil.which("promtool")
 
-# ---------------------------------------------------------------------------------------------
-# The one list of metric names the exporter exports (DESIGN.md's table plus what the daemon adds).
-_HISTOGRAMS = [
-    "llm_probe_ttft_seconds",
-    "llm_probe_time_to_first_answer_seconds",
-    "llm_probe_tpot_seconds",
-    "llm_probe_inter_chunk_seconds",
-    "llm_probe_output_tokens_per_second",
-    "llm_probe_duration_seconds",
-    "llm_probe_phase_seconds",
-    "llm_probe_scheduler_lag_seconds",
-    "llm_probe_event_loop_lag_seconds",
-]
-_COUNTERS = [
-    "llm_probe_requests_total",
-    "llm_probe_tokens_total",
-    "llm_probe_cost_total",
-    "llm_probe_skipped_total",
-]
-_GAUGES = [
-    "llm_probe_success",
-    "llm_probe_last_run_timestamp_seconds",
-    "llm_probe_ratelimit_remaining",
-    "llm_probe_in_flight",
-    "llm_probe_build_info",
-    "llm_probe_config_last_reload_successful",
-    "llm_probe_config_last_reload_success_timestamp_seconds",
-    "llm_probe_interval_seconds",  # configured interval per series (LLMProbeSeriesStale)
-]
-EXPORTED_METRICS = frozenset(
-    [f"{h}{suffix}" for h in _HISTOGRAMS for suffix in ("_bucket", "_sum", "_count")]
-    + _COUNTERS
-    + _GAUGES
+# Every name a query may select: the exporter's sample names, a histogram's native series (its bare
+# name) and the process collector's families.
+DECLARED = (
+    sample_names()
+    | {spec.name for spec in FAMILIES if spec.type is MetricType.HISTOGRAM}
+    | set(PROCESS_FAMILIES)
 )
 # Series that Prometheus itself makes.
 PROMETHEUS_METRICS = frozenset(["up", "ALERTS", "ALERTS_FOR_STATE"])
-# Families a dashboard does not need to show (used by alerts, or extras of the daemon).
-NOT_ON_DASHBOARDS = frozenset(["llm_probe_interval_seconds"])
-
-# Grafana variables and the values used to turn a panel query into plain PromQL.
-DEFAULT_VARIABLES = {
-    "job": ".*",
-    "target": ".*",
-    "model": ".*",
-    "probe": ".*",
-    "objective": "0.99",
-    "ttft_slo": "2.0",
+# Documented external metrics: servers scraped by the same Prometheus (vLLM, LiteLLM). Panels
+# that read them show "no data" where those servers are not scraped.
+EXTERNAL_PREFIXES = ("vllm:", "litellm_")
+# Families on no dashboard and in no rule, and why.
+NOT_SHOWN = {
+    Scope.ONDEMAND: "what /probe answers for one run (a Probe resource or blackbox-style scrape "
+                    "under its own job); the scheduled series of the same probe are shown",
 }
+# Queries that may return nothing on a healthy exporter: they read a server's own timings (only
+# some servers report them) or compare with days ago (`offset`). They must still run.
+OPTIONAL_NAMES = frozenset(
+    name for spec in FAMILIES if spec.name == "llm_probe_server_duration_seconds"
+    for name in (spec.name, *spec.sample_names)
+)
+
+
+@functools.cache
+def mixin_config() -> dict[str, Any]:
+    """The mixin's `_config` (defaults)."""
+    return generate.evaluate()["config"]
 
 
 class DashboardQuery(NamedTuple):
@@ -80,6 +65,7 @@ class DashboardQuery(NamedTuple):
     panel: str
     ref: str
     expr: str
+    kind: str = "timeseries"
 
 
 def _load(path: Path) -> dict[str, Any]:
@@ -96,25 +82,32 @@ def _panels(dashboard: dict[str, Any]) -> list[dict[str, Any]]:
 
 def dashboard_queries() -> list[DashboardQuery]:
     """Every PromQL expression of every dashboard panel, with its dashboard and panel title."""
-    queries = []
-    for path in DASHBOARDS:
-        for panel in _panels(_load(path)):
-            for target in panel.get("targets", []):
-                queries.append(
-                    DashboardQuery(path.name, panel["title"], target["refId"], target["expr"])
-                )
-    return queries
+    return [
+        DashboardQuery(path.name, panel["title"], target["refId"], target["expr"], panel["type"])
+        for path in DASHBOARDS
+        for panel in _panels(_load(path))
+        for target in panel.get("targets", [])
+    ]
 
 
 def annotation_queries() -> list[DashboardQuery]:
     """The PromQL of every dashboard annotation (these may be empty most of the time)."""
-    queries = []
-    for path in DASHBOARDS:
-        for annotation in _load(path).get("annotations", {}).get("list", []):
-            expr = annotation.get("target", {}).get("expr")
-            if expr:
-                queries.append(DashboardQuery(path.name, annotation["name"], "annotation", expr))
-    return queries
+    return [
+        DashboardQuery(path.name, annotation["name"], "annotation", annotation["target"]["expr"])
+        for path in DASHBOARDS
+        for annotation in _load(path).get("annotations", {}).get("list", [])
+        if annotation.get("target", {}).get("expr")
+    ]
+
+
+def default_variables() -> dict[str, str]:
+    """Every query variable of the dashboards as "all values" (.*)."""
+    return {
+        var["name"]: ".*"
+        for path in DASHBOARDS
+        for var in _load(path)["templating"]["list"]
+        if var["type"] == "query"
+    }
 
 
 def substitute(
@@ -125,15 +118,15 @@ def substitute(
     variables: dict[str, str] | None = None,
 ) -> str:
     """Replace Grafana's variables in a panel query by concrete values (plain PromQL)."""
-    values = {**DEFAULT_VARIABLES, **(variables or {})}
-    range_seconds = _seconds(range_)
+    values = {**default_variables(), **(variables or {})}
     expr = expr.replace("$__rate_interval", rate_interval)
-    expr = expr.replace("$__range_s", str(range_seconds))
+    expr = expr.replace("$__range_s", str(_seconds(range_)))
     expr = expr.replace("$__range", range_)
     expr = expr.replace("$__interval", interval)
     for name, value in sorted(values.items(), key=lambda item: -len(item[0])):
         expr = expr.replace("${" + name + "}", value).replace("$" + name, value)
-    assert "$" not in expr, f"unsubstituted variable in {expr!r}"
+    # label_replace's "$1" is PromQL's own, not a Grafana variable.
+    assert "$" not in expr.replace('"$1"', ""), f"unsubstituted variable in {expr!r}"
     return expr
 
 
@@ -142,47 +135,43 @@ def _seconds(duration: str) -> int:
     return int(duration[:-1]) * units[duration[-1]]
 
 
+def is_optional(expr: str) -> bool:
+    """Whether a query may rightly return nothing (server timings, external servers, history)."""
+    names = metric_names(substitute(expr))
+    return (" offset " in expr or bool(names & OPTIONAL_NAMES)
+            or any(name.startswith(EXTERNAL_PREFIXES) for name in names))
+
+
+def _rules() -> list[dict[str, Any]]:
+    return [
+        rule
+        for path in RULE_FILES
+        for group in yaml.safe_load(path.read_text())["groups"]
+        for rule in group["rules"]
+    ]
+
+
 def rule_exprs() -> list[tuple[str, str]]:
     """(rule name, expr) of every recording and alerting rule."""
-    exprs = []
-    for path in RULE_FILES:
-        for group in yaml.safe_load(path.read_text())["groups"]:
-            for rule in group["rules"]:
-                exprs.append((rule.get("record") or rule["alert"], rule["expr"]))
-    return exprs
+    return [(rule.get("record") or rule["alert"], rule["expr"]) for rule in _rules()]
 
 
 def recorded_names() -> frozenset[str]:
     """Names of the series the recording rules make."""
-    names = set()
-    for path in RULE_FILES:
-        for group in yaml.safe_load(path.read_text())["groups"]:
-            names.update(rule["record"] for rule in group["rules"] if "record" in rule)
-    return frozenset(names)
+    return frozenset(rule["record"] for rule in _rules() if "record" in rule)
 
 
 # ---------------------------------------------------------------------------------------------
 # Metric names in a PromQL expression, without a PromQL parser: strip strings, label matchers,
 # ranges and grouping clauses; what is left that is not a function, keyword or number is a name.
 _KEYWORDS = frozenset(
-    [
-        "by",
-        "without",
-        "on",
-        "ignoring",
-        "group_left",
-        "group_right",
-        "bool",
-        "and",
-        "or",
-        "unless",
-        "offset",
-        "inf",
-        "nan",
-    ]
+    ["by", "without", "on", "ignoring", "group_left", "group_right", "bool", "and", "or",
+     "unless", "offset", "inf", "nan"]
 )
 _GROUPING = re.compile(r"\b(by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)")
 _IDENT = re.compile(r"(?<![\w.:])([a-zA-Z_:][\w:]*)(\s*\()?")
+_BY = re.compile(r"\b(?:sum|min|max|count|avg)\s+by\s*\(([^)]*)\)")
+_BARE_AGGREGATION = re.compile(r"\b(?:sum|min|max|count|avg)\s*\(")
 
 
 def metric_names(expr: str) -> set[str]:
@@ -201,26 +190,27 @@ def metric_names(expr: str) -> set[str]:
     return names
 
 
+def family_of(name: str) -> str:
+    """The family a sample name belongs to (llm_probe_ttft_seconds for ..._bucket)."""
+    for spec in FAMILIES:
+        if name == spec.name or name in spec.sample_names:
+            return spec.name
+    return name
+
+
+PROBE_FAMILIES = frozenset(spec.name for spec in FAMILIES if spec.scope is Scope.PROBE)
+
+
 def test_metric_name_extraction() -> None:
     expr = (
         'histogram_quantile(0.95, sum by (target, le) (rate(a_bucket{le="2.0", x=~"a|b"}[5m])))'
         " / on (job) group_left () b:rec:ratio_rate5m > bool 1e3 or vector(0) # c_total\n"
+        '- label_replace(vllm:x_sum{m="$1"}[1d] offset 7d, "model", "$1", "m", "(.*)")'
     )
-    assert metric_names(expr) == {"a_bucket", "b:rec:ratio_rate5m"}
+    assert metric_names(expr) == {"a_bucket", "b:rec:ratio_rate5m", "vllm:x_sum"}
 
 
 # ---------------------------------------------------------------------------------------------
-def test_dashboards_are_generated() -> None:
-    spec = importlib.util.spec_from_file_location("grafana_generate", GRAFANA / "generate.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    for path, text in module.dashboards():
-        assert path.read_text(encoding="utf-8") == text, (
-            f"{path.name} differs from grafana/generate.py; run `python grafana/generate.py`"
-        )
-
-
 def test_both_dashboards_exist() -> None:
     assert [p.name for p in DASHBOARDS] == ["llm-probe-model.json", "llm-probe-overview.json"]
 
@@ -228,8 +218,7 @@ def test_both_dashboards_exist() -> None:
 @pytest.mark.parametrize("path", DASHBOARDS, ids=lambda p: p.name)
 def test_datasource_is_a_variable_never_a_uid(path: Path) -> None:
     dashboard = _load(path)
-    text = path.read_text()
-    uids = set(re.findall(r'"uid":\s*"([^"]*)"', text))
+    uids = set(re.findall(r'"uid":\s*"([^"]*)"', path.read_text()))
     assert uids <= {"${datasource}", "-- Grafana --", dashboard["uid"]}, uids
     assert "__inputs" not in dashboard
     for panel in _panels(dashboard):
@@ -241,20 +230,27 @@ def test_datasource_is_a_variable_never_a_uid(path: Path) -> None:
 
 
 @pytest.mark.parametrize("path", DASHBOARDS, ids=lambda p: p.name)
-def test_variables(path: Path) -> None:
+def test_a_variable_for_every_fleet_label(path: Path) -> None:
+    config = mixin_config()
     variables = {v["name"]: v for v in _load(path)["templating"]["list"]}
     assert variables["datasource"]["type"] == "datasource"
     assert variables["datasource"]["query"] == "prometheus"
-    for name in ("job", "target", "model", "probe"):
+    expected = [config["jobLabel"], *config["fleetLabels"], *config["seriesLabels"]]
+    assert [v for v in variables if v != "datasource"] == expected
+    for name in expected:
         var = variables[name]
-        assert var["type"] == "query"
-        assert var["query"].startswith("label_values("), var["query"]
+        assert var["type"] == "query" and var["query"].startswith("label_values("), name
         assert var["datasource"]["uid"] == "${datasource}"
-    multi = ["job", "target", "model", "probe"]
-    if path.name == "llm-probe-model.json":
-        multi = ["job", "probe"]  # the drill-down shows one target and model
-    for name in multi:
-        assert variables[name]["multi"] and variables[name]["includeAll"], name
+    single = {"target", "model"} if path.name == "llm-probe-model.json" else set()
+    for name in expected:
+        assert var_is_multi(variables[name]) is (name not in single), name
+    # The job list comes from the mixin's selector, so another job's /probe scrapes stay out.
+    assert config["selector"] in variables[config["jobLabel"]]["query"]
+
+
+def var_is_multi(var: dict[str, Any]) -> bool:
+    """A multi-select variable with "All"."""
+    return bool(var["multi"] and var["includeAll"])
 
 
 @pytest.mark.parametrize("path", DASHBOARDS, ids=lambda p: p.name)
@@ -267,6 +263,7 @@ def test_panels_have_descriptions_units_and_unique_ids(path: Path) -> None:
             continue
         assert len(panel.get("description", "")) > 20, panel["title"]
         assert panel["fieldConfig"]["defaults"].get("unit"), panel["title"]
+        assert panel["gridPos"]["x"] >= 0 and panel["gridPos"]["x"] + panel["gridPos"]["w"] <= 24
 
 
 def test_descriptions_define_the_measurements() -> None:
@@ -276,6 +273,8 @@ def test_descriptions_define_the_measurements() -> None:
     assert "never as the mean gap between chunks" in text
     assert "N / E2E duration" in text
     assert "Availability = probes with result=success / all finished probes" in text
+    assert "Tokens are disjoint: input" in text
+    assert "Ours − theirs = queueing + network" in text
 
 
 def test_units() -> None:
@@ -290,33 +289,75 @@ def test_units() -> None:
     assert units[(overview, "TPOT")] == "s"
     assert units[(overview, "Output tokens per second (TPS) p50")] == "suffix: tokens/s"
     assert units[(overview, "Availability")] == "percentunit"
+    assert units[(overview, "Token efficiency")] == "percentunit"
+    assert units[(overview, "Exporter memory")] == "bytes"
     overview_panels = {p["title"]: p for p in _panels(_load(GRAFANA / overview))}
     overrides = overview_panels["Cost per hour"]["fieldConfig"]["overrides"]
     assert {"id": "unit", "value": "currencyUSD"} in overrides[0]["properties"]
 
 
 def test_rate_windows_follow_grafana() -> None:
-    for query in dashboard_queries():
+    allowed = {"$__rate_interval", "$__range", "1d", mixin_config()["drift"]["window"]}
+    for query in dashboard_queries() + annotation_queries():
         windows = set(re.findall(r"\[([^\]]+)\]", query.expr))
-        assert windows <= {"$__rate_interval", "$__range", "1d"}, query
-        if re.search(r"\b(rate|increase)\(", query.expr):
+        assert windows <= allowed, query
+        if re.search(r"\b(rate|increase|changes)\(", query.expr):
             assert windows, query
 
 
-def test_every_exported_family_is_on_a_dashboard() -> None:
-    used = set().union(*(metric_names(q.expr) for q in dashboard_queries()))
-    families = {
-        name.removesuffix("_bucket").removesuffix("_sum").removesuffix("_count") for name in used
-    }
-    expected = {
-        name.removesuffix("_bucket")
-        for name in EXPORTED_METRICS
-        if not name.endswith(("_sum", "_count"))
-    }
-    expected -= NOT_ON_DASHBOARDS
-    missing = expected - families - used
-    missing -= {"llm_probe_config_last_reload_success_timestamp_seconds"}  # annotation
-    assert not missing, f"not shown on any dashboard: {sorted(missing)}"
+def _probe_aggregations(expr: str) -> list[set[str]]:
+    """The `by` labels of each aggregation in an expression over probe series."""
+    if not {family_of(n) for n in metric_names(expr)} & PROBE_FAMILIES:
+        return []
+    return [{label.strip() for label in group.split(",")} for group in _BY.findall(expr)]
+
+
+def test_every_aggregation_keeps_the_fleet_labels() -> None:
+    fleet = set(mixin_config()["fleetLabels"])
+    exprs = [(f"{q.dashboard}: {q.panel}", q.expr) for q in dashboard_queries()
+             if q.kind != "heatmap"]  # a heatmap draws one distribution of the selection
+    exprs += rule_exprs()
+    checked = 0
+    for name, expr in exprs:
+        for labels in _probe_aggregations(expr):
+            if labels & {"model_name", "requested_model"}:
+                continue  # a vLLM / LiteLLM series, matched to ours by model
+            assert fleet <= labels, f"{name} adds up regions: by ({', '.join(sorted(labels))})"
+            checked += 1
+        if {family_of(n) for n in metric_names(expr)} & PROBE_FAMILIES:
+            assert not _BARE_AGGREGATION.search(expr), f"{name} aggregates without `by`"
+    assert checked > 100
+
+
+def test_no_global_threshold_joins_and_no_bucket_edges() -> None:
+    texts = [q.expr for q in dashboard_queries()] + [expr for _, expr in rule_exprs()]
+    for text in texts:
+        assert not re.search(r"on\s*\(\s*\)\s*group_left", text), text
+        assert 'le="' not in text, text
+
+
+def test_histogram_queries_prefer_native_histograms() -> None:
+    histograms = [spec.name for spec in FAMILIES if spec.type is MetricType.HISTOGRAM]
+    texts = [q.expr for q in dashboard_queries() + annotation_queries()]
+    texts += [expr for _, expr in rule_exprs()]
+    for text in texts:
+        for family in histograms:
+            if f"{family}_bucket{{" in text:
+                assert f"({family}{{" in text, f"classic buckets only: {text}"
+            if f"{family}_count{{" in text:
+                assert "histogram_count(" in text and f"({family}{{" in text, text
+            if f"{family}_sum{{" in text:
+                assert "histogram_sum(" in text and f"({family}{{" in text, text
+
+
+def test_every_family_is_on_a_dashboard_or_in_a_rule() -> None:
+    exprs = [q.expr for q in dashboard_queries() + annotation_queries()]
+    exprs += [expr for _, expr in rule_exprs()]
+    used = {family_of(name) for expr in exprs for name in metric_names(expr)}
+    missing = {spec.name for spec in FAMILIES if spec.scope not in NOT_SHOWN} - used
+    assert not missing, f"not on any dashboard and in no rule: {sorted(missing)}"
+    shown = {spec.name for spec in FAMILIES if spec.scope in NOT_SHOWN} & used
+    assert not shown, f"excluded but used: {sorted(shown)}"
 
 
 @pytest.mark.parametrize(
@@ -324,30 +365,30 @@ def test_every_exported_family_is_on_a_dashboard() -> None:
     dashboard_queries() + annotation_queries(),
     ids=lambda q: f"{q.dashboard}:{q.panel}:{q.ref}",
 )
-def test_dashboard_query_uses_exported_metrics(query: DashboardQuery) -> None:
+def test_dashboard_query_uses_declared_metrics(query: DashboardQuery) -> None:
     names = metric_names(substitute(query.expr))
     assert names, query
-    unknown = names - EXPORTED_METRICS - PROMETHEUS_METRICS
-    assert not unknown, f"{query.panel}: not exported by the daemon: {sorted(unknown)}"
+    unknown = {n for n in names - DECLARED - PROMETHEUS_METRICS
+               if not n.startswith(EXTERNAL_PREFIXES)}
+    assert not unknown, f"{query.panel}: not declared in exporter/families.py: {sorted(unknown)}"
 
 
 @pytest.mark.parametrize("name_expr", rule_exprs(), ids=lambda r: r[0])
-def test_rule_uses_exported_or_recorded_metrics(name_expr: tuple[str, str]) -> None:
+def test_rule_uses_declared_or_recorded_metrics(name_expr: tuple[str, str]) -> None:
     name, expr = name_expr
-    unknown = metric_names(expr) - EXPORTED_METRICS - PROMETHEUS_METRICS - recorded_names()
+    unknown = metric_names(expr) - DECLARED - PROMETHEUS_METRICS - recorded_names()
     assert not unknown, f"{name}: unknown metrics {sorted(unknown)}"
 
 
 @pytest.mark.skipif(PROMTOOL is None, reason="promtool not installed (apt-get install prometheus)")
 def test_every_dashboard_query_parses(tmp_path: Path) -> None:
-    groups = []
-    for i, query in enumerate(dashboard_queries() + annotation_queries()):
-        groups.append(
-            {
-                "name": f"{i}: {query.dashboard} / {query.panel} / {query.ref}",
-                "rules": [{"record": f"dashboard_query_{i}", "expr": substitute(query.expr)}],
-            }
-        )
+    groups = [
+        {
+            "name": f"{i}: {query.dashboard} / {query.panel} / {query.ref}",
+            "rules": [{"record": f"dashboard_query_{i}", "expr": substitute(query.expr)}],
+        }
+        for i, query in enumerate(dashboard_queries() + annotation_queries())
+    ]
     rules = tmp_path / "dashboard-queries.yml"
     rules.write_text(yaml.safe_dump({"groups": groups}, allow_unicode=True))
     result = subprocess.run(

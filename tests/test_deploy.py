@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 import shutil
@@ -595,17 +594,6 @@ def _assert_probes_reach_their_owners(docs: list[dict[str, Any]]) -> None:
 
 def test_pod_disruption_budget_never_blocks_a_drain(manifests: list[dict[str, Any]]) -> None:
     assert _one(manifests, "PodDisruptionBudget")["spec"]["maxUnavailable"] == 1
-
-
-def test_kubernetes_copies_are_in_sync() -> None:
-    spec = importlib.util.spec_from_file_location("k8s_sync", K8S / "sync.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    for path, text in module.expected_files().items():
-        assert path.read_text(encoding="utf-8") == text, (
-            f"{path.relative_to(ROOT)} is out of date: run `python deploy/kubernetes/sync.py`"
-        )
 
 
 @pytest.mark.parametrize(

@@ -11,16 +11,18 @@ from typing import Any
 import pytest
 import yaml
 
+from mixin import generate
+
 ROOT = Path(__file__).resolve().parents[1]
 PROM = ROOT / "deploy/prometheus"
-RULES, ALERTS = PROM / "rules.yml", PROM / "alerts.yml"
+RULES, ALERTS = ROOT / generate.RULES, ROOT / generate.ALERTS
 RULE_TESTS = sorted((PROM / "tests").glob("*.yml"))
 DOCS = ROOT / "README.md"
-RUNBOOK = "https://github.com/llm-probe-exporter/llm-probe-exporter#runbook-"
 PROMTOOL = shutil.which("promtool")
 needs_promtool = pytest.mark.skipif(
     PROMTOOL is None, reason="promtool not installed (Debian: apt-get install prometheus)"
 )
+SERIES_JOIN = "on (target, model, probe, location, cluster"
 
 
 def _promtool(*args: str) -> subprocess.CompletedProcess[str]:
@@ -33,6 +35,10 @@ def _promtool(*args: str) -> subprocess.CompletedProcess[str]:
 def _alert_rules() -> list[dict[str, Any]]:
     groups = yaml.safe_load(ALERTS.read_text())["groups"]
     return [rule for group in groups for rule in group["rules"]]
+
+
+def _alerts(name: str) -> list[dict[str, Any]]:
+    return [rule for rule in _alert_rules() if rule["alert"] == name]
 
 
 ALERT_NAMES = sorted({rule["alert"] for rule in _alert_rules()})
@@ -52,6 +58,7 @@ def test_promtool_test_rules() -> None:
 
 
 def test_alerts_are_complete() -> None:
+    runbook = generate.evaluate()["config"]["runbookURLPattern"]
     for rule in _alert_rules():
         name = rule["alert"]
         assert name.startswith("LLMProbe"), name
@@ -59,48 +66,79 @@ def test_alerts_are_complete() -> None:
         assert rule["labels"]["severity"] in {"critical", "warning", "info"}, name
         annotations = rule["annotations"]
         assert annotations["summary"] and annotations["description"], name
-        assert annotations["runbook_url"] == RUNBOOK + name.lower(), name
+        assert annotations["runbook_url"] == runbook % name.lower(), name
 
 
 def test_required_alerts_exist() -> None:
     assert set(ALERT_NAMES) >= {
         "LLMProbeExporterDown",
+        "LLMProbeExporterAbsent",
         "LLMProbeSeriesStale",
         "LLMProbeAvailabilityBudgetBurn",
-        "LLMProbeTTFTBudgetBurn",
-        "LLMProbeTTFTHigh",
-        "LLMProbeThroughputLow",
+        "LLMProbeLatencyBudgetBurn",
+        "LLMProbeLatencyHigh",
         "LLMProbeRateLimited",
         "LLMProbeAuthFailing",
         "LLMProbeCostOverBudget",
         "LLMProbeSchedulerLag",
+        "LLMProbeAccuracyDrift",
+        "LLMProbeTTFTDrift",
     }
 
 
-def test_burn_rate_windows() -> None:
-    burns = [
-        (r["labels"]["long"], r["labels"]["short"], r["labels"]["severity"], r["for"])
-        for r in _alert_rules()
-        if r["alert"] == "LLMProbeAvailabilityBudgetBurn"
-    ]
-    assert burns == [
-        ("1h", "5m", "critical", "2m"),
-        ("6h", "30m", "critical", "15m"),
-        ("1d", "2h", "warning", "1h"),
-        ("3d", "6h", "warning", "3h"),
-    ]
-    factors = [
-        re.findall(r"\(([\d.]+) \* \(1 - llm_probe:availability_objective\)\)", r["expr"])
-        for r in _alert_rules()
-        if r["alert"] == "LLMProbeAvailabilityBudgetBurn"
-    ]
-    assert factors == [["14.4"] * 2, ["6"] * 2, ["3"] * 2, ["1"] * 2]
+WINDOWS = [
+    ("1h", "5m", "critical", "2m", "14.4"),
+    ("6h", "30m", "critical", "15m", "6"),
+    ("1d", "2h", "warning", "1h", "3"),
+    ("3d", "6h", "warning", "3h", "1"),
+]
+
+
+def test_availability_burn_rates_against_each_series_objective() -> None:
+    burns = []
+    for rule in _alerts("LLMProbeAvailabilityBudgetBurn"):
+        factors = re.findall(
+            r"\(([\d.]+) \* \(1 - target_model_probe_objective:llm_probe_objective_ratio:max"
+            r'\{objective="availability"\}\)\)', rule["expr"])
+        assert len(factors) == 2 and factors[0] == factors[1], rule["expr"]
+        assert rule["expr"].count(SERIES_JOIN) == 2, rule["expr"]
+        labels = rule["labels"]
+        burns.append((labels["long"], labels["short"], labels["severity"], rule["for"], factors[0]))
+    assert burns == WINDOWS
+
+
+def test_latency_burn_rates_for_every_objective() -> None:
+    burns: dict[str, list[tuple[str, ...]]] = {}
+    for rule in _alerts("LLMProbeLatencyBudgetBurn"):
+        objective = rule["labels"]["objective"]
+        (factor,) = set(re.findall(r"> \(([\d.]+) \* \(1 - 0\.95\)\)", rule["expr"]))
+        # A series without an objective never alerts: the rule requires the series' objective.
+        assert "and on (target, model, probe, location, cluster, objective)" in rule["expr"]
+        assert rule["expr"].rstrip().endswith(
+            "target_model_probe_objective:llm_probe_objective_seconds:max")
+        labels = rule["labels"]
+        burns.setdefault(objective, []).append(
+            (labels["long"], labels["short"], labels["severity"], rule["for"], factor))
+    assert burns == {"ttft": WINDOWS, "tpot": WINDOWS, "duration": WINDOWS}
+
+
+def test_latency_high_compares_with_the_series_objective() -> None:
+    for rule in _alerts("LLMProbeLatencyHigh"):
+        objective = rule["labels"]["objective"]
+        assert SERIES_JOIN in rule["expr"]
+        assert f'llm_probe_objective_seconds:max{{objective="{objective}"}}' in rule["expr"]
 
 
 def test_auth_failing_pages_at_once() -> None:
-    (rule,) = [r for r in _alert_rules() if r["alert"] == "LLMProbeAuthFailing"]
+    (rule,) = _alerts("LLMProbeAuthFailing")
     assert rule["for"] == "0m" and rule["labels"]["severity"] == "critical"
     assert 'result="auth"' in rule["expr"]
+
+
+def test_exporter_absent_catches_a_scrape_that_matches_nothing() -> None:
+    (rule,) = _alerts("LLMProbeExporterAbsent")
+    selector = generate.evaluate()["config"]["selector"]
+    assert rule["expr"] == f"absent(up{{{selector}}})"
 
 
 @pytest.mark.parametrize("name", ALERT_NAMES)

@@ -1,0 +1,67 @@
+// Parameters of the llm-probe-exporter mixin. Override any of them without forking:
+//
+//   (import 'llm-probe-exporter/mixin/mixin.libsonnet') + {
+//     _config+:: { selector: 'job="llm-probe"', fleetLabels: ['region'] },
+//   }
+//
+// Objectives (TTFT, TPOT and duration thresholds, the availability ratio) are not set here: the
+// exporter exports each series' own (`slo:` in its config) as llm_probe_objective_seconds and
+// llm_probe_objective_ratio, and every SLO rule joins against them, series by series.
+{
+  _config+:: {
+    // Selects the exporter's series in every rule, alert and dashboard variable.
+    selector: 'job=~"llm-probe.*"',
+    // The label that names a scrape job: dashboard variable, grouping of exporter alerts.
+    jobLabel: 'job',
+    // What identifies one probe series.
+    seriesLabels: ['target', 'model', 'probe'],
+    // The exporter's global.labels that tell a fleet apart (regions, clusters): every aggregation
+    // keeps them and every dashboard has a variable for each, so regions never add up.
+    fleetLabels: ['location', 'cluster'],
+
+    // Runbooks are sections of the README: one place to set where your copy of it lives.
+    repositoryURL: 'https://github.com/llm-probe-exporter/llm-probe-exporter',
+    runbookURLPattern: self.repositoryURL + '#runbook-%s',  // %s: the alert name in lower case
+
+    // Multiwindow, multi-burn-rate alerts on a 30-day error budget (SRE workbook, chapter 5).
+    burnRates: [
+      { long: '1h', short: '5m', factor: 14.4, 'for': '2m', severity: 'critical', spends: '2% of the 30-day error budget in 1 hour' },
+      { long: '6h', short: '30m', factor: 6, 'for': '15m', severity: 'critical', spends: '5% of the 30-day error budget in 6 hours' },
+      { long: '1d', short: '2h', factor: 3, 'for': '1h', severity: 'warning', spends: '10% of the 30-day error budget in 1 day' },
+      { long: '3d', short: '6h', factor: 1, 'for': '3h', severity: 'warning', spends: '10% of the 30-day error budget in 3 days' },
+    ],
+    // Share of successful probes that must be within their latency objective; also the quantile
+    // LLMProbeLatencyHigh compares with the objective.
+    latencyTargets: { ttft: 0.95, tpot: 0.95, duration: 0.95 },
+    latencyHigh: { window: '30m', 'for': '15m' },
+    // Quantiles recorded for every latency histogram.
+    quantiles: [0.5, 0.9, 0.95, 0.99],
+
+    // Policies that are the same for the whole fleet (not objectives of a series).
+    rateLimited: { ratio: 0.1, window: '15m', 'for': '10m' },
+    schedulerLag: { p99Seconds: 1, window: '10m', 'for': '15m' },
+    costBudgetPerDay: { USD: 5, CNY: 35 },  // probe spend per target and currency
+    exporterAbsentFor: '15m',
+
+    // Efficiency and quality layers (token efficiency, cost per success and per correct answer,
+    // accuracy, estimated-token share) over this window.
+    efficiencyWindow: '1h',
+    // Drift: accuracy and TTFT p95 over `window`, now versus `offsets` ago. Offsets need that much
+    // retention (Prometheus keeps 15 days by default).
+    drift: {
+      window: '1d',
+      offsets: ['7d', '30d'],
+      accuracyDrop: 0.05,  // alert when accuracy is this much lower (absolute)
+      ttftRise: 0.5,  // alert when TTFT p95 is this much higher (relative: 0.5 = +50 %)
+      'for': '1h',
+      interval: '5m',  // evaluation interval of the drift group (day-long windows are costly)
+    },
+
+    dashboards: {
+      tags: ['llm-probe', 'llm', 'prometheus'],
+      refresh: '1m',
+      from: 'now-6h',
+      currencies: ['USD', 'EUR', 'GBP', 'CNY', 'JPY'],
+    },
+  },
+}

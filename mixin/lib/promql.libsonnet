@@ -1,0 +1,58 @@
+// PromQL building blocks shared by rules, alerts and dashboards. Every histogram query prefers the
+// native histogram where Prometheus stores one and falls back to the classic `_bucket`, `_sum` and
+// `_count` series, series by series (`or` matches on the remaining labels), so a fleet in the
+// middle of a migration shows both.
+{
+  // 'a, b, c'
+  list(labels):: std.join(', ', labels),
+
+  // Matchers joined by commas, empty ones dropped.
+  matchers(parts):: std.join(', ', std.filter(function(p) p != '', parts)),
+
+  // String building uses `+`, not `%`: C++ jsonnet formats in jsonnet code, slowly.
+
+  // A number as PromQL reads it (the same text in every jsonnet implementation).
+  num(x):: '%g' % x,
+
+  // p95 for 0.95: the name of a quantile in recording rules and legends.
+  pname(q):: 'p' + std.strReplace('%g' % (q * 100), '.', '_'),
+
+  // name{matchers}[window] offset o
+  range(name, m, w, offset='')::
+    name + '{' + m + '}[' + w + ']' + (if offset == '' then '' else ' offset ' + offset),
+
+  // sum by (labels) (fn(name{matchers}[window]))
+  sumBy(by, fn, name, m, w, offset='')::
+    'sum by (' + self.list(by) + ') (' + fn + '(' + self.range(name, m, w, offset) + '))',
+
+  // A quantile of a histogram family per `by` group.
+  quantile(q, family, m, by, w, fn='rate', offset='')::
+    local head = 'histogram_quantile(' + self.num(q) + ', ';
+    head + self.sumBy(by, fn, family, m, w, offset) + ')\nor\n'
+    + head + self.sumBy(by + ['le'], fn, family + '_bucket', m, w, offset) + ')',
+
+  // Observations per second (fn=rate) or per window (fn=increase) of a histogram family.
+  count(family, m, by, w, fn='rate')::
+    'sum by (' + self.list(by) + ') (histogram_count(' + fn + '(' + self.range(family, m, w) + ')))'
+    + '\nor\n' + self.sumBy(by, fn, family + '_count', m, w),
+
+  // The mean observation of a histogram family: sum / count.
+  mean(family, m, by, w)::
+    local nat(f) = 'sum by (' + self.list(by) + ') (' + f + '(rate(' + self.range(family, m, w) + ')))';
+    '(\n  ' + nat('histogram_sum') + '\n  /\n  ' + nat('histogram_count') + '\n)\nor\n(\n  '
+    + self.sumBy(by, 'rate', family + '_sum', m, w) + '\n  /\n  '
+    + self.sumBy(by, 'rate', family + '_count', m, w) + '\n)',
+
+  // Indent every line after the first by n spaces (to nest a multi-line expression).
+  indent(text, n)::
+    std.join('\n' + std.repeat(' ', n), std.split(text, '\n')),
+
+  // Seconds in a duration such as 30m or 3d (to order windows).
+  seconds(d)::
+    local units = { s: 1, m: 60, h: 3600, d: 86400, w: 604800 };
+    std.parseInt(std.substr(d, 0, std.length(d) - 1)) * units[d[std.length(d) - 1]],
+
+  // Distinct durations, shortest first.
+  windows(list)::
+    std.sort(std.set(list), function(d) self.seconds(d)),
+}
