@@ -13,7 +13,6 @@ import contextvars
 import email.utils
 import functools
 import math
-import re
 import ssl
 import time
 import uuid
@@ -62,6 +61,7 @@ REASON_LIMIT = 300
 MESSAGE_LIMIT = 200
 ANSWER_LIMIT = 200
 FIELD_LIMIT = 128  # finish reason, response id
+_MALFORMED_BODY = "malformed response body: "
 # A read packed with events is parsed in slices this long, with the loop free in between, so
 # one stream cannot hold up the stamps of others.
 EVENT_SLICE = 128
@@ -134,7 +134,16 @@ class _StampingHandler(ResponseHandler):
     def data_received(self, data: bytes) -> None:
         if self.arrived is None:
             self.arrived = self._clock()
+        payload = self._payload
         super().data_received(data)
+        # aiohttp (3.14) keeps a parse error of the body (a bad chunk size mid-stream) on the
+        # connection and never tells the body's reader, which then waits for the whole probe
+        # timeout. Hand the error to the reader, so the probe ends now, as `stream`.
+        error = self.exception()
+        if (error is not None and payload is not None and not payload.is_eof()
+                and payload.exception() is None):
+            payload.set_exception(aiohttp.ClientPayloadError(
+                f"{_MALFORMED_BODY}{_http_problem(error) or type(error).__name__}"))
 
 
 def _trace_config() -> aiohttp.TraceConfig:
@@ -190,7 +199,8 @@ def _error_text(body: bytes, redactor: Redactor = REDACTOR) -> str:
             message = error
     if not message:
         message = body.decode("utf-8", "replace")
-    return redactor.clip(re.sub(r"\s+", " ", str(message)).strip(), REASON_LIMIT)
+    # Redacted before whitespace is squeezed (and before the cut): nothing may reshape a key.
+    return redactor.clip(" ".join(redactor(str(message)).split()), REASON_LIMIT)
 
 
 def _http_problem(exc: BaseException) -> str:
@@ -233,9 +243,12 @@ def _request_error(exc: Exception) -> ProbeError | None:
 def _body_error(exc: Exception) -> StreamError:
     """The probe error for a failure while reading the body (after the headers)."""
     if isinstance(exc, aiohttp.ClientPayloadError | HttpProcessingError):
-        problem = _http_problem(exc) or str(exc).partition("message:")[2].strip() or type(
-            exc).__name__
-        return StreamError(f"malformed response body: {' '.join(problem.split())}")
+        problem = _http_problem(exc)
+        if not problem and isinstance(exc, aiohttp.ClientPayloadError):
+            # "400, message: <problem>" from aiohttp, or the error _StampingHandler handed on
+            text = str(exc)
+            problem = text.partition("message:")[2] or text.removeprefix(_MALFORMED_BODY)
+        return StreamError(f"{_MALFORMED_BODY}{' '.join(problem.split()) or type(exc).__name__}")
     if isinstance(exc, aiohttp.ClientOSError):
         return StreamError(f"connection broke mid-stream: {_os_error_text(exc)}")
     return StreamError(f"connection broke mid-stream: {type(exc).__name__}")
@@ -449,10 +462,11 @@ class Prober:
         """Read the event stream, stamping every read that carries tokens."""
         content_type = response.headers.get("Content-Type", "")
         if "text/event-stream" not in content_type:
-            body = _error_text(await _read_some(response, 2048), self._redact)
+            body = self._redact.clip(_error_text(await _read_some(response, 2048),
+                                                 self._redact), MESSAGE_LIMIT)
             raise StreamError(f"expected an event stream, got "
-                              f"{self._redact.clip(content_type, 80) or 'no content type'}: "
-                              f"{self._redact.clip(body, MESSAGE_LIMIT)}")
+                              f"{self._redact.clip(content_type, 80) or 'no content type'}"
+                              + (f": {body}" if body else ""))
         clock = self._clock
         stamps = attempt.stamps
         parser = attempt.parser = protocol.new_parser()
