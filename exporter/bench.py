@@ -590,13 +590,13 @@ def write_csv(path: Path, records: Sequence[Mapping[str, Any]]) -> None:
                **{f"{k}_tokens": v for k, v in r["tokens"].items()}}
         writer.writerow({k: REDACTOR(v) if isinstance(v, str) else v
                          for k, v in row.items() if k in CSV_FIELDS})
-    path.write_text(REDACTOR(out.getvalue()), encoding="utf-8", newline="")
+    path.write_text(REDACTOR.net(out.getvalue()), encoding="utf-8", newline="")
 
 
 def write_json(path: Path, document: Mapping[str, Any]) -> None:
     """run.json: every string redacted before serialising, the text once more."""
     text = orjson.dumps(REDACTOR.tree(document), option=orjson.OPT_INDENT_2).decode()
-    path.write_text(REDACTOR(text) + "\n", encoding="utf-8")
+    path.write_text(REDACTOR.net(text) + "\n", encoding="utf-8")
 
 
 def write_report(path: Path, document: Mapping[str, Any]) -> None:
@@ -604,7 +604,7 @@ def write_report(path: Path, document: Mapping[str, Any]) -> None:
     escaping), the page once more."""
     from exporter.report import render_report
 
-    path.write_text(REDACTOR(render_report(REDACTOR.tree(document))), encoding="utf-8")
+    path.write_text(REDACTOR.net(render_report(REDACTOR.tree(document))), encoding="utf-8")
 
 
 def _num(value: float | None, digits: int = 1) -> str:

@@ -19,7 +19,7 @@ import sys
 import threading
 import types
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TextIO
 from urllib.parse import quote, quote_plus
 
@@ -40,6 +40,8 @@ _CLIP_MARGIN = 64  # room for an unknown URL password at the cut
 _RUN = b"a" * FRAGMENT  # in the marked copy of a text: FRAGMENT secret characters in a row
 _PROBE, _STRIDE = 6, 7  # _PROBE + _STRIDE - 1 <= FRAGMENT: every fragment holds a sample
 _REDACTED_BYTES = REDACTED.encode()
+_CLEAN_LIMIT = 100_000
+_MEMO_LIMIT, _MEMO_TEXT = 32_768, 200  # bounded: a few MB at most
 
 LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warn": logging.WARNING,
           "warning": logging.WARNING, "error": logging.ERROR}
@@ -59,11 +61,16 @@ class _Index:
     `find` locate the runs of secret characters; Python looks only inside those runs."""
 
     whole: tuple[str, ...] = ()  # longest first, so a key containing another goes whole
+    short: tuple[str, ...] = ()  # those the fragment search cannot find on its own
     grams: frozenset[bytes] = frozenset()  # every FRAGMENT-long substring of every secret piece
     probes: frozenset[bytes] = frozenset()  # every PROBE-long substring, for a quick first look
     marks: bytes | None = None  # translate table: a secret's bytes → "a", every other → " "
     shortest: int = 1 << 30  # no text shorter than this can hold anything to redact
     longest: int = 0
+    # Runs of secret characters known to hold no fragment: ids, numbers and names come back on
+    # every render of a page. Bounded; it goes with the index when the secrets change.
+    clean: set[bytes] = field(default_factory=set)
+    memo: dict[str, str] = field(default_factory=dict)  # short texts redacted before
 
     @classmethod
     def build(cls, secrets: Iterable[str]) -> _Index:
@@ -80,7 +87,10 @@ class _Index:
                 table[byte] = ord("a")
             marks = bytes(table)
         shortest = min(map(len, whole), default=1 << 30)
-        return cls(tuple(sorted(whole, key=len, reverse=True)), _substrings(pieces, FRAGMENT),
+        ordered = tuple(sorted(whole, key=len, reverse=True))
+        return cls(ordered, tuple(s for s in ordered
+                                  if min(map(len, s.split()), default=0) < FRAGMENT),
+                   _substrings(pieces, FRAGMENT),
                    _substrings(pieces, _PROBE), marks,
                    min(shortest, FRAGMENT) if pieces else shortest,
                    max(map(len, whole), default=0))
@@ -121,17 +131,23 @@ class Redactor:
 
     def __call__(self, text: str) -> str:
         """`text` with every secret, and every fragment of one, replaced by `<redacted>`."""
-        if "@" in text:
-            text = _URL_PASSWORD.sub(rf"\1:{REDACTED}@", text)
         index = self._index
-        if len(text) < index.shortest:
-            return text
-        for secret in index.whole:
-            if secret in text:
-                text = text.replace(secret, REDACTED)
-        if index.marks is not None:
-            text = _remove_fragments(text, index)
-        return text
+        if len(text) < index.shortest and "@" not in text:
+            return text  # most table cells and names: one comparison, no call
+        done = index.memo.get(text)
+        if done is None:
+            done = _redact(text, index, fragments=True)
+            if len(text) <= _MEMO_TEXT:
+                if len(index.memo) >= _MEMO_LIMIT:
+                    index.memo.clear()
+                index.memo[text] = done
+        return done
+
+    def net(self, text: str) -> str:
+        """The second net over a serialised document whose values were each redacted before:
+        whole secrets (escaped forms too) and URL passwords. The fragment search, the costly
+        part on a 10,000-series page, already ran on every value."""
+        return _redact(text, self._index, fragments=False)
 
     def clip(self, text: str, limit: int) -> str:
         """Redact, then shorten to `limit` characters: never the other way round.
@@ -166,13 +182,29 @@ class Redactor:
         return self(line) if isinstance(line, str) else line
 
 
+def _redact(text: str, index: _Index, *, fragments: bool) -> str:
+    if "@" in text:
+        text = _URL_PASSWORD.sub(rf"\1:{REDACTED}@", text)
+    if len(text) < index.shortest:
+        return text
+    # Whole secrets first; with the fragment search, only those it would miss (a piece shorter
+    # than FRAGMENT: "Bearer", short keys), as it removes every other one anyway.
+    for secret in index.short if fragments else index.whole:
+        if secret in text:
+            text = text.replace(secret, REDACTED)
+    if fragments and index.marks is not None:
+        text = _remove_fragments(text, index)
+    return text
+
+
 def _remove_fragments(text: str, index: _Index) -> str:
     """Replace every stretch of `text` made of FRAGMENT-long pieces of a secret."""
     assert index.marks is not None
     data = text.encode("utf-8", "surrogatepass")
     find = data.translate(index.marks).find
-    probes, size = index.probes, len(data)
-    clean: set[bytes] = set()  # runs seen without a secret (ids and numbers repeat on pages)
+    probes, size, clean = index.probes, len(data), index.clean
+    if len(clean) > _CLEAN_LIMIT:
+        clean.clear()
     spans: list[tuple[int, int]] = []
     start = find(_RUN)
     while start >= 0:

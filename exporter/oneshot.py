@@ -239,7 +239,7 @@ async def run_probe_command(config: Config, *, target: str | None, model: str | 
         # Every string was redacted in the document; the text once more, as a second net.
         text = orjson.dumps(results_document(results, series, repeat),
                             option=orjson.OPT_INDENT_2).decode()
-        sys.stdout.write(REDACTOR(text) + "\n")
+        sys.stdout.write(REDACTOR.net(text) + "\n")
     else:
         print_table(results, series, repeat=repeat)
     return 0 if all(r.success for r in results) else 1

@@ -216,7 +216,7 @@ def _results_document(snapshot: Snapshot, state_info: dict[str, Any]) -> bytes:
     doc = {**REDACTOR.tree(state_info), "series": series,
            "recent_failures": [result_json(r) for r in snapshot.failures]}
     # Values were redacted before serialising; the text once more, as a second net.
-    return REDACTOR(orjson.dumps(doc).decode()).encode()
+    return REDACTOR.net(orjson.dumps(doc).decode()).encode()
 
 
 def _state_info(state: ServerState) -> dict[str, Any]:
@@ -242,10 +242,10 @@ async def config_handler(request: web.Request) -> web.Response:
     # earlier configs), then the serialised text once more.
     data = REDACTOR.tree(redacted(state.config))
     if request.query.get("format") == "json":
-        return web.Response(text=REDACTOR(orjson.dumps(data).decode()),
+        return web.Response(text=REDACTOR.net(orjson.dumps(data).decode()),
                             content_type="application/json")
     text = yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
-    return web.Response(text=REDACTOR(text), content_type="text/plain")
+    return web.Response(text=REDACTOR.net(text), content_type="text/plain")
 
 
 async def status_handler(request: web.Request) -> web.Response:
@@ -342,4 +342,4 @@ def render_status_page(snapshot: Snapshot, info: dict[str, Any], now: float) -> 
 <th>result</th><th>reason</th></tr></thead><tbody>{failures or
 '<tr><td colspan="6" class="none">none</td></tr>'}</tbody></table>
 </body></html>"""
-    return REDACTOR(page)  # the whole page once more, as a second net
+    return REDACTOR.net(page)  # the whole page once more, as a second net
