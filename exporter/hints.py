@@ -110,7 +110,7 @@ HINTS: tuple[Hint, ...] = (
          text="the server's answer was not valid HTTP (a bad status line or chunk size, headers "
               "over 8 KB or too many of them, broken compression): something other than an "
               "HTTP API listens there, or a proxy in between is broken"),
-    Hint(Result.STREAM, words=("events for max_tokens", "choices"),
+    Hint(Result.STREAM, words=("events for max_tokens", "choices", "json values"),
          text="the server sent far more events (or choices) than one answer needs; the probe "
               "cut it off: check that base_url points at the API you meant"),
     Hint(Result.STREAM, words=("truncated", "broke", "reset"),

@@ -63,7 +63,7 @@ class _Index:
     whole: tuple[str, ...] = ()  # longest first, so a key containing another goes whole
     short: tuple[str, ...] = ()  # those the fragment search cannot find on its own
     grams: frozenset[bytes] = frozenset()  # every FRAGMENT-long substring of every secret piece
-    probes: frozenset[bytes] = frozenset()  # every PROBE-long substring, for a quick first look
+    probes: frozenset[bytes] = frozenset()  # every _PROBE-long one, for a quick first look
     marks: bytes | None = None  # translate table: a secret's bytes → "a", every other → " "
     shortest: int = 1 << 30  # no text shorter than this can hold anything to redact
     longest: int = 0
@@ -74,6 +74,7 @@ class _Index:
 
     @classmethod
     def build(cls, secrets: Iterable[str]) -> _Index:
+        """The index of `secrets` and their escaped forms."""
         whole: set[str] = set()
         for secret in secrets:
             if len(secret) >= MIN_SECRET:
@@ -183,6 +184,7 @@ class Redactor:
 
 
 def _redact(text: str, index: _Index, *, fragments: bool) -> str:
+    """URL passwords, whole secrets and (with `fragments`) every fragment, redacted."""
     if "@" in text:
         text = _URL_PASSWORD.sub(rf"\1:{REDACTED}@", text)
     if len(text) < index.shortest:

@@ -243,10 +243,13 @@ def _request_error(exc: Exception) -> ProbeError | None:
 def _body_error(exc: Exception) -> StreamError:
     """The probe error for a failure while reading the body (after the headers)."""
     if isinstance(exc, aiohttp.ClientPayloadError | HttpProcessingError):
+        text = str(exc)
         problem = _http_problem(exc)
+        if text.startswith("Response payload is not completed"):
+            # The connection ended before the body did (reset, or closed early).
+            return StreamError(f"connection broke mid-stream: {problem or 'body cut short'}")
         if not problem and isinstance(exc, aiohttp.ClientPayloadError):
             # "400, message: <problem>" from aiohttp, or the error _StampingHandler handed on
-            text = str(exc)
             problem = text.partition("message:")[2] or text.removeprefix(_MALFORMED_BODY)
         return StreamError(f"{_MALFORMED_BODY}{' '.join(problem.split()) or type(exc).__name__}")
     if isinstance(exc, aiohttp.ClientOSError):

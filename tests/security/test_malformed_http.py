@@ -69,7 +69,8 @@ CASES: dict[str, tuple[list[tuple[float, bytes]], Result, str]] = {
                                   "before response headers"),
     "closed without a byte": ([], Result.CONNECT, "before response headers"),
     "body shorter than Content-Length": ([(0, SSE_HEAD + b"Content-Length: 5000\r\n\r\n"
-                                          + EVENTS[:40])], Result.STREAM, "malformed response"),
+                                          + EVENTS[:40])], Result.STREAM,
+                                         "connection broke mid-stream: Not enough data"),
 }
 
 
