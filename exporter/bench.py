@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import csv
+import io
 import itertools
 import math
 import random
@@ -579,23 +580,31 @@ CSV_FIELDS = (
 
 
 def write_csv(path: Path, records: Sequence[Mapping[str, Any]]) -> None:
-    """One row per request."""
-    with path.open("w", newline="", encoding="utf-8") as f:
-        writer = csv.DictWriter(f, CSV_FIELDS, extrasaction="ignore")
-        writer.writeheader()
-        for r in records:
-            gaps = r["inter_chunk_seconds"]
-            writer.writerow({
-                **r, "inter_chunk_max_seconds": max(gaps) if gaps else None,
-                **{f"{k}_tokens": v for k, v in r["tokens"].items()},
-                "reason": REDACTOR(r["reason"]),
-            })
+    """One row per request; every cell redacted before quoting, the text once more."""
+    out = io.StringIO()
+    writer = csv.DictWriter(out, CSV_FIELDS, extrasaction="ignore")
+    writer.writeheader()
+    for r in records:
+        gaps = r["inter_chunk_seconds"]
+        row = {**r, "inter_chunk_max_seconds": max(gaps) if gaps else None,
+               **{f"{k}_tokens": v for k, v in r["tokens"].items()}}
+        writer.writerow({k: REDACTOR(v) if isinstance(v, str) else v
+                         for k, v in row.items() if k in CSV_FIELDS})
+    path.write_text(REDACTOR.net(out.getvalue()), encoding="utf-8", newline="")
 
 
 def write_json(path: Path, document: Mapping[str, Any]) -> None:
-    """run.json, redacted once more as a whole."""
-    text = orjson.dumps(document, option=orjson.OPT_INDENT_2).decode()
-    path.write_text(REDACTOR(text) + "\n", encoding="utf-8")
+    """run.json: every string redacted before serialising, the text once more."""
+    text = orjson.dumps(REDACTOR.tree(document), option=orjson.OPT_INDENT_2).decode()
+    path.write_text(REDACTOR.net(text) + "\n", encoding="utf-8")
+
+
+def write_report(path: Path, document: Mapping[str, Any]) -> None:
+    """The HTML report: rendered from a redacted document (each value is also redacted before
+    escaping), the page once more."""
+    from exporter.report import render_report
+
+    path.write_text(REDACTOR.net(render_report(REDACTOR.tree(document))), encoding="utf-8")
 
 
 def _num(value: float | None, digits: int = 1) -> str:
@@ -684,8 +693,8 @@ def print_failures(console: Console, runs: Sequence[LevelRun]) -> None:
                 seen.setdefault(r["result"], []).append(r)
         for result_value, failed in seen.items():
             first = failed[0]
-            console.print(f"[red]✗[/red] {series_name(run.series)} {run.level.label}: "
-                          f"{len(failed)} × [bold]{result_value}[/bold] — "
+            console.print(f"[red]✗[/red] {escape(REDACTOR(series_name(run.series)))} "
+                          f"{run.level.label}: {len(failed)} × [bold]{result_value}[/bold] — "
                           f"{escape(REDACTOR(first['reason']))}", soft_wrap=True)
             hint = _hint_for_record(first, run.series)
             if hint:
@@ -803,9 +812,7 @@ async def run_bench_command(config: Config, *, target: str | None, model: str | 
         write_csv(outputs.csv, document["records"])
         console.print(f"wrote {outputs.csv} ({len(document['records'])} rows)")
     if outputs.report is not None:
-        from exporter.report import render_report
-
-        outputs.report.write_text(REDACTOR(render_report(document)), encoding="utf-8")
+        write_report(outputs.report, document)
         console.print(f"wrote {outputs.report}")
     if document["interrupted"]:
         return EXIT_INTERRUPTED

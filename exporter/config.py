@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 import yaml
 from pydantic import (
@@ -25,6 +26,8 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+
+from exporter.log import REDACTED, Redactor
 
 # ---------------------------------------------------------------------------------------------
 # Errors
@@ -475,13 +478,16 @@ class Config:
     raw: Mapping[str, Any] = field(default_factory=dict, repr=False)
 
     def secrets(self) -> list[str]:
-        """Every secret value in this config (keys, secret-looking headers), for redaction."""
+        """Every secret value in this config, for redaction: API keys, secret-looking headers,
+        query parameters and URL credentials, the simulator's key."""
         found = [t.api_key.reveal() for t in self.targets if t.api_key]
         for target in self.targets:
             for name, value in target.headers.items():
-                if _SECRET_HEADER.search(name):
+                if _is_secret(name, value, ()):
                     # "Bearer sk-…" headers: the token alone must be redacted too.
                     found += [value, value.rpartition(" ")[2]]
+            found += [value for name, value in target.query.items() if _is_secret(name, value, ())]
+            found += _url_secrets(target.base_url + (target.path or ""))
         if self.simulator is not None and self.simulator.api_key:
             found.append(self.simulator.api_key)
         return found
@@ -689,23 +695,66 @@ def parse_listen_address(address: str) -> tuple[str, int]:
 
 
 def redacted(config: Config) -> dict[str, Any]:
-    """The loaded config as a plain dict with every secret removed (for `/config`)."""
+    """The loaded config as a plain dict with every secret removed (for `/config`, bench files).
+
+    Secret-bearing places are blanked by name (api_key, secret-looking headers and query
+    parameters, URL credentials); then every remaining string is redacted, for a secret that
+    `${VAR}` put somewhere else.
+    """
     data = RawConfig.model_validate(config.raw).model_dump(
         mode="json", by_alias=True, exclude_none=True)
     secrets = config.secrets()
     for raw_target, target in zip(data.get("targets", []), config.targets, strict=True):
         if "api_key" in raw_target:
-            raw_target["api_key"] = "<redacted>"
+            raw_target["api_key"] = REDACTED
         raw_target["key_source"] = target.key_source
-        raw_target["headers"] = {
-            k: ("<redacted>" if _is_secret_header(k, v, secrets) else v)
-            for k, v in raw_target.get("headers", {}).items()
-        }
-    return data
+        for place in ("headers", "query"):
+            raw_target[place] = {k: (REDACTED if _is_secret(k, v, secrets) else v)
+                                 for k, v in raw_target.get(place, {}).items()}
+        for place in ("base_url", "path"):
+            if place in raw_target:
+                raw_target[place] = _redacted_url(raw_target[place], secrets)
+    simulator = data.get("simulator")
+    if simulator and simulator.get("api_key"):
+        simulator["api_key"] = REDACTED
+    return Redactor(secrets).tree(data)
 
 
-_SECRET_HEADER = re.compile(r"(auth|key|token|secret|cookie|password)", re.IGNORECASE)
+# Names of headers and query parameters that carry credentials (Azure's `api-key`, SAS `sig`,
+# Azure Functions' `code`, `access_token`, `X-Auth-…`, cookies, sessions).
+_SECRET_NAME = re.compile(r"auth|key|token|secret|passw|pwd|sig|credential|cookie|session|code",
+                          re.IGNORECASE)
+_CREDENTIAL_VALUE = re.compile(r"^(bearer|basic|token|digest)\s", re.IGNORECASE)
 
 
-def _is_secret_header(name: str, value: str, secrets: Sequence[str]) -> bool:
-    return bool(_SECRET_HEADER.search(name)) or any(s and s in value for s in secrets)
+def _is_secret(name: str, value: str, secrets: Sequence[str]) -> bool:
+    """Whether a header or query parameter carries a secret: by its name, by its value's form
+    (`Bearer …`), or because it contains a known secret."""
+    return bool(_SECRET_NAME.search(name) or _CREDENTIAL_VALUE.match(value)
+                or any(s and s in value for s in secrets))
+
+
+def _url_secrets(url: str) -> list[str]:
+    """The credentials inside a URL: its password (or a user without one, a token), and the
+    values of secret-looking query parameters."""
+    parts = urlsplit(url)
+    found = [parts.password] if parts.password else [parts.username] if parts.username else []
+    found += [value for name, value in parse_qsl(parts.query, keep_blank_values=True)
+              if _is_secret(name, value, ())]
+    return [s for s in found if s]
+
+
+def _redacted_url(url: str, secrets: Sequence[str]) -> str:
+    """`url` with its credentials and secret query values replaced by `<redacted>`."""
+    parts = urlsplit(url)
+    netloc = parts.netloc
+    userinfo, at, host = netloc.rpartition("@")
+    if at:
+        user, colon, _password = userinfo.partition(":")
+        netloc = f"{user}:{REDACTED}@{host}" if colon else f"{REDACTED}@{host}"
+    query = parts.query
+    if query:
+        pairs = [(k, REDACTED if _is_secret(k, v, secrets) else v)
+                 for k, v in parse_qsl(query, keep_blank_values=True)]
+        query = urlencode(pairs, safe="<>", quote_via=quote)
+    return urlunsplit(parts._replace(netloc=netloc, query=query))

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from exporter.config import Series
 from exporter.errors import Result
+from exporter.log import REDACTOR
 from exporter.result import ProbeResult
 
 PROXY_VARIABLES = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY",
@@ -105,6 +106,13 @@ HINTS: tuple[Hint, ...] = (
          text="the answer was not an event stream: base_url may point at a web page, a login or "
               "proxy page, or a server that ignores `stream: true`; check base_url and `api:` "
               "({api})"),
+    Hint(Result.STREAM, words=("malformed http", "malformed response body"),
+         text="the server's answer was not valid HTTP (a bad status line or chunk size, headers "
+              "over 8 KB or too many of them, broken compression): something other than an "
+              "HTTP API listens there, or a proxy in between is broken"),
+    Hint(Result.STREAM, words=("events for max_tokens", "choices", "json values"),
+         text="the server sent far more events (or choices) than one answer needs; the probe "
+              "cut it off: check that base_url points at the API you meant"),
     Hint(Result.STREAM, words=("truncated", "broke", "reset"),
          text="the stream was cut short: a proxy or load-balancer idle timeout, or the server "
               "dropped the connection mid-answer"),
@@ -144,7 +152,8 @@ def hint_for(result: ProbeResult, series: Series | None = None, *,
     has_key = None if series is None else series.target.api_key is not None
     for row in HINTS:
         if row.matches(result, has_key):
-            return row.text.format_map(_Fields(series, env))
+            # The fields come from the config (base_url may hold credentials).
+            return REDACTOR(row.text.format_map(_Fields(series, env)))
     return ""
 
 

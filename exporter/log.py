@@ -1,75 +1,376 @@
-"""structlog set-up and secret redaction: no API key reaches a log line, whatever logged it."""
+"""Logging set-up and secret redaction: no API key reaches anything the exporter writes.
+
+`Redactor` knows every secret of the loaded config and removes it from text — whole, in its
+URL-, HTML- and JSON-escaped forms, and any fragment of 12 or more characters (a server that echoes
+a key cut at some length must not leak the rest). `Redactor.clip` redacts *then* shortens, for
+every place that cuts text. `configure_logging` sends our structlog lines and everything that
+prints through stdlib logging (asyncio's "Task exception was never retrieved", aiohttp's "Error
+handling request", warnings, uncaught exceptions in any thread) through the same redacting
+pipeline, in one format: json, logfmt or console.
+"""
 
 from __future__ import annotations
 
+import html
+import json
 import logging
+import re
 import sys
-from collections.abc import Iterable
-from typing import Any
+import threading
+import types
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, TextIO
+from urllib.parse import quote, quote_plus
 
 import structlog
 
 REDACTED = "<redacted>"
+# The shortest piece of a secret recognised on its own: a server that echoes part of a key (cut
+# at a length limit, split over two fields) leaks nothing this long.
+FRAGMENT = 12
+# Shorter values would redact ordinary words; real secrets are long.
+MIN_SECRET = 6
+# Secrets of earlier configs stay known this long (by count), so a probe that started before a
+# reload cannot leak the key it was sent with.
+RETIRED_LIMIT = 256
+# `scheme://user:password@host`: a password inside a URL is redacted whether or not it is known.
+_URL_PASSWORD = re.compile(r"(://[^\s/@:]*):([^\s/@]+)@")
+_CLIP_MARGIN = 64  # room for an unknown URL password at the cut
+_RUN = b"a" * FRAGMENT  # in the marked copy of a text: FRAGMENT secret characters in a row
+_PROBE, _STRIDE = 6, 7  # _PROBE + _STRIDE - 1 <= FRAGMENT: every fragment holds a sample
+_REDACTED_BYTES = REDACTED.encode()
+_CLEAN_LIMIT = 100_000
+_MEMO_LIMIT, _MEMO_TEXT = 32_768, 200  # bounded: a few MB at most
+
+LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warn": logging.WARNING,
+          "warning": logging.WARNING, "error": logging.ERROR}
+FORMATS = ("json", "logfmt", "console")
+
+
+def _variants(secret: str) -> set[str]:
+    """The secret as it may appear once a writer escaped it (URL, form, HTML, JSON)."""
+    return {secret, quote(secret, safe=""), quote_plus(secret, safe=""),
+            html.escape(secret, quote=True), json.dumps(secret)[1:-1]}
+
+
+@dataclass(frozen=True, slots=True)
+class _Index:
+    """What one set of secrets compiles to; replaced whole, so readers in threads never see a
+    half-updated index. Fragments are searched in UTF-8 bytes, where C-speed `translate` and
+    `find` locate the runs of secret characters; Python looks only inside those runs."""
+
+    whole: tuple[str, ...] = ()  # longest first, so a key containing another goes whole
+    short: tuple[str, ...] = ()  # those the fragment search cannot find on its own
+    grams: frozenset[bytes] = frozenset()  # every FRAGMENT-long substring of every secret piece
+    probes: frozenset[bytes] = frozenset()  # every _PROBE-long one, for a quick first look
+    marks: bytes | None = None  # translate table: a secret's bytes → "a", every other → " "
+    shortest: int = 1 << 30  # no text shorter than this can hold anything to redact
+    longest: int = 0
+    # Runs of secret characters known to hold no fragment: ids, numbers and names come back on
+    # every render of a page. Bounded; it goes with the index when the secrets change.
+    clean: set[bytes] = field(default_factory=set)
+    memo: dict[str, str] = field(default_factory=dict)  # short texts redacted before
+
+    @classmethod
+    def build(cls, secrets: Iterable[str]) -> _Index:
+        """The index of `secrets` and their escaped forms."""
+        whole: set[str] = set()
+        for secret in secrets:
+            if len(secret) >= MIN_SECRET:
+                whole |= _variants(secret)
+        pieces = {p.encode("utf-8", "surrogatepass")
+                  for s in whole for p in s.split() if len(p) >= FRAGMENT}
+        marks = None
+        if pieces:
+            table = bytearray(b" " * 256)
+            for byte in set(b"".join(pieces)):
+                table[byte] = ord("a")
+            marks = bytes(table)
+        shortest = min(map(len, whole), default=1 << 30)
+        ordered = tuple(sorted(whole, key=len, reverse=True))
+        return cls(ordered, tuple(s for s in ordered
+                                  if min(map(len, s.split()), default=0) < FRAGMENT),
+                   _substrings(pieces, FRAGMENT),
+                   _substrings(pieces, _PROBE), marks,
+                   min(shortest, FRAGMENT) if pieces else shortest,
+                   max(map(len, whole), default=0))
+
+
+def _substrings(pieces: Iterable[bytes], size: int) -> frozenset[bytes]:
+    return frozenset(p[i:i + size] for p in pieces for i in range(len(p) - size + 1))
 
 
 class Redactor:
-    """Replaces every known secret (API keys) in text; shared by logs, errors and pages."""
+    """Removes every known secret from text; shared by logs, results, pages and files."""
 
     def __init__(self, secrets: Iterable[str] = ()) -> None:
-        self._secrets: tuple[str, ...] = ()
+        self._current: tuple[str, ...] = ()
+        self._retired: dict[str, None] = {}  # insertion-ordered, oldest first
+        self._index = _Index()
         self.update(secrets)
 
     def update(self, secrets: Iterable[str]) -> None:
-        """Replace the set of secrets (after a reload)."""
-        # Longest first, so a key that contains another is removed whole. Very short values
-        # would redact ordinary words; real keys are long.
-        self._secrets = tuple(sorted({s for s in secrets if len(s) >= 6}, key=len, reverse=True))
+        """Make `secrets` the current set (after a load or reload); earlier ones stay known."""
+        current = tuple(dict.fromkeys(s for s in secrets if len(s) >= MIN_SECRET))
+        for old in self._current:
+            if old not in current:
+                self._retired.pop(old, None)
+                self._retired[old] = None
+        for secret in current:
+            self._retired.pop(secret, None)
+        while len(self._retired) > RETIRED_LIMIT:
+            del self._retired[next(iter(self._retired))]
+        self._current = current
+        self._index = _Index.build((*current, *self._retired))
+
+    def forget(self) -> None:
+        """Know no secret at all (tests, and a process that loads a different config)."""
+        self._current = ()
+        self._retired.clear()
+        self._index = _Index()
 
     def __call__(self, text: str) -> str:
-        """`text` with every secret replaced by `<redacted>`."""
-        for secret in self._secrets:
-            if secret in text:
-                text = text.replace(secret, REDACTED)
-        return text
+        """`text` with every secret, and every fragment of one, replaced by `<redacted>`."""
+        index = self._index
+        if len(text) < index.shortest and "@" not in text:
+            return text  # most table cells and names: one comparison, no call
+        done = index.memo.get(text)
+        if done is None:
+            done = _redact(text, index, fragments=True)
+            if len(text) <= _MEMO_TEXT:
+                if len(index.memo) >= _MEMO_LIMIT:
+                    index.memo.clear()
+                index.memo[text] = done
+        return done
 
-    def processor(self, logger: Any, method: str, event: Any) -> Any:
-        """structlog processor: runs after rendering, on the final line."""
-        if isinstance(event, str):
-            return self(event)
-        if isinstance(event, bytes):
-            return self(event.decode("utf-8", "replace"))
-        return event
+    def net(self, text: str) -> str:
+        """The second net over a serialised document whose values were each redacted before:
+        whole secrets (escaped forms too) and URL passwords. The fragment search, the costly
+        part on a 10,000-series page, already ran on every value."""
+        return _redact(text, self._index, fragments=False)
+
+    def clip(self, text: str, limit: int) -> str:
+        """Redact, then shorten to `limit` characters: never the other way round.
+
+        Only the start of a long text is redacted: a secret that reaches into the first `limit`
+        characters ends within `limit + longest secret`, and no output comes from beyond that.
+        """
+        text = self(text[:limit + self._index.longest + _CLIP_MARGIN])
+        return text if len(text) <= limit else text[:limit - 1] + "…"
+
+    def tree(self, value: Any) -> Any:
+        """A JSON-like value with every string in it (keys too) redacted."""
+        if isinstance(value, str):
+            return self(value)
+        if isinstance(value, Mapping):
+            return {self.tree(k): self.tree(v) for k, v in value.items()}
+        if isinstance(value, list | tuple):
+            return [self.tree(v) for v in value]
+        return value
+
+    def event_processor(self, logger: Any, method: str, event: dict[str, Any]) -> dict[str, Any]:
+        """structlog processor, before rendering: every value redacted (objects as their repr),
+        so an escaping renderer cannot change a key's bytes past recognition."""
+        return {key: value if value is None or isinstance(value, bool | int | float)
+                else self.tree(value) if isinstance(value, str | Mapping | list | tuple)
+                else self(repr(value)) for key, value in event.items()}
+
+    def line_processor(self, logger: Any, method: str, line: Any) -> Any:
+        """structlog processor, after rendering: the final line once more, as a second net."""
+        if isinstance(line, bytes):
+            line = line.decode("utf-8", "replace")
+        return self(line) if isinstance(line, str) else line
+
+
+def _redact(text: str, index: _Index, *, fragments: bool) -> str:
+    """URL passwords, whole secrets and (with `fragments`) every fragment, redacted."""
+    if "@" in text:
+        text = _URL_PASSWORD.sub(rf"\1:{REDACTED}@", text)
+    if len(text) < index.shortest:
+        return text
+    # Whole secrets first; with the fragment search, only those it would miss (a piece shorter
+    # than FRAGMENT: "Bearer", short keys), as it removes every other one anyway.
+    for secret in index.short if fragments else index.whole:
+        if secret in text:
+            text = text.replace(secret, REDACTED)
+    if fragments and index.marks is not None:
+        text = _remove_fragments(text, index)
+    return text
+
+
+def _remove_fragments(text: str, index: _Index) -> str:
+    """Replace every stretch of `text` made of FRAGMENT-long pieces of a secret."""
+    assert index.marks is not None
+    data = text.encode("utf-8", "surrogatepass")
+    find = data.translate(index.marks).find
+    probes, size, clean = index.probes, len(data), index.clean
+    if len(clean) > _CLEAN_LIMIT:
+        clean.clear()
+    spans: list[tuple[int, int]] = []
+    start = find(_RUN)
+    while start >= 0:
+        end = find(b" ", start)
+        if end < 0:
+            end = size
+        run = data[start:end]
+        if run not in clean:
+            # Any FRAGMENT-long window holds a whole _PROBE-long piece at a multiple of
+            # _STRIDE, so sampling there finds every fragment; most runs stop at the sample.
+            for i in range(0, len(run) - _PROBE + 1, _STRIDE):
+                if run[i:i + _PROBE] in probes:
+                    _add_spans(run, start, index.grams, spans)
+                    break
+            else:
+                clean.add(run)
+        start = find(_RUN, end)
+    if not spans:
+        return text
+    parts, last = [], 0
+    for first, end in spans:
+        parts += (data[last:first], _REDACTED_BYTES)
+        last = end
+    parts.append(data[last:])
+    return b"".join(parts).decode("utf-8", "replace")
+
+
+def _add_spans(run: bytes, offset: int, grams: frozenset[bytes],
+               spans: list[tuple[int, int]]) -> None:
+    """Add the spans (offset by `offset`) that FRAGMENT-long pieces of secrets cover in `run`."""
+    first = last = -1
+    for i in range(len(run) - FRAGMENT + 1):
+        if run[i:i + FRAGMENT] in grams:
+            if i > last:
+                if last >= 0:
+                    spans.append((offset + first, offset + last))
+                first = i
+            last = i + FRAGMENT
+    if last >= 0:
+        spans.append((offset + first, offset + last))
 
 
 REDACTOR = Redactor()
 
 
-def configure_logging(level: str = "info", fmt: str = "json", stream: Any = None) -> None:
-    """Configure structlog (JSON or console lines) with redaction as the last step."""
-    renderer: Any
+class RedactingStream:
+    """A text stream that redacts what is written to it, then writes it to `target` (stdout,
+    resolved at write time, when None): the last net under a console's output."""
+
+    def __init__(self, target: TextIO | None = None, redactor: Redactor = REDACTOR) -> None:
+        self._target = target
+        self._redact = redactor
+
+    @property
+    def target(self) -> TextIO:
+        """Where the redacted text goes."""
+        return self._target if self._target is not None else sys.stdout
+
+    def write(self, text: str) -> int:
+        """Write `text`, redacted."""
+        self.target.write(self._redact(text))
+        return len(text)
+
+    def __getattr__(self, name: str) -> Any:
+        # flush, isatty, fileno, encoding… of the target
+        return getattr(self.target, name)
+
+
+# ---------------------------------------------------------------------------------------------
+# Logging
+
+
+class _RedactingHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """The one stdlib handler: records rendered by our pipeline, written to our stream."""
+
+    def __init__(self, stream: TextIO | None) -> None:
+        super().__init__(stream or sys.stderr)
+        self._follow_stderr = stream is None
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self._follow_stderr:
+            # Resolved at write time, so a replaced sys.stderr (tests, daemons) is followed.
+            self.stream = sys.stderr
+        super().emit(record)
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        # The default prints the record's message and arguments unredacted.
+        self.stream.write(REDACTOR(f"logging error in a record of {record.name}: "
+                                   f"{sys.exc_info()[1]!r}") + "\n")
+
+
+def _renderer(fmt: str) -> Any:
     if fmt == "console":
         # Plain tracebacks: rich's would print local variables, and a request's headers (the
         # key) are among them, possibly shortened past what redaction can recognise.
-        renderer = structlog.dev.ConsoleRenderer(
+        return structlog.dev.ConsoleRenderer(
             colors=False, exception_formatter=structlog.dev.plain_traceback)
-    else:
-        renderer = structlog.processors.JSONRenderer()
+    if fmt == "logfmt":
+        return structlog.processors.LogfmtRenderer(
+            key_order=["timestamp", "level", "event"], drop_missing=True)
+    return structlog.processors.JSONRenderer()
+
+
+def configure_logging(level: str = "info", fmt: str = "json", stream: TextIO | None = None) -> None:
+    """Route every log line of the process — ours, stdlib's, asyncio's, warnings, uncaught
+    exceptions — through redaction, rendered as json, logfmt or console lines."""
+    if level.lower() not in LEVELS:
+        raise ValueError(f"log level {level!r}: use one of {', '.join(LEVELS)}")
+    if fmt not in FORMATS:
+        raise ValueError(f"log format {fmt!r}: use one of {', '.join(FORMATS)}")
+    threshold = LEVELS[level.lower()]
+    renderer = _renderer(fmt)
+    timestamper = structlog.processors.TimeStamper(fmt="iso", utc=True)
+    # Tracebacks become text first, so they are redacted like any other value.
+    tail = [structlog.processors.format_exc_info, REDACTOR.event_processor, renderer,
+            REDACTOR.line_processor]
     structlog.configure(
-        processors=[
-            structlog.contextvars.merge_contextvars,
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
-            structlog.processors.format_exc_info,
-            renderer,
-            REDACTOR.processor,
-        ],
-        wrapper_class=structlog.make_filtering_bound_logger(
-            logging.getLevelNamesMapping()[level.upper()]),
-        # Resolve stderr at write time, so a replaced sys.stderr (tests, daemons) is followed.
+        processors=[structlog.contextvars.merge_contextvars, structlog.processors.add_log_level,
+                    timestamper, *tail],
+        wrapper_class=structlog.make_filtering_bound_logger(threshold),
         logger_factory=(structlog.PrintLoggerFactory(stream) if stream is not None
                         else lambda *args: structlog.PrintLogger(sys.stderr)),
         cache_logger_on_first_use=False,
     )
+    handler = _RedactingHandler(stream)
+    handler.setFormatter(structlog.stdlib.ProcessorFormatter(
+        foreign_pre_chain=[structlog.stdlib.add_log_level, structlog.stdlib.add_logger_name,
+                           timestamper],
+        processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, *tail]))
+    root = logging.getLogger()
+    for old in [h for h in root.handlers if isinstance(h, _RedactingHandler)]:
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(threshold)
+    # Used for loggers that reach no handler at all; the default writes unredacted to stderr.
+    logging.lastResort = handler
+    logging.captureWarnings(True)
+    sys.excepthook = _log_uncaught
+    threading.excepthook = _log_thread_exception
+    sys.unraisablehook = _log_unraisable
+
+
+def _log_uncaught(kind: type[BaseException], error: BaseException,
+                  tb: types.TracebackType | None) -> None:
+    get_logger().critical("uncaught exception", exc_info=(kind, error, tb))
+
+
+def _log_thread_exception(args: threading.ExceptHookArgs) -> None:
+    if args.exc_type is SystemExit:
+        return  # what the default hook does, too
+    get_logger().error("uncaught exception in thread",
+                       thread=args.thread.name if args.thread else None,
+                       exc_info=(args.exc_type, args.exc_value, args.exc_traceback))
+
+
+def _log_unraisable(unraisable: Any) -> None:
+    error = unraisable.exc_value
+    try:
+        shown = repr(unraisable.object)
+    except Exception:  # a broken __repr__ must not hide the original problem
+        shown = object.__repr__(unraisable.object)
+    get_logger().warning(
+        unraisable.err_msg or "exception ignored", object=shown,
+        exc_info=(unraisable.exc_type, error, unraisable.exc_traceback) if error else None)
 
 
 def get_logger(**context: Any) -> structlog.typing.FilteringBoundLogger:

@@ -9,6 +9,7 @@ ordinary prometheus_client objects in a small registry of their own.
 from __future__ import annotations
 
 import platform
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -20,6 +21,7 @@ from exporter import __version__
 from exporter.config import Config, Family, Series
 from exporter.errors import Result
 from exporter.exposition import FamilySpec, ProbeCollector, SeriesValues, is_finite
+from exporter.log import REDACTOR, Redactor
 from exporter.result import Phase, ProbeResult
 
 # Default bucket edges (seconds unless noted). Compact on purpose: exposition size grows with
@@ -40,7 +42,17 @@ TOKEN_TYPES = ("prompt", "completion", "reasoning", "cached")
 SKIP_REASONS = ("budget", "overlap", "rate_limited")
 CHECK_OUTCOMES = ("pass", "fail")
 PROBE_LABELS = ("target", "model", "probe")
-EXEMPLAR_ID_LIMIT = 100  # OpenMetrics caps an exemplar's labels at 128 characters
+# An exemplar's value comes from the server and ends up in Prometheus' storage: only an id of a
+# conservative charset and length (OpenMetrics caps exemplar labels at 128 characters) that
+# contains no secret is kept; anything else is dropped, not repaired.
+EXEMPLAR_ID = re.compile(r"[A-Za-z0-9._:/-]{1,100}")
+
+
+def exemplar_id(response_id: str | None, redactor: Redactor = REDACTOR) -> str | None:
+    """The response id as an exemplar label value, or None when it is not a safe one."""
+    if not response_id or not EXEMPLAR_ID.fullmatch(response_id):
+        return None
+    return response_id if redactor(response_id) == response_id else None
 
 
 def probe_families(buckets: Mapping[Family, tuple[float, ...]]) -> list[FamilySpec]:
@@ -93,10 +105,12 @@ def _has_checks(series: Series) -> bool:
 class ExporterMetrics:
     """All metric families of the exporter on one registry."""
 
-    def __init__(self, registry: CollectorRegistry, config: Config | None = None) -> None:
+    def __init__(self, registry: CollectorRegistry, config: Config | None = None, *,
+                 redactor: Redactor = REDACTOR) -> None:
         # `_created` series double the page for nothing Prometheus needs here.
         disable_created_metrics()
         self.registry = registry
+        self._redact = redactor
         self.own = CollectorRegistry(auto_describe=True)  # the exporter's own metrics
         registry.register(self.own)
         self.probes: ProbeCollector | None = None
@@ -200,7 +214,7 @@ class ExporterMetrics:
         if result.result not in (Result.SUCCESS, Result.CHECK_FAILED):
             return  # latency of a failed probe would pollute the distributions
         t = result.timings
-        exemplar = result.response_id[:EXEMPLAR_ID_LIMIT] if result.response_id else None
+        exemplar = exemplar_id(result.response_id, self._redact)
         for attr, seconds, ex in (("ttft", t.ttft, exemplar),
                                   ("ttfa", t.time_to_first_answer, None),
                                   ("tpot", t.tpot, None), ("tps", t.tps, None),

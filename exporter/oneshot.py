@@ -20,7 +20,7 @@ from rich.table import Table
 from exporter import __version__, tokens
 from exporter.config import Config, Series
 from exporter.hints import hint_for
-from exporter.log import REDACTOR
+from exporter.log import REDACTOR, RedactingStream
 from exporter.measure import percentile
 from exporter.prober import Prober
 from exporter.result import ProbeResult, TokenSource
@@ -108,9 +108,15 @@ def _series_of(results: Sequence[ProbeResult],
 
 
 def make_console(file: Any = None) -> Console:
-    """A console wide enough for the tables, also when stdout is not a terminal."""
+    """A console wide enough for the tables, also when stdout is not a terminal; what it
+    prints passes the redactor once more (every cell was redacted before markup)."""
     console = Console(file=file)
-    return Console(file=file, width=max(console.width, 180))
+    return Console(file=RedactingStream(file), width=max(console.width, 180))
+
+
+def _cell(text: str, limit: int | None = None) -> str:
+    """A table cell or message part from any string: redacted (then cut), then markup-escaped."""
+    return escape(REDACTOR(text) if limit is None else REDACTOR.clip(text, limit))
 
 
 def print_table(results: Sequence[ProbeResult], series: Sequence[Series] = (), *,
@@ -131,24 +137,25 @@ def print_table(results: Sequence[ProbeResult], series: Sequence[Series] = (), *
         runs[r.key] = runs.get(r.key, 0) + 1
         t = r.timings
         style = "green" if r.success else "red"
-        answer = (r.answer if r.success else r.reason).strip()[:ANSWER_PREVIEW].replace("\n", " ")
+        answer = (r.answer if r.success else r.reason).strip().replace("\n", " ")
         table.add_row(
-            r.target, r.model, r.probe, *([str(runs[r.key])] if repeat > 1 else []),
+            _cell(r.target), _cell(r.model), _cell(r.probe),
+            *([str(runs[r.key])] if repeat > 1 else []),
             f"[{style}]{r.result.value}[/{style}]", fmt_ms(t.ttft),
             fmt_ms(t.time_to_first_answer), fmt_ms(t.tpot),
             "–" if t.tps is None else f"{t.tps:.1f}", fmt_ms(t.duration), fmt_tokens(r),
-            fmt_cost(r.cost, r.currency), escape(REDACTOR(answer)))
+            _cell(fmt_cost(r.cost, r.currency)), _cell(answer, ANSWER_PREVIEW))
     console.print(table)
     if repeat > 1:
         console.print(summary_table(results))
     failures = [r for r in results if not r.success]
     for r in failures:
         status = f" (HTTP {r.status})" if r.status and r.status >= 300 else ""
-        console.print(f"[red]✗[/red] {r.target}/{r.model}/{r.probe}: [bold]{r.result.value}"
-                      f"[/bold]{status} — {escape(REDACTOR(r.reason))}")
+        console.print(f"[red]✗[/red] {_cell('/'.join(r.key))}: [bold]{r.result.value}"
+                      f"[/bold]{status} — {_cell(r.reason)}")
         hint = hint_for(r, known.get(r.key))
         if hint:
-            console.print(f"  [yellow]likely fix:[/yellow] {escape(REDACTOR(hint))}")
+            console.print(f"  [yellow]likely fix:[/yellow] {_cell(hint)}")
     ok = len(results) - len(failures)
     console.print(f"{ok}/{len(results)} probes succeeded")
 
@@ -192,7 +199,7 @@ def summary_table(results: Sequence[ProbeResult]) -> Table:
         return f"{fmt_ms(stats['p50'])} ({fmt_ms(stats['min'])} – {fmt_ms(stats['max'])})"
 
     for row in summary_rows(results):
-        table.add_row(row["target"], row["model"], row["probe"],
+        table.add_row(_cell(row["target"]), _cell(row["model"]), _cell(row["probe"]),
                       f"{row['succeeded']}/{row['runs']}", cell(row["ttft_seconds"]),
                       cell(row["time_to_first_answer_seconds"]), cell(row["tpot_seconds"]),
                       cell(row["output_tokens_per_second"], tps=True),
@@ -210,8 +217,9 @@ def results_document(results: Sequence[ProbeResult], series: Sequence[Series],
         runs[r.key] = runs.get(r.key, 0) + 1
         items.append({**result_json(r), "run": runs[r.key], "hint": hint_for(r, known.get(r.key)),
                       "inter_chunk_seconds": list(r.timings.inter_chunk)})
-    return {"version": __version__, "ok": all(r.success for r in results), "repeat": repeat,
-            "results": items, "summary": summary_rows(results) if repeat > 1 else []}
+    return REDACTOR.tree({
+        "version": __version__, "ok": all(r.success for r in results), "repeat": repeat,
+        "results": items, "summary": summary_rows(results) if repeat > 1 else []})
 
 
 async def run_probe_command(config: Config, *, target: str | None, model: str | None,
@@ -228,9 +236,10 @@ async def run_probe_command(config: Config, *, target: str | None, model: str | 
         return 2
     results = await run_once(config, series, repeat)
     if as_json:
+        # Every string was redacted in the document; the text once more, as a second net.
         text = orjson.dumps(results_document(results, series, repeat),
                             option=orjson.OPT_INDENT_2).decode()
-        sys.stdout.write(REDACTOR(text) + "\n")
+        sys.stdout.write(REDACTOR.net(text) + "\n")
     else:
         print_table(results, series, repeat=repeat)
     return 0 if all(r.success for r in results) else 1

@@ -13,7 +13,6 @@ import contextvars
 import email.utils
 import functools
 import math
-import re
 import ssl
 import time
 import uuid
@@ -25,6 +24,7 @@ from typing import Any
 import aiohttp
 import orjson
 from aiohttp.client_proto import ResponseHandler
+from aiohttp.http_exceptions import HttpProcessingError
 
 from exporter import measure
 from exporter.checks import run_checks
@@ -56,6 +56,15 @@ RATELIMIT_HEADERS = {
     "anthropic-ratelimit-tokens-remaining": "tokens",
 }
 ERROR_BODY_LIMIT = 64 * 1024
+# Longest text kept from the server, per place; every cut goes through `Redactor.clip`.
+REASON_LIMIT = 300
+MESSAGE_LIMIT = 200
+ANSWER_LIMIT = 200
+FIELD_LIMIT = 128  # finish reason, response id
+_MALFORMED_BODY = "malformed response body: "
+# A read packed with events is parsed in slices this long, with the loop free in between, so
+# one stream cannot hold up the stamps of others.
+EVENT_SLICE = 128
 # A broken or hostile Retry-After (`inf`, a date in 9999) must not pause a series for good.
 MAX_RETRY_AFTER = 3600.0
 
@@ -125,7 +134,16 @@ class _StampingHandler(ResponseHandler):
     def data_received(self, data: bytes) -> None:
         if self.arrived is None:
             self.arrived = self._clock()
+        payload = self._payload
         super().data_received(data)
+        # aiohttp (3.14) keeps a parse error of the body (a bad chunk size mid-stream) on the
+        # connection and never tells the body's reader, which then waits for the whole probe
+        # timeout. Hand the error to the reader, so the probe ends now, as `stream`.
+        error = self.exception()
+        if (error is not None and payload is not None and not payload.is_eof()
+                and payload.exception() is None):
+            payload.set_exception(aiohttp.ClientPayloadError(
+                f"{_MALFORMED_BODY}{_http_problem(error) or type(error).__name__}"))
 
 
 def _trace_config() -> aiohttp.TraceConfig:
@@ -165,22 +183,78 @@ def parse_retry_after(value: str | None, now: float) -> float | None:
     return min(MAX_RETRY_AFTER, max(0.0, seconds))
 
 
-def _error_text(body: bytes) -> str:
-    """The message of a provider error body (JSON `error.message` or the text itself)."""
-    text = body.decode("utf-8", "replace").strip()
+def _error_text(body: bytes, redactor: Redactor = REDACTOR) -> str:
+    """The message of a provider error body (JSON `error.message` or the text itself),
+    redacted, then shortened."""
     try:
         data = orjson.loads(body)
     except orjson.JSONDecodeError:
-        return re.sub(r"\s+", " ", text)[:300]
+        data = None
+    message: Any = None
     if isinstance(data, dict):
         error = data.get("error", data)
         if isinstance(error, dict):
             message = error.get("message") or error.get("type") or error.get("code")
-            if message:
-                return str(message)[:300]
         elif isinstance(error, str):
-            return error[:300]
-    return text[:300]
+            message = error
+    if not message:
+        message = body.decode("utf-8", "replace")
+    # Redacted before whitespace is squeezed (and before the cut): nothing may reshape a key.
+    return redactor.clip(" ".join(redactor(str(message)).split()), REASON_LIMIT)
+
+
+def _http_problem(exc: BaseException) -> str:
+    """aiohttp's parser's own words for a malformed response, on one line ("" if none)."""
+    for error in (exc, exc.__cause__, exc.__context__):
+        message = getattr(error, "message", None)
+        if isinstance(error, HttpProcessingError | aiohttp.ClientResponseError) and message:
+            return " ".join(str(message).split())
+    return ""
+
+
+def _request_error(exc: Exception) -> ProbeError | None:
+    """The probe error for a failure before the response headers were in (None: not ours).
+
+    A response aiohttp cannot parse (bad status line, a header over 8 KB, too many headers, a
+    bad chunk size in the first read) is the server's fault: `stream`. A connection that could
+    not be made or broke first is `connect`. Reasons are fixed phrases plus the parser's words,
+    never an exception's repr (it carries the request's URL and headers).
+    """
+    if isinstance(exc, aiohttp.ClientConnectorCertificateError | aiohttp.ClientConnectorSSLError
+                  | aiohttp.ClientSSLError | ssl.SSLError):
+        return TLSFailed(f"TLS failed: {exc}")
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        return ConnectFailed(f"cannot connect to {exc.host}:{exc.port}: "
+                             f"{_os_error_text(exc.os_error)}")
+    if isinstance(exc, aiohttp.ServerDisconnectedError):
+        return ConnectFailed("connection failed before response headers: the server closed it")
+    if isinstance(exc, aiohttp.ClientOSError):
+        return ConnectFailed(f"connection failed before response headers: {_os_error_text(exc)}")
+    if isinstance(exc, aiohttp.ClientResponseError | aiohttp.ClientPayloadError
+                  | HttpProcessingError):
+        return StreamError(f"malformed HTTP response: {_http_problem(exc) or type(exc).__name__}")
+    if isinstance(exc, aiohttp.InvalidURL):
+        return ConnectFailed(f"invalid URL: {str(exc.url).partition('?')[0]}")
+    if isinstance(exc, aiohttp.ClientError):
+        return ConnectFailed(f"connection failed before response headers: {type(exc).__name__}")
+    return None
+
+
+def _body_error(exc: Exception) -> StreamError:
+    """The probe error for a failure while reading the body (after the headers)."""
+    if isinstance(exc, aiohttp.ClientPayloadError | HttpProcessingError):
+        text = str(exc)
+        problem = _http_problem(exc)
+        if text.startswith("Response payload is not completed"):
+            # The connection ended before the body did (reset, or closed early).
+            return StreamError(f"connection broke mid-stream: {problem or 'body cut short'}")
+        if not problem and isinstance(exc, aiohttp.ClientPayloadError):
+            # "400, message: <problem>" from aiohttp, or the error _StampingHandler handed on
+            problem = text.partition("message:")[2] or text.removeprefix(_MALFORMED_BODY)
+        return StreamError(f"{_MALFORMED_BODY}{' '.join(problem.split()) or type(exc).__name__}")
+    if isinstance(exc, aiohttp.ClientOSError):
+        return StreamError(f"connection broke mid-stream: {_os_error_text(exc)}")
+    return StreamError(f"connection broke mid-stream: {type(exc).__name__}")
 
 
 def _mark(stamps: measure.Stamps, kinds: int, now: float) -> None:
@@ -204,10 +278,11 @@ def _os_error_text(error: OSError) -> str:
     return error.strerror or str(error) or type(error).__name__
 
 
-def _status_reason(status: int, message: str, location: str | None = None) -> str:
-    """A plain-words reason for an HTTP error status."""
+def _status_reason(status: int, message: str, location: str | None,
+                   redactor: Redactor) -> str:
+    """A plain-words reason for an HTTP error status (`message` is already redacted)."""
     if status < 400:
-        where = f" to {location[:200]}" if location else ""
+        where = f" to {redactor.clip(location, MESSAGE_LIMIT)}" if location else ""
         return f"HTTP {status}: redirect{where} not followed (set base_url to the final URL)"
     if status == 404:
         lowered = message.lower()
@@ -215,6 +290,15 @@ def _status_reason(status: int, message: str, location: str | None = None) -> st
             return f"HTTP 404: model not found: {message}"
         return f"HTTP 404: path not found (check base_url): {message}"
     return f"HTTP {status}: {message}" if message else f"HTTP {status}"
+
+
+async def _read_some(response: aiohttp.ClientResponse, limit: int) -> bytes:
+    """The first bytes (up to `limit`) of a body that is not an event stream; b"" when the
+    body is malformed (the status or content type already says what went wrong)."""
+    try:
+        return await response.content.read(limit)
+    except (aiohttp.ClientError, HttpProcessingError):
+        return b""
 
 
 class Prober:
@@ -255,6 +339,9 @@ class Prober:
             self._session = aiohttp.ClientSession(
                 connector=connector, trace_configs=[_trace_config()],
                 timeout=aiohttp.ClientTimeout(total=None), auto_decompress=True,
+                # One session serves every target: a kept cookie would travel from one target
+                # to another on the same host.
+                cookie_jar=aiohttp.DummyCookieJar(),
                 skip_auto_headers=("User-Agent",),
                 headers={"User-Agent": "llm-probe-exporter"},
             )
@@ -326,15 +413,11 @@ class Prober:
                     # points and turn the POST into a GET: report it instead.
                     allow_redirects=False,
                 )
-            except (aiohttp.ClientConnectorCertificateError, aiohttp.ClientConnectorSSLError,
-                    aiohttp.ClientSSLError, ssl.SSLError) as exc:
-                raise TLSFailed(f"TLS failed: {exc}") from None
-            except aiohttp.ClientConnectorError as exc:
-                raise ConnectFailed(f"cannot connect to {exc.host}:{exc.port}: "
-                                    f"{_os_error_text(exc.os_error)}") from None
-            except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as exc:
-                raise ConnectFailed(f"connection failed before response headers: "
-                                    f"{type(exc).__name__}: {exc}") from None
+            except Exception as exc:
+                error = _request_error(exc)
+                if error is None:
+                    raise
+                raise error from None
             stamps.t_headers = self._clock()
             if net.sent is not None:
                 stamps.t0 = net.sent
@@ -347,8 +430,8 @@ class Prober:
                 attempt.status = response.status
                 attempt.headers = response.headers
                 if response.status >= 300:
-                    body = await response.content.read(ERROR_BODY_LIMIT)
-                    message = _error_text(body)
+                    message = _error_text(await _read_some(response, ERROR_BODY_LIMIT),
+                                          self._redact)
                     if (stream_options and protocol.rejects_stream_options(
                             response.status, message)):
                         # Remembered per target so later probes ask once, not twice.
@@ -359,7 +442,8 @@ class Prober:
                         continue
                     retry = parse_retry_after(response.headers.get("Retry-After"), self._wall())
                     raise HTTPStatusError(response.status, _status_reason(
-                        response.status, message, response.headers.get("Location")), retry)
+                        response.status, message, response.headers.get("Location"),
+                        self._redact), retry)
                 await self._read_stream(response, protocol, series, attempt)
                 return
 
@@ -381,19 +465,23 @@ class Prober:
         """Read the event stream, stamping every read that carries tokens."""
         content_type = response.headers.get("Content-Type", "")
         if "text/event-stream" not in content_type:
-            body = (await response.content.read(2048)).decode("utf-8", "replace")
-            raise StreamError(
-                f"expected an event stream, got {content_type or 'no content type'}: "
-                f"{_error_text(body.encode())[:120]}")
+            body = self._redact.clip(_error_text(await _read_some(response, 2048),
+                                                 self._redact), MESSAGE_LIMIT)
+            raise StreamError(f"expected an event stream, got "
+                              f"{self._redact.clip(content_type, 80) or 'no content type'}"
+                              + (f": {body}" if body else ""))
         clock = self._clock
         stamps = attempt.stamps
         parser = attempt.parser = protocol.new_parser()
         on_event = parser.on_event
         decoder = SSEDecoder()
         limit = self._max_output_bytes
+        max_tokens = series.probe.max_tokens
         # Gateways re-chunk (a token may span chunks), so allow well over one chunk per token.
-        chunk_limit = 4 * series.probe.max_tokens + 64
-        received = token_events = 0
+        chunk_limit = 4 * max_tokens + 64
+        # Role, usage, ping and keep-alive events carry no token, but each costs a parse.
+        event_limit = 8 * max_tokens + 256
+        received = token_events = events_seen = 0
         now = clock()
         handler = attempt.net.handler
         if handler is not None and (response.content.total_bytes == 0 or (
@@ -414,16 +502,24 @@ class Prober:
                 if received > limit:
                     raise StreamError(f"stream exceeded {limit} bytes (max_tokens ignored?); cut")
                 kinds = 0
-                for event in decoder.feed(data):
+                for i, event in enumerate(decoder.feed(data), 1):
+                    events_seen += 1
+                    if events_seen > event_limit:
+                        raise StreamError(f"more than {event_limit} events for "
+                                          f"max_tokens={max_tokens}; cut")
                     kind = on_event(event)
                     if kind:
                         kinds |= kind
                         token_events += 1
+                        if token_events > chunk_limit:
+                            raise StreamError(f"server ignored max_tokens={max_tokens}: more "
+                                              f"than {chunk_limit} token chunks; cut")
+                    if parser.done:
+                        break  # nothing after the end marker counts
+                    if not i % EVENT_SLICE:
+                        await asyncio.sleep(0)  # a read packed with events must not hold the loop
                 if kinds:
                     _mark(stamps, kinds, now)
-                    if token_events > chunk_limit:
-                        raise StreamError(f"server ignored max_tokens={series.probe.max_tokens}: "
-                                          f"more than {chunk_limit} token chunks; cut")
                 if parser.done:
                     break
             else:
@@ -432,11 +528,13 @@ class Prober:
                 kinds = 0
                 for event in decoder.flush():
                     kinds |= on_event(event)
+                    if parser.done:
+                        break
                 if kinds:
                     _mark(stamps, kinds, now)
                 now = clock()
-        except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError) as exc:
-            raise StreamError(f"connection broke mid-stream: {type(exc).__name__}") from None
+        except (aiohttp.ClientError, HttpProcessingError) as exc:
+            raise _body_error(exc) from None
         stamps.t_end = now
         if not parser.finished:
             raise StreamError("stream ended without a finish reason or [DONE] (truncated)")
@@ -461,7 +559,7 @@ class Prober:
             if failure:
                 self._log.debug("answer check failed", target=series.target.name,
                                 model=series.model, probe=series.probe_name, check=failure,
-                                answer="".join(parser.answer)[:200])
+                                answer=self._redact.clip("".join(parser.answer), ANSWER_LIMIT))
                 return CheckFailed(failure)
         return None
 
@@ -520,14 +618,18 @@ class Prober:
                 with contextlib.suppress(ValueError):
                     ratelimit[kind] = float(value)
         answer = "".join(parser.answer) if parser is not None else ""
+        clip = self._redact.clip
+        finish_reason = parser.finish_reason if parser else None
+        response_id = (parser.response_id if parser else None) or attempt.headers.get(
+            "x-request-id")
+        # Every string that came from the server is redacted before it is cut.
         return ProbeResult(
             target=series.target.name, model=series.model, probe=series.probe_name,
-            result=result, reason=self._redact(error.reason) if error else "",
+            result=result, reason=clip(error.reason, REASON_LIMIT) if error else "",
             timings=timings, usage=usage, output_tokens=n_tokens, token_source=source,
-            cost=cost, currency=currency, answer=self._redact(answer[:200]),
-            finish_reason=parser.finish_reason if parser else None,
-            response_id=(parser.response_id if parser else None)
-            or attempt.headers.get("x-request-id"),
+            cost=cost, currency=currency, answer=clip(answer, ANSWER_LIMIT),
+            finish_reason=clip(finish_reason, FIELD_LIMIT) if finish_reason else None,
+            response_id=clip(response_id, FIELD_LIMIT) if response_id else None,
             status=attempt.status, ratelimit=ratelimit, case=attempt.case,
             checked=attempt.checked,
             retry_after=error.retry_after if isinstance(error, HTTPStatusError) else None,

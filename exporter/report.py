@@ -14,6 +14,7 @@ from typing import Any
 import orjson
 
 from exporter.bench import flat_metrics, latency_values, series_name
+from exporter.log import REDACTOR
 from exporter.oneshot import fmt_ms
 
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2",
@@ -22,7 +23,8 @@ HISTOGRAM_BINS = 20
 
 
 def _e(text: Any) -> str:
-    return html.escape(str(text), quote=True)
+    # Redacted before escaping: html.escape can change a secret's bytes past recognition.
+    return html.escape(REDACTOR(str(text)), quote=True)
 
 
 def nice_step(span: float, ticks: int = 5) -> float:

@@ -180,11 +180,13 @@ async def reload_handler(request: web.Request) -> web.Response:
 
 
 def result_json(result: ProbeResult) -> dict[str, Any]:
-    """One probe result as JSON-ready data."""
+    """One probe result as JSON-ready data, every string redacted (before any serialising)."""
     t = result.timings
+    redact = REDACTOR
     return {
-        "target": result.target, "model": result.model, "probe": result.probe,
-        "result": result.result.value, "reason": result.reason,
+        "target": redact(result.target), "model": redact(result.model),
+        "probe": redact(result.probe),
+        "result": result.result.value, "reason": redact(result.reason),
         "status": result.status, "started_at": result.started_at,
         "finished_at": result.finished_at,
         "ttft_seconds": t.ttft, "time_to_first_answer_seconds": t.time_to_first_answer,
@@ -196,22 +198,25 @@ def result_json(result: ProbeResult) -> dict[str, Any]:
         "token_efficiency": result.token_efficiency, "case": result.case,
         "tokens": {"prompt": result.usage.prompt, "completion": result.usage.completion,
                    "reasoning": result.usage.reasoning, "cached": result.usage.cached},
-        "cost": result.cost, "currency": result.currency,
-        "finish_reason": result.finish_reason, "response_id": result.response_id,
-        "answer": result.answer, "ratelimit_remaining": dict(result.ratelimit),
+        "cost": result.cost, "currency": result.currency and redact(result.currency),
+        "finish_reason": result.finish_reason and redact(result.finish_reason),
+        "response_id": result.response_id and redact(result.response_id),
+        "answer": redact(result.answer), "ratelimit_remaining": dict(result.ratelimit),
     }
 
 
 def _results_document(snapshot: Snapshot, state_info: dict[str, Any]) -> bytes:
     series = []
     for (target, model, probe), result in snapshot.latest.items():
-        entry = {"target": target, "model": model, "probe": probe, "last": None}
+        entry = {"target": REDACTOR(target), "model": REDACTOR(model), "probe": REDACTOR(probe),
+                 "last": None}
         if result is not None:
             entry["last"] = result_json(result)
         series.append(entry)
-    doc = {**state_info, "series": series,
+    doc = {**REDACTOR.tree(state_info), "series": series,
            "recent_failures": [result_json(r) for r in snapshot.failures]}
-    return REDACTOR(orjson.dumps(doc).decode()).encode()
+    # Values were redacted before serialising; the text once more, as a second net.
+    return REDACTOR.net(orjson.dumps(doc).decode()).encode()
 
 
 def _state_info(state: ServerState) -> dict[str, Any]:
@@ -233,12 +238,14 @@ async def config_handler(request: web.Request) -> web.Response:
     state = request.app[STATE]
     if state.config is None:
         return web.Response(status=503, text="no config loaded\n")
-    data = redacted(state.config)
+    # Redacted by name, then every string by the redactor (which also knows the secrets of
+    # earlier configs), then the serialised text once more.
+    data = REDACTOR.tree(redacted(state.config))
     if request.query.get("format") == "json":
-        return web.Response(text=REDACTOR(orjson.dumps(data).decode()),
+        return web.Response(text=REDACTOR.net(orjson.dumps(data).decode()),
                             content_type="application/json")
     text = yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
-    return web.Response(text=REDACTOR(text), content_type="text/plain")
+    return web.Response(text=REDACTOR.net(text), content_type="text/plain")
 
 
 async def status_handler(request: web.Request) -> web.Response:
@@ -276,12 +283,17 @@ td.num{text-align:right;font-variant-numeric:tabular-nums}
 
 def render_status_page(snapshot: Snapshot, info: dict[str, Any], now: float) -> str:
     """The status page HTML: every series' last result and recent failures."""
-    esc = html.escape
+    redact = REDACTOR
+
+    def esc(text: str) -> str:
+        # Redacted before escaping: html.escape can change a secret's bytes past recognition.
+        return html.escape(redact(text))
+
     rows = []
     for (target, model, probe), r in snapshot.latest.items():
+        names = f"<tr><td>{esc(target)}</td><td>{esc(model)}</td><td>{esc(probe)}</td>"
         if r is None:
-            rows.append(f"<tr><td>{esc(target)}</td><td>{esc(model)}</td><td>{esc(probe)}</td>"
-                        '<td class="none">pending</td>' + "<td></td>" * 10 + "</tr>")
+            rows.append(names + '<td class="none">pending</td>' + "<td></td>" * 10 + "</tr>")
             continue
         t = r.timings
         css = "ok" if r.success else "bad"
@@ -291,8 +303,7 @@ def render_status_page(snapshot: Snapshot, info: dict[str, Any], now: float) -> 
         cost = f"{r.cost:.6f} {esc(r.currency or '')}" if r.cost is not None else "–"
         tps = "–" if t.tps is None else f"{t.tps:.1f}"
         rows.append(
-            f"<tr><td>{esc(target)}</td><td>{esc(model)}</td><td>{esc(probe)}</td>"
-            f'<td class="{css}">{esc(r.result.value)}</td>'
+            f'{names}<td class="{css}">{esc(r.result.value)}</td>'
             f"<td>{_ago(now, r.finished_at)}</td>"
             f'<td class="num">{_ms(t.ttft)}</td><td class="num">{_ms(t.time_to_first_answer)}</td>'
             f'<td class="num">{_ms(t.tpot)}</td><td class="num">{tps}</td>'
@@ -331,4 +342,4 @@ def render_status_page(snapshot: Snapshot, info: dict[str, Any], now: float) -> 
 <th>result</th><th>reason</th></tr></thead><tbody>{failures or
 '<tr><td colspan="6" class="none">none</td></tr>'}</tbody></table>
 </body></html>"""
-    return REDACTOR(page)
+    return REDACTOR.net(page)  # the whole page once more, as a second net

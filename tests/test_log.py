@@ -7,11 +7,12 @@ import io
 import pytest
 
 from exporter.log import REDACTOR, configure_logging, get_logger
+from tests.security.conftest import logging_restored  # noqa: F401 - autouse: hooks put back
 
 KEY = "sk-log-canary-5566778899"
 
 
-@pytest.mark.parametrize("fmt", ["json", "console"])
+@pytest.mark.parametrize("fmt", ["json", "logfmt", "console"])
 def test_keys_are_redacted_in_every_line_and_traceback(fmt) -> None:
     out = io.StringIO()
     configure_logging("debug", fmt, stream=out)
@@ -26,8 +27,7 @@ def test_keys_are_redacted_in_every_line_and_traceback(fmt) -> None:
         except ValueError:
             log.exception("probe crashed")
     finally:
-        REDACTOR.update([])
-        configure_logging("info", "json")
+        REDACTOR.forget()
     text = out.getvalue()
     assert KEY not in text
     assert text.count("<redacted>") >= 3
@@ -36,7 +36,4 @@ def test_keys_are_redacted_in_every_line_and_traceback(fmt) -> None:
 
 def test_short_values_are_not_treated_as_secrets() -> None:
     REDACTOR.update(["abc", "sk-long-enough"])
-    try:
-        assert REDACTOR("abc sk-long-enough") == "abc <redacted>"
-    finally:
-        REDACTOR.update([])
+    assert REDACTOR("abc sk-long-enough") == "abc <redacted>"

@@ -97,14 +97,35 @@ def test_global_labels_and_bucket_override() -> None:
                                      {**labels, "le": "0.3"}) is None
 
 
-def test_exemplar_carries_response_id_in_openmetrics() -> None:
+KEY = "sk-exemplar-canary-0123456789abcdefghijklmnop"
+
+
+@pytest.mark.parametrize(("response_id", "shown"), [
+    ("chatcmpl-9Qx7ZkY2", True),                       # OpenAI
+    ("msg_01XFDUDYJgAACzvnptvVoYEL", True),             # Anthropic
+    ("3f2b6c1e-8d4a-4b7e-9a51-2c0d6e8f7a90", True),     # a UUID x-request-id
+    ("req:eu/7.1", True),                               # the whole conservative charset
+    ("x" * 100, True),
+    ("x" * 101, False),                                 # too long for an exemplar label
+    ('id"} 1 # {evil="1', False),                       # would break the exposition
+    ("id with spaces", False),
+    ("ünïcode", False),
+    (KEY, False),                                       # a server echoing the key
+    (f"req-{KEY[8:28]}", False),                        # ... or 20 characters of it
+    ("", False),
+])
+def test_exemplar_takes_only_safe_response_ids(response_id, shown) -> None:
     from prometheus_client.openmetrics.exposition import generate_latest as om_latest
 
+    from exporter.log import Redactor
+
     registry = CollectorRegistry()
-    metrics = ExporterMetrics(registry, make_config())
-    metrics.record(success(response_id="chatcmpl-" + "x" * 300))
+    metrics = ExporterMetrics(registry, make_config(), redactor=Redactor([KEY]))
+    metrics.record(success(response_id=response_id))
     page = om_latest(registry).decode()
-    assert '# {response_id="chatcmpl-x' in page
+    assert (f'# {{response_id="{response_id}"}}' in page) is shown
+    assert page.count("# {") == (2 if shown else 0)  # ttft and duration
+    assert KEY[8:20] not in page
 
 
 @pytest.mark.parametrize("family", list(DEFAULT_BUCKETS))

@@ -8,14 +8,44 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
+from typing import Any
 from urllib.parse import urlencode
 
+import orjson
+
 from exporter.config import Api, Case, ImageSpec, ProbeConfig, Series
+from exporter.errors import StreamError
+from exporter.log import REDACTOR
 from exporter.result import Usage
 from exporter.sse import ServerSentEvent
 
 ANSWER = 1
 REASONING = 2
+# Parsing one event must stay cheap, whatever the server sends: a real chunk holds a handful of
+# JSON values, while 1 MB of tiny ones costs ~20 ms of the loop that stamps every stream.
+MAX_EVENT_VALUES = 4096  # commas, brackets and braces in one event's data
+MAX_CHOICES = 16  # a probe asks for one completion
+QUOTE_LIMIT = 80  # characters of a bad event quoted in a reason
+
+
+def quote_event(data: str) -> str:
+    """A bad event's data for a reason: redacted, then cut, then quoted."""
+    return repr(REDACTOR.clip(data, QUOTE_LIMIT))
+
+
+def load_event(data: str) -> dict[str, Any]:
+    """One event's data as a JSON object; `StreamError` with a plain reason otherwise."""
+    # Short data cannot hold too many values, so the counting costs real chunks nothing.
+    if len(data) > MAX_EVENT_VALUES and (
+            data.count(",") + data.count("{") + data.count("[") > MAX_EVENT_VALUES):
+        raise StreamError(f"an event holds more than {MAX_EVENT_VALUES} JSON values; cut")
+    try:
+        value = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        raise StreamError(f"data line is not JSON: {quote_event(data)}") from None
+    if not isinstance(value, dict):
+        raise StreamError(f"data line is not a JSON object: {quote_event(data)}")
+    return value
 
 
 @dataclass(frozen=True, slots=True)

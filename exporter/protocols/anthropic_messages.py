@@ -15,7 +15,16 @@ import orjson
 from exporter.config import Series
 from exporter.errors import StreamError, UpstreamError
 from exporter.images import image_payload
-from exporter.protocols import ANSWER, REASONING, ApiProtocol, HttpRequest, Prompt, StreamParser
+from exporter.protocols import (
+    ANSWER,
+    REASONING,
+    ApiProtocol,
+    HttpRequest,
+    Prompt,
+    StreamParser,
+    load_event,
+    quote_event,
+)
 from exporter.protocols.openai_chat import error_message
 from exporter.result import Usage
 from exporter.sse import ServerSentEvent
@@ -41,26 +50,21 @@ class AnthropicStreamParser(StreamParser):
 
     def on_event(self, event: ServerSentEvent) -> int:
         """Consume one event; return the kinds of tokens it carried."""
-        if not event.data:
+        if self.done or not event.data:  # after message_stop nothing counts
             return 0
-        try:
-            data = orjson.loads(event.data)
-        except orjson.JSONDecodeError:
-            raise StreamError(f"data line is not JSON: {event.data[:80]!r}") from None
-        if not isinstance(data, dict):
-            raise StreamError(f"data line is not a JSON object: {event.data[:80]!r}")
+        data = load_event(event.data)
         kind = data.get("type") or event.event
         if kind == "content_block_delta":
             delta = data.get("delta")
             if not isinstance(delta, dict):
                 raise StreamError(f"content_block_delta without a delta object: "
-                                  f"{event.data[:80]!r}")
+                                  f"{quote_event(event.data)}")
             block = delta.get("type")
             field = ("text" if block == "text_delta"
                      else "thinking" if block == "thinking_delta" else None)
             piece = delta.get(field) if field else None
             if piece is not None and not isinstance(piece, str):
-                raise StreamError(f"{field} is not a string: {event.data[:80]!r}")
+                raise StreamError(f"{field} is not a string: {quote_event(event.data)}")
             if not piece:
                 return 0
             if field == "text":

@@ -17,9 +17,21 @@ import orjson
 from exporter.config import Series
 from exporter.errors import StreamError, UpstreamError
 from exporter.images import data_url
-from exporter.protocols import ANSWER, REASONING, ApiProtocol, HttpRequest, Prompt, StreamParser
+from exporter.log import REDACTOR
+from exporter.protocols import (
+    ANSWER,
+    MAX_CHOICES,
+    REASONING,
+    ApiProtocol,
+    HttpRequest,
+    Prompt,
+    StreamParser,
+    load_event,
+)
 from exporter.result import Usage
 from exporter.sse import ServerSentEvent
+
+ERROR_LIMIT = 300  # characters of an error object's message kept in the reason
 
 
 def chat_messages(prompt: Prompt) -> list[dict[str, Any]]:
@@ -58,21 +70,18 @@ def _int(value: Any) -> int | None:
 
 
 def error_message(error: Any) -> str:
-    """A short description of an error object."""
+    """A short description of an error object (redacted, then cut)."""
     if isinstance(error, dict):
         message = error.get("message") or error.get("type") or error.get("code")
-        return str(message)[:300] if message else "error object in stream"
-    return str(error)[:300]
+        if not message:
+            return "error object in stream"
+        error = message
+    return REDACTOR.clip(str(error), ERROR_LIMIT)
 
 
 def load_chunk(data: str) -> dict[str, Any]:
     """Parse one data line as a JSON object, raising the probe errors on bad input."""
-    try:
-        chunk = orjson.loads(data)
-    except orjson.JSONDecodeError:
-        raise StreamError(f"data line is not JSON: {data[:80]!r}") from None
-    if not isinstance(chunk, dict):
-        raise StreamError(f"data line is not a JSON object: {data[:80]!r}")
+    chunk = load_event(data)
     if chunk.get("error"):
         raise UpstreamError(error_message(chunk["error"]))
     return chunk
@@ -85,10 +94,10 @@ class OpenAIStreamParser(StreamParser):
     def on_event(self, event: ServerSentEvent) -> int:
         """Consume one chunk; return the kinds of tokens it carried."""
         data = event.data
+        if self.done or not data:  # after [DONE] nothing counts; `data:` alone is a keep-alive
+            return 0
         if data == "[DONE]":
             self.done = True
-            return 0
-        if not data:  # a keep-alive `data:` line carries nothing
             return 0
         chunk = load_chunk(data)
         if self.response_id is None and isinstance(chunk.get("id"), str):
@@ -98,6 +107,8 @@ class OpenAIStreamParser(StreamParser):
         choices = chunk.get("choices")
         if not choices or not isinstance(choices, list):
             return 0
+        if len(choices) > MAX_CHOICES:
+            raise StreamError(f"a chunk carried {len(choices)} choices (one was asked for); cut")
         kinds = 0
         for choice in choices:
             if not isinstance(choice, dict):

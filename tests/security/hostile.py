@@ -1,0 +1,169 @@
+"""A hostile OpenAI-compatible server: it echoes the credential it receives into one place per
+route, at a chosen offset, so every echo point can be driven with a canary key.
+
+`POST /<echo>/<at>/v1/chat/completions` answers with the request's credential (its bearer
+token, `api-key` header or `api-key` query parameter) echoed at `<echo>`, after `<at>` characters
+of padding, so a key can be made to straddle any cut point. `serve_in_thread()` runs it on a
+loopback port from synchronous tests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from tests.conftest import free_port
+
+SSE = {"Content-Type": "text/event-stream"}
+Echo = Callable[[web.Request, str], Awaitable[web.StreamResponse]]
+ECHOES: dict[str, Echo] = {}
+
+
+def echo(name: str) -> Callable[[Echo], Echo]:
+    """Register an echo point under its route name."""
+    def register(handler: Echo) -> Echo:
+        ECHOES[name] = handler
+        return handler
+    return register
+
+
+def credential(request: web.Request) -> str:
+    """The key the exporter sent, wherever it put it."""
+    auth = request.headers.get("Authorization", "")
+    if auth:
+        return auth.removeprefix("Bearer ").strip()
+    return request.headers.get("api-key") or request.query.get("api-key") or "no-key"
+
+
+def chunk(*, content: str | None = None, finish: str | None = None, id: str | None = "c-1",
+          usage: bool = False) -> bytes:
+    """One chat.completion.chunk event."""
+    body: dict[str, Any] = {"object": "chat.completion.chunk", "choices": [
+        {"index": 0, "delta": {} if content is None else {"content": content},
+         "finish_reason": finish}]}
+    if id is not None:
+        body["id"] = id
+    if usage:
+        body["choices"] = []
+        body["usage"] = {"prompt_tokens": 5, "completion_tokens": 3}
+    return b"data: " + orjson.dumps(body) + b"\n\n"
+
+
+async def stream(request: web.Request, events: list[bytes],
+                 headers: dict[str, str] | None = None) -> web.StreamResponse:
+    """Play `events` as an event stream (one write each)."""
+    response = web.StreamResponse(headers={**SSE, **(headers or {})})
+    await response.prepare(request)
+    for event in events:
+        await response.write(event)
+    await response.write_eof()
+    return response
+
+
+def answer(id: str | None = "c-1", finish: str = "stop") -> list[bytes]:
+    """A short, well-formed answer: three tokens, a finish reason, usage, [DONE]."""
+    return [chunk(content=t, id=id) for t in ("Hello", " there", "!")] + [
+        chunk(finish=finish, id=id), chunk(usage=True, id=id), b"data: [DONE]\n\n"]
+
+
+@echo("body")
+async def _body(request: web.Request, text: str) -> web.StreamResponse:
+    return web.json_response({"error": {"message": f"{text} is not a valid key",
+                                        "type": "invalid_request_error"}}, status=401)
+
+
+@echo("text-body")
+async def _text_body(request: web.Request, text: str) -> web.StreamResponse:
+    return web.Response(status=502, text=f"upstream said: {text}")
+
+
+@echo("content-type")
+async def _content_type(request: web.Request, text: str) -> web.StreamResponse:
+    return web.Response(body=f"<html>{text}</html>".encode(),
+                        headers={"Content-Type": f"text/html; note={text}"})
+
+
+@echo("request-id")
+async def _request_id(request: web.Request, text: str) -> web.StreamResponse:
+    return await stream(request, answer(id=None), {"x-request-id": text})
+
+
+@echo("chunk-id")
+async def _chunk_id(request: web.Request, text: str) -> web.StreamResponse:
+    return await stream(request, answer(id=text))
+
+
+@echo("event")
+async def _event(request: web.Request, text: str) -> web.StreamResponse:
+    error = b"data: " + orjson.dumps({"error": {"message": f"{text} rejected"}}) + b"\n\n"
+    return await stream(request, [chunk(content="Hi"), error])
+
+
+@echo("finish")
+async def _finish(request: web.Request, text: str) -> web.StreamResponse:
+    return await stream(request, answer(finish=text))
+
+
+@echo("location")
+async def _location(request: web.Request, text: str) -> web.StreamResponse:
+    return web.Response(status=302, headers={"Location": f"https://elsewhere.example/?k={text}"})
+
+
+@echo("cookie")
+async def _cookie(request: web.Request, text: str) -> web.StreamResponse:
+    return await stream(request, answer(), {"Set-Cookie": f"session={text}; Path=/"})
+
+
+@echo("answer")
+async def _answer(request: web.Request, text: str) -> web.StreamResponse:
+    # The key split over several chunks, as a model repeating it token by token would send it.
+    pieces = [text[i:i + 7] for i in range(0, len(text), 7)]
+    return await stream(request, [chunk(content=p) for p in pieces] + answer()[-3:])
+
+
+@echo("not-json")
+async def _not_json(request: web.Request, text: str) -> web.StreamResponse:
+    return await stream(request, [f"data: {text}\n\n".encode()])
+
+
+async def handle(request: web.Request) -> web.StreamResponse:
+    """Route `/<echo>/<at>/v1/...` to its echo point."""
+    await request.read()
+    padding = "x" * int(request.match_info["at"])
+    return await ECHOES[request.match_info["echo"]](request, padding + credential(request))
+
+
+def make_app() -> web.Application:
+    """The hostile server's application."""
+    app = web.Application()
+    app.router.add_post("/{echo}/{at}/v1/{tail:.*}", handle)
+    return app
+
+
+@contextlib.contextmanager
+def serve_in_thread() -> Iterator[str]:
+    """Run the server on a loopback port in a thread; yields its base URL."""
+    loop = asyncio.new_event_loop()
+    port = free_port()
+    runner = web.AppRunner(make_app(), access_log=None)
+
+    async def start() -> None:
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", port).start()
+
+    loop.run_until_complete(start())
+    thread = threading.Thread(target=loop.run_forever, name="hostile-server", daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(10)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()

@@ -1,0 +1,71 @@
+"""Every secret-bearing place of a config is known to the redactor and blanked on /config."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from exporter.config import parse_config, redacted
+from tests.security.conftest import canary, leaks
+
+
+def config_with(target: dict, *, env: dict | None = None, simulator: dict | None = None):
+    data = {"probes": {"short": {"prompt": "Hi"}},
+            "targets": [{"name": "t", "base_url": "https://api.example/v1", "models": ["m"],
+                         **target}]}
+    if simulator is not None:
+        data["simulator"] = simulator
+    return parse_config(data, env=env or {})
+
+
+KEY = canary()
+PLACES = {
+    "api_key": ({"api_key": KEY}, {}),
+    "api_key_env": ({"api_key_env": "K"}, {"K": KEY}),
+    "${VAR} in a header": ({"headers": {"Authorization": "Bearer ${K}"}}, {"K": KEY}),
+    "azure api-key header": ({"headers": {"api-key": KEY}}, {}),
+    "bearer value, plain name": ({"headers": {"X-Gateway": f"Bearer {KEY}"}}, {}),
+    "query api-key": ({"query": {"api-key": KEY, "api-version": "2024-06-01"}}, {}),
+    "query SAS sig": ({"query": {"sig": KEY}}, {}),
+    "query code": ({"query": {"code": KEY}}, {}),
+    "password in base_url": ({"base_url": f"https://user:{KEY}@api.example/v1"}, {}),
+    "token as base_url user": ({"base_url": f"https://{KEY}@api.example/v1"}, {}),
+    "secret in base_url query": ({"base_url": f"https://api.example/v1?token={KEY}"}, {}),
+    "secret in path query": ({"path": f"/chat/completions?access_token={KEY}"}, {}),
+}
+
+
+@pytest.mark.parametrize("place", list(PLACES))
+def test_every_secret_place_is_known_and_blanked(place) -> None:
+    target, env = PLACES[place]
+    config = config_with(target, env=env)
+    assert KEY in config.secrets()
+    shown = json.dumps(redacted(config))
+    assert not leaks(shown, [KEY]), shown
+    assert "<redacted>" in shown or place == "api_key_env"  # that one shows only its name
+
+
+def test_the_simulators_key_is_a_secret() -> None:
+    config = config_with({}, simulator={"api_key": KEY})
+    assert KEY in config.secrets()
+    assert not leaks(json.dumps(redacted(config)), [KEY])
+
+
+def test_a_known_secret_is_blanked_wherever_interpolation_put_it() -> None:
+    config = config_with({"api_key_env": "K", "headers": {"X-Custom": "${K}"},
+                          "query": {"tenant": "${K}"}}, env={"K": KEY})
+    shown = redacted(config)
+    assert shown["targets"][0]["headers"]["X-Custom"] == "<redacted>"
+    assert shown["targets"][0]["query"]["tenant"] == "<redacted>"
+
+
+def test_ordinary_settings_stay_readable() -> None:
+    config = config_with({"api_key": KEY, "headers": {"X-Trace": "on"},
+                          "query": {"api-version": "2024-06-01"},
+                          "base_url": "https://user:pw-123456@api.example/v1"})
+    target = redacted(config)["targets"][0]
+    assert target["headers"] == {"X-Trace": "on"}
+    assert target["query"] == {"api-version": "2024-06-01"}
+    assert target["base_url"] == "https://user:<redacted>@api.example/v1"
+    assert set(config.secrets()) == {KEY, "pw-123456"}
