@@ -134,30 +134,56 @@ def _number(schema: Mapping[str, Any], rng: random.Random, *, integer: bool) -> 
     if integer:
         low_int, high_int = int(-(-low // 1)), int(high // 1)
         return rng.randint(low_int, max(low_int, high_int))
-    return round(rng.uniform(low, high), 2) if high - low > 0.01 else low
+    value = rng.uniform(low, high)
+    rounded = round(value, 2)
+    return rounded if low <= rounded <= high else value
 
 
 def violation(schema: Mapping[str, Any]) -> Any | None:
-    """A JSON value that does not satisfy `schema`, or None when every value does."""
-    return _violation(_Resolver(schema), schema)
+    """A JSON value that does not satisfy `schema`, or None when none is found (`{}`)."""
+    return _violation(_Resolver(schema), schema, 0)
 
 
-def _violation(refs: _Resolver, schema: Any) -> Any | None:
+_CANDIDATES: tuple[Any, ...] = (True, 0.5, "not the expected type", [], {})
+_WRONG_VALUE = {"array": {}, "string": 0, "number": "NaN", "integer": 0.5, "boolean": "yes",
+                "null": 0}
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int | float):
+        return "number"
+    return {str: "string", list: "array", dict: "object"}[type(value)]
+
+
+def _violation(refs: _Resolver, schema: Any, depth: int) -> Any | None:
     schema = refs.resolve(schema)
     enum = schema.get("enum")
     if isinstance(enum, list) and enum:
         return None if "not one of the choices" in enum else "not one of the choices"
+    branches = schema.get("anyOf") or schema.get("oneOf")
+    if isinstance(branches, list) and branches:
+        # A value of a type that no branch allows.
+        kinds = {_type(refs.resolve(b)) for b in branches}
+        if None in kinds:
+            return None
+        kinds |= {"number"} if "integer" in kinds else set()
+        return next((c for c in _CANDIDATES if _json_type(c) not in kinds), None)
     kind = _type(schema)
-    if kind == "object":
-        required = schema.get("required")
-        if isinstance(required, list) and required:
-            return {}  # an object without its required properties
-        properties = schema.get("properties")
-        if isinstance(properties, Mapping):
-            for name, sub in properties.items():
-                wrong = _violation(refs, sub)
-                if wrong is not None:
-                    return {name: wrong}
+    if kind != "object":
+        return _WRONG_VALUE.get(kind or "")
+    required = schema.get("required")
+    if isinstance(required, list) and required:
+        return {}  # an object without its required properties
+    if "type" in schema:
         return ["not an object"]
-    return {"array": {}, "string": 0, "number": "NaN", "integer": 0.5, "boolean": "yes",
-            "null": 0}.get(kind or "")
+    properties = schema.get("properties")  # an untyped schema only constrains objects
+    if isinstance(properties, Mapping) and depth < MAX_DEPTH:
+        for name, sub in properties.items():
+            wrong = _violation(refs, sub, depth + 1)
+            if wrong is not None:
+                return {name: wrong}
+    return None
