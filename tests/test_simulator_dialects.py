@@ -606,3 +606,8 @@ async def test_embedding_faults(make_sim: MakeSim, session: aiohttp.ClientSessio
     with pytest.raises(aiohttp.ClientError):
         await post(session, sim, path, body, {"x-sim-fault": "disconnect"})
     assert sim.records[-1]["outcome"] == "aborted"
+    status, _, _ = await post(session, sim, path, body,
+                              {"x-sim-fault": "stall", "x-sim-stall": "30ms"})
+    record = sim.records[-1]
+    assert status == 200 and record["fault"] == "stall"
+    assert record["finished_at"] - record["started_at"] >= 0.01 + 0.03

@@ -29,6 +29,8 @@ from .dialects import (
     Credentials,
     Dialect,
     EmbeddingDialect,
+    EmbedRequest,
+    ParsedRequest,
     RateLimitSnapshot,
     Refusal,
     ServerTimings,
@@ -238,7 +240,8 @@ class _Exchange:
         """The provider's answer to an auth failure or an unknown model."""
         return self.fail(refusal.status, refusal.message, code=refusal.code, param=param)
 
-    async def read(self) -> tuple[Any, SimulatedModel, Overrides] | web.Response:
+    async def read(self) -> tuple[ParsedRequest | EmbedRequest, SimulatedModel, Overrides] \
+            | web.Response:
         """Authenticate and parse the request: (parsed body, profile, overrides) or an error."""
         request, provider = self.request, self.provider
         raw = await request.read()
@@ -286,7 +289,7 @@ def _exchange(request: web.Request, provider: Dialect | EmbeddingDialect,
     return _Exchange(request, provider, record, headers)
 
 
-def _plan_answer(dialect: Dialect, parsed: Any, overrides: Overrides,
+def _plan_answer(dialect: Dialect, parsed: ParsedRequest, overrides: Overrides,
                  rng: random.Random) -> Answer:
     """Text, or the JSON answer / tool call the request asks for (drawn with its own rng)."""
     if not parsed.tools and parsed.json_schema is None:
@@ -304,6 +307,7 @@ async def _generate(request: web.Request, dialect: Dialect) -> web.StreamRespons
     if isinstance(read, web.Response):
         return read
     parsed, profile, overrides = read
+    assert isinstance(parsed, ParsedRequest)
     record, state = ex.record, ex.state
     record["stream"] = parsed.stream
 
@@ -518,6 +522,7 @@ async def _embed(request: web.Request, dialect: EmbeddingDialect) -> web.StreamR
     if isinstance(read, web.Response):
         return read
     parsed, profile, overrides = read
+    assert isinstance(parsed, EmbedRequest)
     record, state = ex.record, ex.state
     rng = random.Random(state.rng.getrandbits(64))
     plan = make_plan(profile, rng, overrides=replace(overrides, reasoning_tokens=0),
@@ -548,7 +553,8 @@ async def _embed(request: web.Request, dialect: EmbeddingDialect) -> web.StreamR
                 _abort(request)
                 record.update(outcome="aborted", finished_at=loop.time())
                 return web.Response(status=499)  # never sent: the connection is gone
-            await _sleep_until(loop, base + plan.ttft, precise=True)
+            stall = plan.stall if plan.fault is Fault.STALL else 0.0
+            await _sleep_until(loop, base + plan.ttft + stall, precise=True)
             if await _send(request, resp, record):
                 outcome = "error_in_stream" if plan.fault is Fault.ERROR_IN_STREAM \
                     else "complete"

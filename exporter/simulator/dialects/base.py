@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import secrets
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -354,7 +354,10 @@ def schema_param(value: Any, param: str) -> Mapping[str, Any]:
     return require_object(value, param)
 
 
-def function_tools(tools: Any, param: str, read: Any) -> tuple[ToolSpec, ...]:
+ToolReader = Callable[[Mapping[str, Any]], tuple[Any, Any] | None]
+
+
+def function_tools(tools: Any, param: str, read: ToolReader) -> tuple[ToolSpec, ...]:
     """Tools from a list, `read(item) -> (name, parameters) | None` per item (None: not a
     function tool, skipped)."""
     if tools is None:

@@ -58,7 +58,7 @@ try:  # botocore is an optional dependency: only verifying signatures needs it
     from botocore.awsrequest import AWSRequest
     from botocore.credentials import Credentials as BotoCredentials
 except ImportError:  # pragma: no cover - exercised only without botocore installed
-    SigV4Auth = None
+    SigV4Auth = None  # type: ignore[assignment,misc]
 
 _ERROR_TYPES = {400: "ValidationException", 403: "AccessDeniedException",
                 404: "ResourceNotFoundException", 408: "ModelTimeoutException",

@@ -13,6 +13,7 @@ server's own timings in nanoseconds: `load_duration` (waiting for a slot), `prom
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -45,7 +46,7 @@ _DONE_REASONS = {Finish.STOP: "stop", Finish.LENGTH: "length", Finish.TOOL_CALLS
 NANOSECONDS = 1_000_000_000
 
 
-def _tool(item: Any) -> tuple[Any, Any] | None:
+def _tool(item: Mapping[str, Any]) -> tuple[Any, Any] | None:
     if item.get("type", "function") != "function":
         return None
     function = require_object(item.get("function"), "tools[].function")
