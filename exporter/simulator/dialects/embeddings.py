@@ -21,7 +21,7 @@ from typing import Any
 
 from ..text import estimate_tokens
 from .base import BadRequest, EmbeddingDialect, EmbedRequest, int_param, model_param, require_object
-from .gemini import GeminiProvider, field, parts_tokens
+from .gemini import GeminiProvider, parts_tokens, proto_get
 from .openai_chat import OpenAIProvider
 
 
@@ -95,7 +95,7 @@ class EmbeddingsDialect(OpenAIProvider, EmbeddingDialect):
 
 
 def _dimensions(obj: Mapping[str, Any], where: str) -> int | None:
-    value = field(obj, "outputDimensionality")
+    value = proto_get(obj, "outputDimensionality")
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:

@@ -57,7 +57,7 @@ _FINISH = {Finish.STOP: "STOP", Finish.LENGTH: "MAX_TOKENS", Finish.TOOL_CALLS: 
 API_KEY_INVALID = "API_KEY_INVALID"
 
 
-def field(obj: Mapping[str, Any], camel: str) -> Any:
+def proto_get(obj: Mapping[str, Any], camel: str) -> Any:
     """`obj[camel]`, or its snake_case spelling (proto JSON accepts both)."""
     if camel in obj:
         return obj[camel]
@@ -74,7 +74,7 @@ def parts_tokens(content: Any) -> int:
             continue
         if isinstance(part.get("text"), str):
             total += estimate_tokens(part["text"])
-        elif field(part, "inlineData") is not None or field(part, "fileData") is not None:
+        elif proto_get(part, "inlineData") is not None or proto_get(part, "fileData") is not None:
             total += IMAGE_TOKENS
     return total
 
@@ -134,13 +134,13 @@ def _tools(body: Mapping[str, Any]) -> tuple[ToolSpec, ...]:
         raise BadRequest("Invalid 'tools': expected an array.", "tools")
     specs: list[ToolSpec] = []
     for index, tool in enumerate(tools):
-        declarations = field(require_object(tool, f"tools[{index}]"), "functionDeclarations")
+        declarations = proto_get(require_object(tool, f"tools[{index}]"), "functionDeclarations")
         for declaration in declarations or ():
             declaration = require_object(declaration, f"tools[{index}].functionDeclarations")
             name = declaration.get("name")
             if not isinstance(name, str) or not name:
                 raise BadRequest("Invalid function declaration: a name is required.", "tools")
-            parameters = field(declaration, "parametersJsonSchema")
+            parameters = proto_get(declaration, "parametersJsonSchema")
             if parameters is None:
                 parameters = declaration.get("parameters")
             specs.append(ToolSpec(name, schema_param(parameters, "tools")))
@@ -149,8 +149,8 @@ def _tools(body: Mapping[str, Any]) -> tuple[ToolSpec, ...]:
 
 def _tool_choice(body: Mapping[str, Any], tools: tuple[ToolSpec, ...]) -> ToolChoice:
     """`toolConfig.functionCallingConfig`: mode AUTO / ANY / NONE / VALIDATED, allowed names."""
-    config = field(body, "toolConfig")
-    calling = field(config, "functionCallingConfig") if isinstance(config, Mapping) else None
+    config = proto_get(body, "toolConfig")
+    calling = proto_get(config, "functionCallingConfig") if isinstance(config, Mapping) else None
     if not isinstance(calling, Mapping):
         return ToolChoice()
     mode = str(calling.get("mode", "AUTO")).upper()
@@ -159,18 +159,18 @@ def _tool_choice(body: Mapping[str, Any], tools: tuple[ToolSpec, ...]) -> ToolCh
     if mode not in modes:
         raise BadRequest(f"Invalid value at 'tool_config.function_calling_config.mode' "
                          f"({mode})", "toolConfig")
-    allowed = field(calling, "allowedFunctionNames")
+    allowed = proto_get(calling, "allowedFunctionNames")
     name = allowed[0] if isinstance(allowed, list) and allowed else None
     return checked_choice(tools, ToolChoice(modes[mode], name), "toolConfig")
 
 
 def _schema(config: Mapping[str, Any]) -> Mapping[str, Any] | None:
     """The schema of a JSON answer (`responseMimeType: application/json`)."""
-    if field(config, "responseMimeType") != "application/json":
+    if proto_get(config, "responseMimeType") != "application/json":
         return None
-    schema = field(config, "responseJsonSchema")
+    schema = proto_get(config, "responseJsonSchema")
     if schema is None:
-        schema = field(config, "responseSchema")
+        schema = proto_get(config, "responseSchema")
     return schema_param(schema, "generationConfig.responseSchema")
 
 
@@ -193,15 +193,15 @@ class GenerateContentDialect(GeminiProvider, Dialect):
             raise BadRequest("* GenerateContentRequest.contents: contents is not specified",
                              "contents")
         prompt_tokens = sum(parts_tokens(c) for c in contents)
-        prompt_tokens += parts_tokens(field(body, "systemInstruction"))
-        config = field(body, "generationConfig") or {}
+        prompt_tokens += parts_tokens(proto_get(body, "systemInstruction"))
+        config = proto_get(body, "generationConfig") or {}
         config = require_object(config, "generationConfig")
-        max_tokens = field(config, "maxOutputTokens")
+        max_tokens = proto_get(config, "maxOutputTokens")
         if max_tokens is not None and (isinstance(max_tokens, bool)
                                        or not isinstance(max_tokens, int) or max_tokens < 1):
             raise BadRequest("Invalid 'generationConfig.maxOutputTokens'.", "generationConfig")
-        thinking = field(config, "thinkingConfig")
-        show = isinstance(thinking, Mapping) and field(thinking, "includeThoughts") is True
+        thinking = proto_get(config, "thinkingConfig")
+        show = isinstance(thinking, Mapping) and proto_get(thinking, "includeThoughts") is True
         tools = _tools(body)
         return ParsedRequest(path_model or "", self.stream, max_tokens, True, prompt_tokens,
                              show_reasoning=show, tools=tools,
