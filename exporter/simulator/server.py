@@ -35,8 +35,7 @@ def _url_host(host: str) -> str:
 
 
 class Simulator:
-    """A running simulator server; `url` is an OpenAI-style base URL ending in `/v1`, `origin`
-    the bare `http://host:port` (the base for Anthropic, Gemini, Bedrock and Ollama clients)."""
+    """A running simulator: `origin` is `http://host:port`, `url` the OpenAI base (`…/v1`)."""
 
     def __init__(self, runner: web.AppRunner, host: str, port: int) -> None:
         self._runner = runner
