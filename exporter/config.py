@@ -240,6 +240,7 @@ class SimulatedModel(_Strict):
     stall: Duration = 30.0
     disconnect_rate: float = Field(default=0.0, ge=0.0, le=1.0)
     capacity: int | None = Field(default=None, ge=1)
+    dimensions: int = Field(default=1536, ge=1)  # embedding size when a request names none
 
 
 class SimulatorConfig(_Strict):

@@ -7,55 +7,33 @@ import itertools
 import json
 import logging
 import random
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
 import pytest
 import structlog.testing
-from multidict import CIMultiDict
 
-from exporter.config import SimulatedModel, SimulatorConfig
+from exporter.config import SimulatorConfig
 from exporter.simulator import (
     SIM_RECORDS,
     VOCABULARY,
     Fault,
     Finish,
     Overrides,
-    Simulator,
     create_app,
     estimate_tokens,
     make_plan,
     serve_forever,
-    start_simulator,
 )
 from exporter.simulator.plan import Kind, OverrideError
-
-FAST = {"ttft": 0.01, "tpot": 0.001, "jitter": 0.0}
-KEY = "sk-test-0123456789"
-
-MakeSim = Callable[..., Awaitable[Simulator]]
-
-
-def profile(**overrides: Any) -> SimulatedModel:
-    """A fast, exact model profile."""
-    return SimulatedModel(**{**FAST, "output_tokens": 8, **overrides})
+from tests.sim_support import KEY, MakeSim, chunk_texts, post, profile, simulators, sse_events
 
 
 @pytest.fixture
 async def make_sim() -> AsyncIterator[MakeSim]:
-    """Start simulators on a free loopback port; close them all after the test."""
-    started: list[Simulator] = []
-
-    async def make(models: dict[str, SimulatedModel] | None = None, **kwargs: Any) -> Simulator:
-        config = SimulatorConfig(listen="127.0.0.1:0", models=models or {"sim": profile()})
-        sim = await start_simulator(config, **kwargs)
-        started.append(sim)
-        return sim
-
-    yield make
-    for sim in started:
-        await sim.close()
+    async with simulators() as make:
+        yield make
 
 
 @pytest.fixture
@@ -71,34 +49,6 @@ def chat(model: str = "sim", *, stream: bool = True, usage: bool = False,
     if usage:
         body["stream_options"] = {"include_usage": True}
     return {**body, **extra}
-
-
-def sse_events(raw: bytes) -> list[tuple[str | None, Any]]:
-    """(event name, parsed data) for every event; `[DONE]` stays a string."""
-    events = []
-    for block in raw.decode().split("\n\n"):
-        if not block.strip():
-            continue
-        name, data = None, []
-        for line in block.split("\n"):
-            if line.startswith("event: "):
-                name = line[len("event: "):]
-            elif line.startswith("data: "):
-                data.append(line[len("data: "):])
-        text = "\n".join(data)
-        events.append((name, text if text == "[DONE]" else json.loads(text)))
-    return events
-
-
-async def post(session: aiohttp.ClientSession, sim: Simulator, path: str, body: Any,
-               headers: dict[str, str] | None = None) -> tuple[int, CIMultiDict[str], bytes]:
-    async with session.post(sim.url + path, json=body, headers=headers) as resp:
-        return resp.status, CIMultiDict(resp.headers), await resp.read()
-
-
-def chunk_texts(events: list[tuple[str | None, Any]], key: str) -> list[str]:
-    return [e["choices"][0]["delta"][key] for _, e in events
-            if isinstance(e, dict) and e.get("choices") and key in e["choices"][0]["delta"]]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import random
 import secrets
 import time
@@ -17,16 +18,27 @@ import structlog
 from aiohttp import web
 
 from ..config import SimulatedModel
+from .answers import TEXT, Answer, Output, plan_answer
 from .dialects import (
-    DIALECTS,
-    AnthropicMessages,
+    CHAT,
+    MESSAGES,
+    ROUTES,
+    AuthRequest,
+    AwsKeys,
     BadRequest,
+    Credentials,
     Dialect,
-    OpenAIChat,
+    EmbeddingDialect,
+    EmbedRequest,
+    ParsedRequest,
     RateLimitSnapshot,
+    Refusal,
+    ServerTimings,
     StreamContext,
     StreamEncoder,
     Usage,
+    embed,
+    sigv4_supported,
 )
 from .plan import Fault, Kind, OverrideError, Overrides, Plan, Reasoning, make_plan
 from .text import generate_tokens
@@ -36,7 +48,9 @@ REQUESTS_PER_WINDOW = 10_000
 TOKENS_PER_WINDOW = 2_000_000
 RATE_WINDOW = 60.0
 # Precise waits: sleep until this long before a deadline, then yield to the loop until it.
-SPIN_MARGIN = 0.0015
+# 1.5 ms left ~30% of deadlines (those whose fraction of a millisecond rounds badly) 0.6 ms
+# late; asyncio's wake-ups measured up to 1.7 ms late here.
+SPIN_MARGIN = 0.0025
 # Every chunk is timed precisely while at most this many streams generate at once; beyond
 # that only first tokens are (TTFT is the number that matters; busy waits cost CPU).
 PRECISE_MAX_STREAMS = 4
@@ -45,12 +59,16 @@ PRECISE_MAX_STREAMS = 4
 class SimRecord(TypedDict):
     """What the simulator did for one request; times are `loop.time()` of the server's loop.
 
-    `received_at` is handler entry; `started_at` is when generation began (later than
-    `received_at` only when the request queued for capacity); `first_token_due` is the planned
-    time of the first token-bearing write and `first_token_at` the time right after it.
-    `tokens` is the planned completion (what usage reports), `tokens_sent` what was written.
-    `outcome`: pending, complete, error (error status), error_in_stream, aborted (disconnect
-    fault), client_gone (the client hung up), cancelled (server shut down).
+    `api` is the API style (`openai-chat`, `gemini`, `openai-embeddings`…). `received_at` is
+    handler entry; `started_at` is when generation began (later than `received_at` only when the
+    request queued for capacity); `first_token_due` is the planned time of the first
+    token-bearing write and `first_token_at` the time right after it. `tokens` is the planned
+    completion (what usage reports, reasoning included), `tokens_sent` what was written.
+    `output` is text, json, tool_call or embedding; `answer` the planned answer text (a tool
+    call's arguments), `reasoning` the reasoning text the client was shown. `server_timings` is
+    what the response reported of the server's own durations, in seconds (`prefill`, `decode`,
+    `total`, `load`). `outcome`: pending, complete, error (error status), error_in_stream,
+    aborted (disconnect fault), client_gone (the client hung up), cancelled (server shut down).
     """
 
     id: str
@@ -71,6 +89,13 @@ class SimRecord(TypedDict):
     tokens: int
     tokens_sent: int
     prompt_tokens: int
+    reasoning_tokens: int
+    output: str
+    answer: str
+    reasoning: str
+    tool_name: str | None
+    dimensions: int | None
+    server_timings: dict[str, float]
 
 
 SIM_RECORDS: web.AppKey[deque[SimRecord]] = web.AppKey("llm_probe_sim_records", deque)
@@ -102,7 +127,7 @@ class _RateLimiter:
 @dataclass
 class _State:
     models: Mapping[str, SimulatedModel]
-    api_key: str | None
+    credentials: Credentials
     rng: random.Random
     records: deque[SimRecord]
     logger: Any
@@ -115,12 +140,18 @@ _STATE = web.AppKey("llm_probe_sim_state", _State)
 
 
 def create_app(models: Mapping[str, SimulatedModel], *, api_key: str | None = None,
-               seed: int | None = None, logger: Any = None,
+               aws_keys: AwsKeys | None = None, seed: int | None = None, logger: Any = None,
                max_records: int = MAX_RECORDS) -> web.Application:
-    """An aiohttp app serving `models` with OpenAI and Anthropic endpoints under `/v1`."""
+    """An aiohttp app serving `models` in every API style (see the package docstring).
+
+    `api_key` is required from clients (in each API's own header); `aws_keys` makes Bedrock
+    verify SigV4 signatures (needs botocore).
+    """
+    if aws_keys is not None and not sigv4_supported():
+        raise ValueError("verifying SigV4 signatures needs botocore (pip install botocore)")
     state = _State(
-        models=dict(models), api_key=api_key or None, rng=random.Random(seed),
-        records=deque(maxlen=max_records),
+        models=dict(models), credentials=Credentials(api_key or None, aws_keys),
+        rng=random.Random(seed), records=deque(maxlen=max_records),
         logger=logger or structlog.get_logger("exporter.simulator"),
         capacity={name: asyncio.Semaphore(m.capacity) for name, m in models.items()
                   if m.capacity is not None},
@@ -129,19 +160,25 @@ def create_app(models: Mapping[str, SimulatedModel], *, api_key: str | None = No
     app = web.Application(client_max_size=64 * 1024 * 1024)
     app[_STATE] = state
     app[SIM_RECORDS] = state.records
-    app.router.add_post("/v1/chat/completions", _handler(DIALECTS["chat"]))
-    app.router.add_post("/v1/completions", _handler(DIALECTS["completions"]))
-    app.router.add_post("/v1/messages", _handler(DIALECTS["messages"]))
+    for route in ROUTES:
+        app.router.add_post(route.path, _handler(route.dialect))
     app.router.add_get("/v1/models", _list_models)
     app.router.add_get("/v1/models/{model}", _get_model)
+    app.router.add_get("/api/tags", _ollama_tags)
     app.router.add_get("/health", _health)
     return app
 
 
-def _handler(dialect: Dialect) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
-    async def handle(request: web.Request) -> web.StreamResponse:
+def _handler(dialect: Dialect | EmbeddingDialect,
+             ) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+    if isinstance(dialect, EmbeddingDialect):
+        async def embeddings(request: web.Request) -> web.StreamResponse:
+            return await _embed(request, dialect)
+        return embeddings
+
+    async def generate(request: web.Request) -> web.StreamResponse:
         return await _generate(request, dialect)
-    return handle
+    return generate
 
 
 def _json(body: Any, status: int = 200, headers: Mapping[str, str] | None = None) -> web.Response:
@@ -153,7 +190,7 @@ async def _sleep_until(loop: asyncio.AbstractEventLoop, deadline: float, *,
                        precise: bool = False) -> None:
     """Sleep to an absolute `loop.time()` (relative sleeps in a loop would drift); never early.
 
-    asyncio wakes timers up to ~1.5 ms late (epoll counts milliseconds and CPython 3.11 rounds
+    asyncio wakes timers up to ~2 ms late (epoll counts milliseconds and CPython 3.11 rounds
     the timeout up twice). `precise` sleeps until just before the deadline and then yields to
     the loop until it passes: sub-millisecond, at the price of a short busy wait.
     """
@@ -178,80 +215,165 @@ async def _slot(semaphore: asyncio.Semaphore | None, loop: asyncio.AbstractEvent
         yield loop.time() if queued else received_at
 
 
-async def _generate(request: web.Request, dialect: Dialect) -> web.StreamResponse:
-    """Answer one completion request according to its model's profile."""
-    loop = asyncio.get_running_loop()
-    received_at = loop.time()
-    state = request.app[_STATE]
+@dataclass
+class _Exchange:
+    """One request being answered: its record, response headers and how errors look."""
+
+    request: web.Request
+    provider: Dialect | EmbeddingDialect
+    record: SimRecord
+    headers: dict[str, str]
+
+    @property
+    def state(self) -> _State:
+        return self.request.app[_STATE]
+
+    def fail(self, status: int, message: str | None = None, *, code: str | None = None,
+             param: str | None = None, extra: Mapping[str, str] | None = None) -> web.Response:
+        """An error response in the provider's shape; the record notes it."""
+        self.record.update(status=status, outcome="error",
+                           finished_at=asyncio.get_running_loop().time())
+        body = self.provider.error_body(status, message, code=code, param=param,
+                                        request_id=self.record["id"])
+        return _json(body, status, {**self.headers, **self.provider.error_headers(status, code),
+                                    **(extra or {})})
+
+    def refuse(self, refusal: Refusal, param: str | None = None) -> web.Response:
+        """The provider's answer to an auth failure or an unknown model."""
+        return self.fail(refusal.status, refusal.message, code=refusal.code, param=param)
+
+    async def read(self) -> tuple[ParsedRequest | EmbedRequest, SimulatedModel, Overrides] \
+            | web.Response:
+        """Authenticate and parse the request: (parsed body, profile, overrides) or an error."""
+        request, provider = self.request, self.provider
+        raw = await request.read()
+        url = f"{request.scheme}://{request.host}{request.raw_path}"
+        refusal = provider.authorize(AuthRequest(request.method, url, request.headers, raw),
+                                     self.state.credentials)
+        if refusal is not None:
+            return self.refuse(refusal)
+        try:
+            body = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            return self.fail(400, "We could not parse the JSON body of your request: expected a "
+                                  "JSON object.")
+        try:
+            parsed = provider.parse(body, request.match_info.get("model"))
+        except BadRequest as exc:
+            return self.fail(400, exc.message, param=exc.param)
+        self.record.update(model=parsed.model, prompt_tokens=parsed.prompt_tokens)
+        profile = self.state.models.get(parsed.model)
+        if profile is None:
+            return self.refuse(provider.model_not_found(parsed.model), "model")
+        try:
+            overrides = Overrides.from_headers(request.headers)
+        except OverrideError as exc:
+            return self.fail(400, str(exc))
+        return parsed, profile, overrides
+
+
+def _exchange(request: web.Request, provider: Dialect | EmbeddingDialect,
+              output: Output) -> _Exchange:
+    """Start the record of one request."""
+    received_at = asyncio.get_running_loop().time()
     request_id = "req_" + secrets.token_hex(12)
     record: SimRecord = {
-        "id": request_id, "api": dialect.name, "model": None, "stream": False, "status": 0,
+        "id": request_id, "api": provider.name, "model": None, "stream": False, "status": 0,
         "fault": None, "outcome": "pending", "received_at": received_at, "started_at": None,
         "first_token_due": None, "first_token_at": None, "last_token_at": None,
         "finished_at": None, "ttft_scheduled": None, "tpot_scheduled": None, "tokens": 0,
-        "tokens_sent": 0, "prompt_tokens": 0,
+        "tokens_sent": 0, "prompt_tokens": 0, "reasoning_tokens": 0, "output": output.value,
+        "answer": "", "reasoning": "", "tool_name": None, "dimensions": None,
+        "server_timings": {},
     }
-    state.records.append(record)
-    headers = {"x-request-id": request_id, dialect.request_id_header: request_id}
+    request.app[_STATE].records.append(record)
+    headers = {"x-request-id": request_id, provider.request_id_header: request_id}
+    return _Exchange(request, provider, record, headers)
 
-    def fail(status: int, message: str | None = None, *, code: str | None = None,
-             param: str | None = None, extra: Mapping[str, str] | None = None) -> web.Response:
-        record.update(status=status, outcome="error", finished_at=loop.time())
-        body = dialect.error_body(status, message, code=code, param=param,
-                                  request_id=request_id)
-        return _json(body, status, {**headers, **(extra or {})})
 
-    if state.api_key is not None:
-        denied = dialect.authorize(request.headers, state.api_key)
-        if denied is not None:
-            return fail(401, denied)
-    try:
-        body = orjson.loads(await request.read())
-    except orjson.JSONDecodeError:
-        return fail(400, "We could not parse the JSON body of your request: expected a JSON "
-                         "object.")
-    try:
-        parsed = dialect.parse(body)
-    except BadRequest as exc:
-        return fail(400, exc.message, param=exc.param)
-    record.update(model=parsed.model, stream=parsed.stream, prompt_tokens=parsed.prompt_tokens)
-    profile = state.models.get(parsed.model)
-    if profile is None:
-        message, code = dialect.model_not_found(parsed.model)
-        return fail(404, message, code=code, param="model")
-    try:
-        overrides = Overrides.from_headers(request.headers)
-    except OverrideError as exc:
-        return fail(400, str(exc))
+def _plan_answer(dialect: Dialect, parsed: ParsedRequest, overrides: Overrides,
+                 rng: random.Random) -> Answer:
+    """Text, or the JSON answer / tool call the request asks for (drawn with its own rng)."""
+    if not parsed.tools and parsed.json_schema is None:
+        return TEXT
+    return plan_answer(random.Random(rng.getrandbits(64)), tools=parsed.tools,
+                       choice=parsed.tool_choice, schema=parsed.json_schema,
+                       call_id=dialect.new_call_id(), tool_fault=overrides.tool,
+                       json_fault=overrides.json)
+
+
+async def _generate(request: web.Request, dialect: Dialect) -> web.StreamResponse:
+    """Answer one generation request according to its model's profile."""
+    ex = _exchange(request, dialect, Output.TEXT)
+    read = await ex.read()
+    if isinstance(read, web.Response):
+        return read
+    parsed, profile, overrides = read
+    assert isinstance(parsed, ParsedRequest)
+    record, state = ex.record, ex.state
+    record["stream"] = parsed.stream
 
     rng = random.Random(state.rng.getrandbits(64))
-    plan = make_plan(profile, rng, max_tokens=parsed.max_tokens, overrides=overrides)
-    if not dialect.shows_reasoning:
+    answer = _plan_answer(dialect, parsed, overrides, rng)
+    kind = Kind.TOOL_CALL if answer.output is Output.TOOL_CALL else Kind.ANSWER
+    plan = make_plan(profile, rng, max_tokens=parsed.max_tokens, overrides=overrides,
+                     answer_tokens=len(answer.pieces) if answer.pieces else None,
+                     answer_kind=kind,
+                     atomic_answer=kind is Kind.TOOL_CALL and not dialect.streams_tool_arguments)
+    if not parsed.show_reasoning:
         plan = replace(plan, reasoning=Reasoning.HIDDEN)
+    call = answer.tool_call
     record.update(fault=plan.fault.value if plan.fault else None, ttft_scheduled=plan.ttft,
-                  tpot_scheduled=plan.tpot, tokens=plan.completion_tokens)
-    limits = state.limits.take(received_at, parsed.prompt_tokens + plan.completion_tokens)
-    headers.update(dialect.ratelimit_headers(limits))
+                  tpot_scheduled=plan.tpot, tokens=plan.completion_tokens,
+                  reasoning_tokens=plan.reasoning_tokens, output=answer.output.value,
+                  tool_name=call.name if call else None)
+    limits = state.limits.take(record["received_at"],
+                               parsed.prompt_tokens + plan.completion_tokens)
+    ex.headers.update(dialect.ratelimit_headers(limits))
     if plan.fault is Fault.ERROR:
         record["tokens"] = 0
         extra = {"Retry-After": "1"} if plan.error_status == 429 else {}
-        return fail(plan.error_status, extra=extra)
+        return ex.fail(plan.error_status, extra=extra)
 
     visible = plan.reasoning_tokens if plan.reasoning is Reasoning.VISIBLE else 0
     ctx = StreamContext(
         request_id=dialect.new_id(), model=parsed.model, created=int(time.time()),
         include_usage=parsed.include_usage,
         usage=Usage(parsed.prompt_tokens, plan.reasoning_tokens, plan.answer_tokens),
-        first_kind=Kind.REASONING if visible else Kind.ANSWER,
+        first_kind=Kind.REASONING if visible else kind, tool_call=call, echo=parsed.echo,
     )
-    tokens = generate_tokens(rng, plan.completion_tokens)
-    semaphore = state.capacity.get(parsed.model)
-    run = _stream if parsed.stream else _respond
+    if answer.output is Output.TEXT:
+        tokens = generate_tokens(rng, plan.completion_tokens)
+    else:
+        tokens = generate_tokens(rng, plan.reasoning_tokens) + \
+            list(answer.pieces[:plan.answer_tokens])
+    record.update(answer="".join(tokens[plan.reasoning_tokens:]),
+                  reasoning="".join(tokens[:visible]))
+    job = _Job(ex, dialect, plan, ctx, tokens, state.capacity.get(parsed.model))
     try:
-        return await run(request, dialect, plan, ctx, tokens, headers, record, semaphore)
+        return await (_stream(job) if parsed.stream else _respond(job))
     except asyncio.CancelledError:
-        record.update(outcome="cancelled", finished_at=loop.time())
+        record.update(outcome="cancelled", finished_at=asyncio.get_running_loop().time())
         raise
+
+
+@dataclass
+class _Job:
+    """Everything the writers need for one planned answer."""
+
+    ex: _Exchange
+    dialect: Dialect
+    plan: Plan
+    ctx: StreamContext
+    tokens: list[str]
+    semaphore: asyncio.Semaphore | None
+
+    def timings(self, base: float) -> ServerTimings:
+        """The server's own durations, from the plan and the slot's start time `base`."""
+        plan, received_at = self.plan, self.ex.record["received_at"]
+        return ServerTimings(load=base - received_at, prefill=plan.offset(0),
+                             decode=plan.end - plan.offset(0),
+                             total=base + plan.end - received_at)
 
 
 def _abort(request: web.Request) -> None:
@@ -261,50 +383,51 @@ def _abort(request: web.Request) -> None:
         transport.abort()
 
 
-async def _stream(request: web.Request, dialect: Dialect, plan: Plan, ctx: StreamContext,
-                  tokens: list[str], headers: dict[str, str], record: SimRecord,
-                  semaphore: asyncio.Semaphore | None) -> web.StreamResponse:
-    """Write an event stream, each chunk at its absolute deadline."""
+async def _stream(job: _Job) -> web.StreamResponse:
+    """Write the answer as a stream, each chunk at its absolute deadline."""
     loop = asyncio.get_running_loop()
-    encoder = dialect.encoder(ctx)
-    resp = web.StreamResponse(status=200, headers={
-        **headers, "Content-Type": "text/event-stream; charset=utf-8",
-        "Cache-Control": "no-cache"})
+    ex = job.ex
+    request, record = ex.request, ex.record
+    encoder = job.dialect.encoder(job.ctx)
+    headers = {**ex.headers, "Content-Type": job.dialect.content_type}
+    if job.dialect.content_type.startswith("text/event-stream"):
+        headers["Cache-Control"] = "no-cache"
+    resp = web.StreamResponse(status=200, headers=headers)
     record["status"] = 200
     try:
         await resp.prepare(request)
         for data in encoder.opening():
             await resp.write(data)  # sent at once: not a token, it must not look like one
-        async with _slot(semaphore, loop, record["received_at"]) as base:
+        async with _slot(job.semaphore, loop, record["received_at"]) as base:
             record["started_at"] = base
-            state = request.app[_STATE]
-            state.generating += 1
+            ex.state.generating += 1
             try:
-                await _write_chunks(request, resp, encoder, plan, tokens, record, base)
+                await _write_chunks(job, resp, encoder, base)
             finally:
-                state.generating -= 1
+                ex.state.generating -= 1
     except ConnectionError:
         _client_gone(request, record)
     return resp
 
 
-async def _write_chunks(request: web.Request, resp: web.StreamResponse, encoder: StreamEncoder,
-                        plan: Plan, tokens: list[str], record: SimRecord, base: float) -> None:
+async def _write_chunks(job: _Job, resp: web.StreamResponse, encoder: StreamEncoder,
+                        base: float) -> None:
     """The token chunks, then the closing events (or the planned fault)."""
     loop = asyncio.get_running_loop()
-    state = request.app[_STATE]
+    plan, tokens, record, state = job.plan, job.tokens, job.ex.record, job.ex.state
     cut = plan.cut_at if plan.fault in (Fault.DISCONNECT, Fault.ERROR_IN_STREAM) else None
     for chunk in plan.chunks():
         precise = (record["first_token_at"] is None
                    or state.generating <= PRECISE_MAX_STREAMS)
         if cut is not None and chunk.start >= cut:
             await _sleep_until(loop, base + chunk.due, precise=precise)
-            await _stream_fault(request, resp, encoder, plan, record)
+            await _stream_fault(job, resp, encoder)
             return
         if chunk.kind is Kind.REASONING and plan.reasoning is Reasoning.HIDDEN:
             continue  # hidden thinking only spends time
         # Encode before sleeping so that the write follows the wake-up directly.
-        data = encoder.delta(chunk.kind, "".join(tokens[chunk.start:chunk.start + chunk.count]))
+        data = encoder.delta(chunk.kind, "".join(tokens[chunk.start:chunk.start + chunk.count]),
+                             chunk.count)
         await _sleep_until(loop, base + chunk.due, precise=precise)
         await resp.write(data)
         now = loop.time()
@@ -315,19 +438,21 @@ async def _write_chunks(request: web.Request, resp: web.StreamResponse, encoder:
     await _sleep_until(loop, base + plan.end,
                        precise=state.generating <= PRECISE_MAX_STREAMS)
     if cut is not None:
-        await _stream_fault(request, resp, encoder, plan, record)
+        await _stream_fault(job, resp, encoder)
         return
-    for data in encoder.closing(plan.finish):
+    timings = job.timings(base)
+    for data in encoder.closing(plan.finish, timings):
         await resp.write(data)
-    record.update(outcome="complete", finished_at=loop.time())
+    record.update(outcome="complete", finished_at=loop.time(),
+                  server_timings=job.dialect.server_timings(timings))
 
 
-async def _stream_fault(request: web.Request, resp: web.StreamResponse, encoder: StreamEncoder,
-                        plan: Plan, record: SimRecord) -> None:
+async def _stream_fault(job: _Job, resp: web.StreamResponse, encoder: StreamEncoder) -> None:
     """Break a stream the way the plan says: drop the connection or send an error object."""
     loop = asyncio.get_running_loop()
-    if plan.fault is Fault.DISCONNECT:
-        _abort(request)
+    record = job.ex.record
+    if job.plan.fault is Fault.DISCONNECT:
+        _abort(job.ex.request)
         record.update(outcome="aborted", finished_at=loop.time())
         return
     for data in encoder.error():
@@ -343,42 +468,102 @@ def _client_gone(request: web.Request, record: SimRecord) -> None:
         tokens_sent=record["tokens_sent"])
 
 
-async def _respond(request: web.Request, dialect: Dialect, plan: Plan, ctx: StreamContext,
-                   tokens: list[str], headers: dict[str, str], record: SimRecord,
-                   semaphore: asyncio.Semaphore | None) -> web.StreamResponse:
+async def _respond(job: _Job) -> web.StreamResponse:
     """A non-streaming answer, sent when its last token is ready."""
     loop = asyncio.get_running_loop()
-    async with _slot(semaphore, loop, record["received_at"]) as base:
+    ex, plan = job.ex, job.plan
+    request, record = ex.request, ex.record
+    async with _slot(job.semaphore, loop, record["received_at"]) as base:
         record["started_at"] = base
         if plan.fault is Fault.DISCONNECT:
             await _sleep_until(loop, base + plan.offset(plan.cut_at))
             _abort(request)
             record.update(outcome="aborted", finished_at=loop.time())
             return web.Response(status=499)  # never sent: the connection is gone
-        await _sleep_until(loop, base + plan.end, precise=True)
+        timings = job.timings(base)
         if plan.fault is Fault.ERROR_IN_STREAM:
             # A 200 whose body is an error object, as some gateways answer.
-            body = dialect.error_body(500, request_id=record["id"])
-            outcome = "error_in_stream"
+            body = job.dialect.error_body(500, request_id=record["id"])
         else:
-            reasoning = "".join(tokens[:plan.reasoning_tokens]) \
-                if plan.reasoning is Reasoning.VISIBLE else ""
-            body = dialect.body(ctx, reasoning, "".join(tokens[plan.reasoning_tokens:]),
-                                plan.finish)
-            outcome = "complete"
-        resp = _json(body, 200, headers)
-        record["status"] = 200
-        try:
-            await resp.prepare(request)
-            await resp.write_eof()
-        except ConnectionError:
-            _client_gone(request, record)
+            body = job.dialect.body(job.ctx, record["reasoning"], record["answer"],
+                                    plan.finish, timings)
+        # Built before the wait, so that the write follows the wake-up directly.
+        resp = _json(body, 200, ex.headers)
+        await _sleep_until(loop, base + plan.end, precise=True)
+        if not await _send(request, resp, record):
             return resp
         now = loop.time()
-        if outcome == "complete" and plan.completion_tokens:
+        if plan.fault is Fault.ERROR_IN_STREAM:
+            record.update(outcome="error_in_stream", finished_at=now)
+            return resp
+        if plan.completion_tokens:
             record.update(first_token_at=now, first_token_due=base + plan.end,
                           last_token_at=now, tokens_sent=plan.completion_tokens)
-        record.update(outcome=outcome, finished_at=now)
+        record.update(outcome="complete", finished_at=now,
+                      server_timings=job.dialect.server_timings(timings))
+    return resp
+
+
+async def _send(request: web.Request, resp: web.Response, record: SimRecord) -> bool:
+    """Write a whole response; False (and noted) when the client is gone."""
+    record["status"] = resp.status
+    try:
+        await resp.prepare(request)
+        await resp.write_eof()
+    except ConnectionError:
+        _client_gone(request, record)
+        return False
+    return True
+
+
+async def _embed(request: web.Request, dialect: EmbeddingDialect) -> web.StreamResponse:
+    """Answer one embeddings request after the profile's `ttft` (no stream, no tokens)."""
+    loop = asyncio.get_running_loop()
+    ex = _exchange(request, dialect, Output.EMBEDDING)
+    read = await ex.read()
+    if isinstance(read, web.Response):
+        return read
+    parsed, profile, overrides = read
+    assert isinstance(parsed, EmbedRequest)
+    record, state = ex.record, ex.state
+    rng = random.Random(state.rng.getrandbits(64))
+    plan = make_plan(profile, rng, overrides=replace(overrides, reasoning_tokens=0),
+                     answer_tokens=0)
+    dimensions = overrides.dimensions or parsed.dimensions or profile.dimensions
+    record.update(fault=plan.fault.value if plan.fault else None, ttft_scheduled=plan.ttft,
+                  dimensions=dimensions)
+    if overrides.dimensions is None and parsed.dimensions is not None \
+            and parsed.dimensions > profile.dimensions:
+        return ex.fail(400, f"Invalid value for 'dimensions' = {parsed.dimensions}. Must be "
+                            f"less than or equal to {profile.dimensions}.", param="dimensions")
+    ex.headers.update(dialect.ratelimit_headers(state.limits.take(record["received_at"],
+                                                                  parsed.prompt_tokens)))
+    if plan.fault is Fault.ERROR:
+        extra = {"Retry-After": "1"} if plan.error_status == 429 else {}
+        return ex.fail(plan.error_status, extra=extra)
+    if plan.fault is Fault.ERROR_IN_STREAM:
+        body = dialect.error_body(500, request_id=record["id"])
+    else:
+        body = dialect.body(parsed, [embed(text, dimensions) for text in parsed.inputs])
+    resp = _json(body, 200, ex.headers)
+    semaphore = state.capacity.get(parsed.model)
+    try:
+        async with _slot(semaphore, loop, record["received_at"]) as base:
+            record["started_at"] = base
+            if plan.fault is Fault.DISCONNECT:
+                await _sleep_until(loop, base + plan.ttft / 2)
+                _abort(request)
+                record.update(outcome="aborted", finished_at=loop.time())
+                return web.Response(status=499)  # never sent: the connection is gone
+            stall = plan.stall if plan.fault is Fault.STALL else 0.0
+            await _sleep_until(loop, base + plan.ttft + stall, precise=True)
+            if await _send(request, resp, record):
+                outcome = "error_in_stream" if plan.fault is Fault.ERROR_IN_STREAM \
+                    else "complete"
+                record.update(outcome=outcome, finished_at=loop.time())
+    except asyncio.CancelledError:
+        record.update(outcome="cancelled", finished_at=loop.time())
+        raise
     return resp
 
 
@@ -388,26 +573,23 @@ async def _respond(request: web.Request, dialect: Dialect, plan: Plan, ctx: Stre
 
 def _models_dialect(request: web.Request) -> Dialect:
     """Anthropic clients send `anthropic-version`; everyone else gets OpenAI's shape."""
-    if "anthropic-version" in request.headers:
-        return DIALECTS[AnthropicMessages.name]
-    return DIALECTS[OpenAIChat.name]
+    return MESSAGES if "anthropic-version" in request.headers else CHAT
 
 
 def _model_entry(dialect: Dialect, name: str) -> dict[str, Any]:
-    if isinstance(dialect, AnthropicMessages):
+    if dialect is MESSAGES:
         return {"type": "model", "id": name, "display_name": name,
                 "created_at": "2025-01-01T00:00:00Z"}
     return {"id": name, "object": "model", "created": 1735689600, "owned_by": "llm-probe-sim"}
 
 
 def _check_key(request: web.Request, dialect: Dialect) -> web.Response | None:
-    api_key = request.app[_STATE].api_key
-    if api_key is None:
+    refusal = dialect.authorize(
+        AuthRequest(request.method, str(request.url), request.headers, b""),
+        request.app[_STATE].credentials)
+    if refusal is None:
         return None
-    denied = dialect.authorize(request.headers, api_key)
-    if denied is None:
-        return None
-    return _json(dialect.error_body(401, denied), 401)
+    return _json(dialect.error_body(refusal.status, refusal.message), refusal.status)
 
 
 async def _list_models(request: web.Request) -> web.Response:
@@ -416,7 +598,7 @@ async def _list_models(request: web.Request) -> web.Response:
     if (denied := _check_key(request, dialect)) is not None:
         return denied
     data = [_model_entry(dialect, name) for name in request.app[_STATE].models]
-    if isinstance(dialect, AnthropicMessages):
+    if dialect is MESSAGES:
         return _json({"data": data, "has_more": False,
                       "first_id": data[0]["id"] if data else None,
                       "last_id": data[-1]["id"] if data else None})
@@ -430,9 +612,20 @@ async def _get_model(request: web.Request) -> web.Response:
         return denied
     name = request.match_info["model"]
     if name not in request.app[_STATE].models:
-        message, code = dialect.model_not_found(name)
-        return _json(dialect.error_body(404, message, code=code, param="model"), 404)
+        refusal = dialect.model_not_found(name)
+        return _json(dialect.error_body(404, refusal.message, code=refusal.code, param="model"),
+                     404)
     return _json(_model_entry(dialect, name))
+
+
+async def _ollama_tags(request: web.Request) -> web.Response:
+    """`GET /api/tags`: the configured models, as Ollama lists pulled models."""
+    models = [{"name": name, "model": name, "modified_at": "2025-01-01T00:00:00Z", "size": 0,
+               "digest": hashlib.sha256(name.encode()).hexdigest(),
+               "details": {"format": "gguf", "family": "simulated", "parameter_size": "",
+                           "quantization_level": ""}}
+              for name in request.app[_STATE].models]
+    return _json({"models": models})
 
 
 async def _health(request: web.Request) -> web.Response:

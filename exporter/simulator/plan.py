@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from ..config import SimulatedModel, parse_duration
+from .answers import JsonFault, ToolFault
 
 
 class Kind(StrEnum):
@@ -19,13 +20,15 @@ class Kind(StrEnum):
 
     REASONING = "reasoning"
     ANSWER = "answer"
+    TOOL_CALL = "tool_call"  # the name of the called tool, then argument deltas
 
 
 class Finish(StrEnum):
-    """Why generation ended."""
+    """Why generation ended (values are OpenAI chat's `finish_reason`)."""
 
     STOP = "stop"
     LENGTH = "length"
+    TOOL_CALLS = "tool_calls"
 
 
 class Fault(StrEnum):
@@ -63,6 +66,9 @@ class Overrides:
     reasoning_tokens: int | None = None
     tokens_per_chunk: int | None = None
     reasoning: Reasoning | None = None
+    tool: ToolFault | None = None
+    json: JsonFault | None = None
+    dimensions: int | None = None
 
     @classmethod
     def from_headers(cls, headers: Mapping[str, str]) -> Overrides:
@@ -95,7 +101,8 @@ class Overrides:
                     raise OverrideError(f"{name}: {exc}") from None
         for name, field, low in (("x-sim-output-tokens", "output_tokens", 0),
                                  ("x-sim-reasoning-tokens", "reasoning_tokens", 0),
-                                 ("x-sim-tokens-per-chunk", "tokens_per_chunk", 1)):
+                                 ("x-sim-tokens-per-chunk", "tokens_per_chunk", 1),
+                                 ("x-sim-dimensions", "dimensions", 1)):
             if (text := headers.get(name)) is not None:
                 text = text.strip()
                 if not text.isdigit() or int(text) < low:
@@ -114,6 +121,14 @@ class Overrides:
                 values["reasoning"] = Reasoning(text.strip().lower())
             except ValueError:
                 raise OverrideError("x-sim-reasoning: expected visible or hidden") from None
+        for name, field, kind in (("x-sim-tool", "tool", ToolFault),
+                                  ("x-sim-json", "json", JsonFault)):
+            if (text := headers.get(name)) is not None:
+                try:
+                    values[field] = kind(text.strip().lower())
+                except ValueError:
+                    choices = ", ".join(k.value for k in kind)
+                    raise OverrideError(f"{name}: expected one of {choices}") from None
         return cls(**values)  # type: ignore[arg-type]
 
 
@@ -141,6 +156,8 @@ class Plan:
     error_status: int = 500
     stall: float = 0.0
     reasoning: Reasoning = Reasoning.VISIBLE
+    answer_kind: Kind = Kind.ANSWER
+    atomic_answer: bool = False  # the whole answer is one chunk (a Gemini or Ollama tool call)
 
     @property
     def completion_tokens(self) -> int:
@@ -169,15 +186,18 @@ class Plan:
         out: list[Chunk] = []
         size = self.tokens_per_chunk
         for kind, first, count in ((Kind.REASONING, 0, self.reasoning_tokens),
-                                   (Kind.ANSWER, self.reasoning_tokens, self.answer_tokens)):
-            for start in range(first, first + count, size):
-                n = min(size, first + count - start)
+                                   (self.answer_kind, self.reasoning_tokens, self.answer_tokens)):
+            step = max(count, 1) if kind is not Kind.REASONING and self.atomic_answer else size
+            for start in range(first, first + count, step):
+                n = min(step, first + count - start)
                 out.append(Chunk(kind, start, n, self.offset(start + n - 1)))
         return out
 
     def _first_chunk_size(self) -> int:
         if self.reasoning_tokens:
             return min(self.tokens_per_chunk, self.reasoning_tokens)
+        if self.atomic_answer:
+            return self.answer_tokens
         return min(self.tokens_per_chunk, self.answer_tokens)
 
 
@@ -189,19 +209,28 @@ def _jittered(rng: random.Random, value: float, jitter: float) -> float:
 
 
 def make_plan(profile: SimulatedModel, rng: random.Random, *, max_tokens: int | None = None,
-              overrides: Overrides = Overrides()) -> Plan:
-    """Draw one request's timing and faults from a model profile (and header overrides)."""
+              overrides: Overrides = Overrides(), answer_tokens: int | None = None,
+              answer_kind: Kind = Kind.ANSWER, atomic_answer: bool = False) -> Plan:
+    """Draw one request's timing and faults from a model profile (and header overrides).
+
+    `answer_tokens` fixes the answer's length (a JSON answer or a tool call, planned before);
+    otherwise it is the profile's `output_tokens`.
+    """
     o = overrides
     jitter = profile.jitter if o.jitter is None else o.jitter
     ttft = _jittered(rng, profile.ttft if o.ttft is None else o.ttft, jitter)
     tpot = _jittered(rng, profile.tpot if o.tpot is None else o.tpot, jitter)
     want_reasoning = profile.reasoning_tokens if o.reasoning_tokens is None else o.reasoning_tokens
-    want_answer = profile.output_tokens if o.output_tokens is None else o.output_tokens
+    want_answer = answer_tokens if answer_tokens is not None else (
+        profile.output_tokens if o.output_tokens is None else o.output_tokens)
     # Like real reasoning models, thinking spends the max_tokens budget first.
     budget = max_tokens if max_tokens is not None else want_reasoning + want_answer
     reasoning = min(want_reasoning, budget)
     answer = min(want_answer, budget - reasoning)
-    finish = Finish.LENGTH if reasoning + answer < want_reasoning + want_answer else Finish.STOP
+    if reasoning + answer < want_reasoning + want_answer:
+        finish = Finish.LENGTH
+    else:
+        finish = Finish.TOOL_CALLS if answer_kind is Kind.TOOL_CALL else Finish.STOP
 
     # Draw every fault every time so that one rate does not shift the others' random stream.
     draws = [rng.random() for _ in range(3)]
@@ -218,5 +247,6 @@ def make_plan(profile: SimulatedModel, rng: random.Random, *, max_tokens: int | 
         tokens_per_chunk=o.tokens_per_chunk or profile.tokens_per_chunk, finish=finish,
         fault=fault, error_status=o.error_status or profile.error_status,
         stall=profile.stall if o.stall is None else o.stall,
-        reasoning=o.reasoning or Reasoning.VISIBLE,
+        reasoning=o.reasoning or Reasoning.VISIBLE, answer_kind=answer_kind,
+        atomic_answer=atomic_answer,
     )

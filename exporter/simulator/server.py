@@ -13,6 +13,7 @@ from aiohttp import web
 
 from ..config import SimulatorConfig, parse_listen_address
 from .app import SIM_RECORDS, SimRecord, create_app
+from .dialects import AwsKeys
 
 # How long `close()` lets in-flight answers finish before cancelling them: a simulator that
 # is told to stop should stop, even with a 30 s stall in progress.
@@ -34,13 +35,14 @@ def _url_host(host: str) -> str:
 
 
 class Simulator:
-    """A running simulator server; `url` is an OpenAI-style base URL ending in `/v1`."""
+    """A running simulator: `origin` is `http://host:port`, `url` the OpenAI base (`…/v1`)."""
 
     def __init__(self, runner: web.AppRunner, host: str, port: int) -> None:
         self._runner = runner
         self.host = host
         self.port = port
-        self.url = f"http://{_url_host(host)}:{port}/v1"
+        self.origin = f"http://{_url_host(host)}:{port}"
+        self.url = self.origin + "/v1"
 
     @property
     def app(self) -> web.Application:
@@ -68,10 +70,12 @@ class Simulator:
 
 
 async def start_simulator(config: SimulatorConfig, *, api_key: str | None = None,
-                          seed: int | None = None, logger: Any = None) -> Simulator:
+                          aws_keys: AwsKeys | None = None, seed: int | None = None,
+                          logger: Any = None) -> Simulator:
     """Bind `config.listen` (port 0 picks a free port) and serve the configured models."""
     host, port = parse_listen_address(config.listen)
-    app = create_app(config.models, api_key=api_key, seed=seed, logger=logger)
+    app = create_app(config.models, api_key=api_key, aws_keys=aws_keys, seed=seed,
+                     logger=logger)
     runner = web.AppRunner(app, access_log=None, shutdown_timeout=SHUTDOWN_GRACE)
     await runner.setup()
     try:
