@@ -79,13 +79,29 @@ class _Histogram:
     native: NativeBuckets
     total: float = 0.0
     exemplars: list[tuple[str, float, float] | None] = field(default_factory=list)
+    # Odd while an observation is half written. Renders run in a worker thread and the
+    # protobuf page must not show a count that disagrees with its buckets (Prometheus rejects
+    # such a native histogram), so they copy a histogram only while this is even and unchanged.
+    writing: int = 0
+
+    def snapshot(self) -> tuple[list[int], float, NativeBuckets,
+                                list[tuple[str, float, float] | None]]:
+        """Counts, sum, native buckets and exemplars from one moment (call off the loop)."""
+        while True:
+            mark = self.writing
+            if not mark & 1:
+                copy = (self.counts.copy(), self.total, self.native.snapshot(),
+                        self.exemplars.copy())
+                if self.writing == mark:
+                    return copy
+            time.sleep(0)  # let the loop finish that observation
 
 
 class SeriesValues:
     """The values of one probe series and its cached rendering."""
 
-    __slots__ = ("_cache", "_families", "_native", "_prefix_cache", "_proto_labels",
-                 "histograms", "label_items", "scalars", "version")
+    __slots__ = ("_cache", "_families", "_native", "_prefix_cache", "_proto_exemplar_cache",
+                 "_proto_labels", "histograms", "label_items", "scalars", "version")
 
     def __init__(self, label_items: Sequence[tuple[str, str]],
                  families: dict[str, FamilySpec], native: NativeSettings = DEFAULT_NATIVE
@@ -99,6 +115,8 @@ class SeriesValues:
         self._cache: dict[tuple[str, str], tuple[int, bytes]] = {}
         self._prefix_cache: dict[tuple[str, str, str | None], tuple[str, ...]] = {}
         self._proto_labels: dict[tuple[str, str | None], bytes] = {}
+        self._proto_exemplar_cache: dict[tuple[str, str | None],
+                                         dict[tuple[str, float, float], bytes]] = {}
 
     def create(self, attr: str, extra: str | None = None) -> None:
         """Make a child exist (value 0) before anything is recorded."""
@@ -124,11 +142,13 @@ class SeriesValues:
         spec = self._families[attr]
         hist = self.histograms[(attr, extra)]
         index = bisect.bisect_left(spec.buckets, value)
+        hist.writing += 1
         hist.counts[index] += 1
         hist.native.observe(value)
         hist.total += value
         if exemplar is not None:
             hist.exemplars[index] = (exemplar, value, time.time())
+        hist.writing += 1
         self.version += 1
 
     def inc(self, attr: str, amount: float = 1.0, extra: str | None = None) -> None:
@@ -172,19 +192,16 @@ class SeriesValues:
     def _render_protobuf(self, spec: FamilySpec, classic: bool) -> bytes:
         records: list[bytes] = []
         if spec.kind == "histogram":
-            bounds = _proto_bounds(spec.buckets) if classic else ()
+            layout = _classic_buckets(spec.buckets) if classic else None
             for (attr, extra), hist in list(self.histograms.items()):
                 if attr != spec.attr:
                     continue
-                examples = [None if e is None else
-                            protobuf.exemplar((("response_id", e[0]),), e[1], e[2])
-                            for e in hist.exemplars]
-                has_examples = any(e is not None for e in examples)
+                counts, total, native, exemplars = hist.snapshot()
+                examples = self._proto_exemplars(attr, extra, exemplars)
                 records.append(protobuf.histogram(
-                    self._proto_label_fields(spec, extra), sum(hist.counts), hist.total,
-                    bounds=bounds, counts=hist.counts,
-                    exemplars=examples if classic and has_examples else (),
-                    native=hist.native,
+                    self._proto_label_fields(spec, extra), sum(counts), total,
+                    classic=layout, counts=counts, exemplars=examples if classic else (),
+                    native=native,
                     native_exemplars=() if classic else [e for e in examples if e is not None]))
         else:
             encode = protobuf.counter if spec.kind == "counter" else protobuf.gauge
@@ -192,6 +209,17 @@ class SeriesValues:
                 if attr == spec.attr:
                     records.append(encode(self._proto_label_fields(spec, extra), value))
         return b"".join(records)
+
+    def _proto_exemplars(self, attr: str, extra: str | None,
+                         exemplars: list[tuple[str, float, float] | None]) -> list[bytes | None]:
+        """Encoded exemplars per bucket, reusing last render's encoding of unchanged ones."""
+        if not any(exemplars):
+            return []
+        previous = self._proto_exemplar_cache.get((attr, extra), {})
+        current = {e: previous.get(e) or protobuf.exemplar((("response_id", e[0]),), e[1], e[2])
+                   for e in exemplars if e is not None}
+        self._proto_exemplar_cache[(attr, extra)] = current
+        return [None if e is None else current[e] for e in exemplars]
 
     def _proto_label_fields(self, spec: FamilySpec, extra: str | None) -> bytes:
         """A child's encoded label pairs; labels never change, so built once."""
@@ -254,8 +282,8 @@ class SeriesValues:
 
 
 @functools.cache
-def _proto_bounds(edges: tuple[float, ...]) -> tuple[bytes, ...]:
-    return protobuf.classic_bounds(edges)
+def _classic_buckets(edges: tuple[float, ...]) -> protobuf.ClassicBuckets:
+    return protobuf.ClassicBuckets(edges)
 
 
 class ProbeCollector:

@@ -79,7 +79,13 @@ class NativeBuckets:
             if not math.isnan(value):
                 self.zero_count += 1
             return
-        index = bucket_index(value, self.schema)
+        schema = self.schema
+        if schema > 0 and value != math.inf:  # bucket_index, inlined for the common case
+            frac, exp = math.frexp(value)
+            bounds = BOUNDS[schema]
+            index = bisect_left(bounds, frac) + (exp - 1) * len(bounds)
+        else:
+            index = bucket_index(value, schema)
         count = buckets.get(index)
         if count is not None:
             buckets[index] = count + 1
@@ -87,6 +93,14 @@ class NativeBuckets:
         buckets[index] = 1
         if self.max_buckets and len(self.positive) + len(self.negative) > self.max_buckets:
             self._reduce()
+
+    def snapshot(self) -> NativeBuckets:
+        """A copy that later observations leave alone (for rendering in another thread)."""
+        copy = NativeBuckets.__new__(NativeBuckets)
+        copy.schema, copy.max_buckets = self.schema, self.max_buckets
+        copy.zero_threshold, copy.zero_count = self.zero_threshold, self.zero_count
+        copy.positive, copy.negative = self.positive.copy(), self.negative.copy()
+        return copy
 
     def _reduce(self) -> None:
         """Halve the resolution until the populated buckets fit the limit (or schema is −4)."""

@@ -17,6 +17,7 @@ import math
 import struct
 from collections.abc import Iterable, Sequence
 from enum import IntEnum
+from itertools import accumulate
 
 from prometheus_client.metrics_core import Metric as ClientFamily
 from prometheus_client.samples import Exemplar as ClientExemplar
@@ -134,12 +135,59 @@ def summary(label_fields: bytes, count: int, total: float,
     return _metric(label_fields, 0x22, body)
 
 
-def classic_bounds(edges: Sequence[float]) -> tuple[bytes, ...]:
-    """The encoded upper bounds of classic buckets (finite edges; made once per family)."""
-    return tuple(bytes((_TAG_UPPER_BOUND,)) + _double(edge) for edge in edges)
+class ClassicBuckets:
+    """How one family's classic buckets are encoded: its finite upper bounds, made once.
+
+    Every bucket's cumulative count is written as a varint of the same width, as wide as the
+    largest count needs (a longer-than-needed varint is valid protobuf). So a template of all
+    buckets, made once per width, only needs its count bytes filled in, with slice assignments
+    instead of a Python loop over the buckets.
+    """
+
+    __slots__ = ("_bounds", "_templates")
+
+    def __init__(self, edges: Sequence[float]) -> None:
+        self._bounds = tuple(bytes((_TAG_UPPER_BOUND,)) + _double(edge) for edge in edges)
+        self._templates: dict[int, bytes] = {}
+
+    def encode(self, counts: Sequence[int], exemplars: Sequence[bytes | None] = ()) -> bytes:
+        """Histogram.bucket fields: `counts` per bucket with +Inf last (not cumulative).
+
+        The +Inf bucket is left out unless it carries an exemplar (it equals the count).
+        """
+        cumulative = list(accumulate(counts))
+        finite = cumulative[:len(self._bounds)]
+        width = max(1, ((finite[-1] if finite else 0).bit_length() + 6) // 7)
+        stride = 12 + width  # bucket tag, length, count tag, count, bound tag, 8-byte bound
+        data = bytearray(self._template(width))
+        for k in range(width):
+            more = 0x80 if k < width - 1 else 0
+            data[3 + k::stride] = bytes([((c >> 7 * k) & 0x7F) | more for c in finite])
+        if not any(exemplars):
+            return bytes(data)
+        out, start = [], 0
+        for i, example in enumerate(exemplars[:len(finite)]):
+            if example is not None:  # rewrite this bucket with its exemplar
+                out.append(data[start:i * stride])
+                out.append(_field(_TAG_BUCKET, data[i * stride + 2:(i + 1) * stride]
+                                  + _field(0x1A, example)))
+                start = (i + 1) * stride
+        out.append(data[start:])
+        if len(exemplars) > len(finite) and exemplars[len(finite)] is not None:
+            out.append(_field(_TAG_BUCKET, b"\x08" + varint(cumulative[-1]) + _INF_BOUND
+                              + _field(0x1A, exemplars[len(finite)])))
+        return b"".join(out)
+
+    def _template(self, width: int) -> bytes:
+        template = self._templates.get(width)
+        if template is None:
+            template = self._templates[width] = b"".join(
+                bytes((_TAG_BUCKET, 10 + width, 0x08)) + bytes(width) + bound
+                for bound in self._bounds)
+        return template
 
 
-_INF_BOUND = classic_bounds([math.inf])[0]
+_INF_BOUND = bytes((_TAG_UPPER_BOUND,)) + _double(math.inf)
 
 
 def _sint_run(values: Iterable[int]) -> bytes:
@@ -159,43 +207,19 @@ def _native_buckets(span_tag: int, delta_tag: int, buckets: dict[int, int]) -> b
     return span_fields + _field(delta_tag, _sint_run(deltas))
 
 
-# A classic bucket with a cumulative count whose varint is n bytes long, up to the count:
-# Histogram.bucket tag, the bucket's length, Bucket.cumulative_count tag.
-_BUCKET_HEADS = [b"", *(bytes((_TAG_BUCKET, 10 + n, 0x08)) for n in range(1, 11))]
-_EMPTY_BUCKET_HEAD = bytes((_TAG_BUCKET, 9))
-
-
 def histogram(label_fields: bytes, count: int, total: float, *,
-              bounds: Sequence[bytes] = (), counts: Sequence[int] = (),
+              classic: ClassicBuckets | None = None, counts: Sequence[int] = (),
               exemplars: Sequence[bytes | None] = (), native: NativeBuckets | None = None,
               native_exemplars: Sequence[bytes] = ()) -> bytes:
     """A histogram child as a MetricFamily.metric record: classic and/or native buckets.
 
-    `bounds` come from `classic_bounds`; `counts` are per bucket (not cumulative) with the +Inf
-    bucket last, and `exemplars` (encoded, or None) likewise. The +Inf bucket is left out unless
-    it has an exemplar (the format makes it optional: it equals the count). `native_exemplars`
-    belong to the native histogram itself, for pages without classic buckets.
+    `counts` (per bucket, +Inf last) and `exemplars` (encoded, or None, per bucket) are for the
+    `classic` buckets; `native_exemplars` belong to the native histogram itself, for pages
+    without classic buckets.
     """
     out = [b"\x08" + varint(count) if count else b"", b"\x11" + _double(total) if total else b""]
-    cumulative = 0
-    if not exemplars:
-        for bound, n in zip(bounds, counts, strict=False):
-            if n:
-                cumulative += n
-            if cumulative:
-                number = _SMALL[cumulative] if cumulative < 128 else varint(cumulative)
-                out.append(_BUCKET_HEADS[len(number)] + number + bound)
-            else:
-                out.append(_EMPTY_BUCKET_HEAD + bound)
-    else:
-        for bound, n, example in zip(bounds, counts, exemplars, strict=False):
-            cumulative += n
-            bucket = (b"\x08" + varint(cumulative) if cumulative else b"") + bound
-            out.append(_field(_TAG_BUCKET, bucket if example is None
-                              else bucket + _field(0x1A, example)))
-        if exemplars[-1] is not None:  # the +Inf bucket, only to carry its exemplar
-            out.append(_field(_TAG_BUCKET, b"\x08" + varint(count) + _INF_BOUND
-                              + _field(0x1A, exemplars[-1])))
+    if classic is not None:
+        out.append(classic.encode(counts, exemplars))
     if native is not None:
         if native.schema:
             out.append(bytes((_TAG_SCHEMA,)) + varint(_zigzag(native.schema)))
@@ -297,7 +321,7 @@ def _client_histogram(fields: bytes, child: dict) -> bytes:
     exemplars.append(_client_exemplar(buckets[-1][2]) if buckets and buckets[-1][0] == math.inf
                      else None)
     return histogram(fields, count, child.get("sum", 0.0),
-                     bounds=classic_bounds([b[0] for b in finite]), counts=counts,
+                     classic=ClassicBuckets([b[0] for b in finite]), counts=counts,
                      exemplars=exemplars if any(e is not None for e in exemplars) else ())
 
 

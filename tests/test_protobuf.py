@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import sys
+import threading
 
 import pytest
 from prometheus_client import (
@@ -19,6 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from exporter import protobuf
 from exporter.errors import Result
+from exporter.exposition import FamilySpec, ProbeCollector
 from exporter.metrics import ExporterMetrics
 from exporter.nativehist import DEFAULT_ZERO_THRESHOLD, NativeBuckets, bucket_index
 from exporter.prober import Prober
@@ -87,7 +90,7 @@ def test_classic_and_native_buckets_round_trip():
         counts[sum(value > edge for edge in edges)] += 1
     h = histogram_of(protobuf.histogram(
         protobuf.labels([("a", "x")]), len(values), sum(values),
-        bounds=protobuf.classic_bounds(edges), counts=counts, native=native))
+        classic=protobuf.ClassicBuckets(edges), counts=counts, native=native))
     assert h.sample_count == 9 and h.sample_sum == pytest.approx(sum(values))
     assert [(b.upper_bound, b.cumulative_count) for b in h.bucket] == [
         (0.1, 4), (0.5, 7), (1.0, 7)]  # +Inf left out: it is the count
@@ -130,7 +133,7 @@ def test_empty_native_histogram_is_still_native():
 def test_exemplars_on_classic_buckets_inf_and_native():
     example = protobuf.exemplar([("response_id", "chatcmpl-1")], 7.5, 1700000000.123456)
     h = histogram_of(protobuf.histogram(
-        b"", 2, 7.7, bounds=protobuf.classic_bounds((0.5,)), counts=[1, 1],
+        b"", 2, 7.7, classic=protobuf.ClassicBuckets((0.5,)), counts=[1, 1],
         exemplars=[protobuf.exemplar([("response_id", "a")], 0.2, 1700000000.0), example]))
     assert [b.upper_bound for b in h.bucket] == [0.5, math.inf]
     assert h.bucket[0].exemplar.label[0].value == "a"
@@ -145,6 +148,26 @@ def test_exemplars_on_classic_buckets_inf_and_native():
     assert native_only.exemplars[0].label[0].name == "response_id"
 
 
+@pytest.mark.parametrize("scale", [1, 127, 128, 16383, 16384, 2**21, 2**35])
+@pytest.mark.parametrize("with_exemplars", [False, True])
+def test_classic_counts_of_every_varint_width(scale, with_exemplars):
+    counts = [0, scale, 1, 0, scale, 2]  # per bucket, +Inf last
+    edges = (0.001, 0.01, 0.1, 1.0, 10.0)
+    example = protobuf.exemplar([("response_id", "r")], 0.05, 1.0)
+    exemplars = [None, None, example, None, None, example] if with_exemplars else ()
+    h = histogram_of(protobuf.histogram(b"", sum(counts), 1.0,
+                                        classic=protobuf.ClassicBuckets(edges), counts=counts,
+                                        exemplars=exemplars))
+    cumulative = [0, scale, scale + 1, scale + 1, 2 * scale + 1]
+    finite = [(b.upper_bound, b.cumulative_count) for b in h.bucket if b.upper_bound != math.inf]
+    assert finite == list(zip(edges, cumulative, strict=True))
+    assert [b.exemplar.value for b in h.bucket if b.HasField("exemplar")] == (
+        [0.05, 0.05] if with_exemplars else [])
+    if with_exemplars:
+        assert h.bucket[-1].upper_bound == math.inf
+        assert h.bucket[-1].cumulative_count == 2 * scale + 3
+
+
 def test_long_labels_and_big_counts():
     value = "x" * 300 + "é"
     fields = protobuf.labels([("target", value)])
@@ -152,7 +175,7 @@ def test_long_labels_and_big_counts():
                                     [protobuf.counter(fields, 2.0**60)]))[0]
     assert family.metric[0].label[0].value == value and family.help == "h" * 200
     assert family.metric[0].counter.value == 2.0**60
-    h = histogram_of(protobuf.histogram(b"", 10**12, 1.0, bounds=protobuf.classic_bounds((1.0,)),
+    h = histogram_of(protobuf.histogram(b"", 10**12, 1.0, classic=protobuf.ClassicBuckets((1.0,)),
                                         counts=[10**12 - 1, 1]))
     assert h.sample_count == 10**12 and h.bucket[0].cumulative_count == 10**12 - 1
 
@@ -280,3 +303,34 @@ async def test_metrics_negotiates_protobuf_like_prometheus(http):
     assert text.headers["Content-Type"].startswith("application/openmetrics-text")
     plain = await http.get("/metrics")
     assert plain.headers["Content-Type"].startswith("text/plain")
+
+
+def test_renders_in_another_thread_never_show_a_half_written_observation():
+    """Observations land on the loop while scrapes render in a worker thread."""
+    spec = FamilySpec("h", "h_seconds", "histogram", "H.", None, (0.1, 0.5, 1.0))
+    collector = ProbeCollector([spec])
+    values = collector.add(("t", "m", "p"), [("target", "t")])
+    values.create("h")
+    done = threading.Event()
+    problems: list[tuple[int, int, int]] = []
+
+    def render() -> None:
+        while not done.is_set():
+            for family in decode(collector.render_protobuf()):
+                h = family.metric[0].histogram
+                native = h.zero_count + sum(native_buckets(h).values())
+                if native != h.sample_count or h.bucket[-1].cumulative_count > h.sample_count:
+                    problems.append((h.sample_count, native, h.bucket[-1].cumulative_count))
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as possible
+    thread = threading.Thread(target=render)
+    thread.start()
+    try:
+        for i in range(30_000):
+            values.observe("h", 0.001 * (i % 2000 + 1))
+    finally:
+        done.set()
+        thread.join()
+        sys.setswitchinterval(interval)
+    assert not problems
