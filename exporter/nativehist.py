@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 import sys
 from bisect import bisect_left
+from itertools import pairwise
 
 MIN_SCHEMA = -4
 MAX_SCHEMA = 8
@@ -134,26 +135,29 @@ def spans_and_deltas(buckets: dict[int, int]) -> tuple[list[tuple[int, int]], li
     if not buckets:
         return [], []
     indexes = sorted(buckets)
+    counts = [buckets[i] for i in indexes]
+    steps = [b - a for a, b in pairwise(indexes)]  # 1: the next bucket is adjacent
+    if max(steps, default=1) == 1:
+        return [(indexes[0], len(indexes))], _deltas(counts)
     spans: list[tuple[int, int]] = []
-    deltas: list[int] = []
-    previous_count = 0
-    offset = next_index = indexes[0]
-    length = 0
-    for index in indexes:
-        gap = index - next_index
-        if gap > 2:
+    filled: list[int] = []  # the counts of every bucket the spans cover, empty ones as 0
+    offset, length, run_start = indexes[0], 0, 0
+    for k in [k for k, step in enumerate(steps) if step > 1]:  # a gap after bucket k
+        filled.extend(counts[run_start:k + 1])
+        length += k + 1 - run_start
+        empty = steps[k] - 1
+        if empty > 2:
             spans.append((offset, length))
-            offset, length = gap, 0
-        elif gap:
-            deltas.append(-previous_count)
-            if gap == 2:
-                deltas.append(0)
-            previous_count = 0
-            length += gap
-        count = buckets[index]
-        deltas.append(count - previous_count)
-        previous_count = count
-        length += 1
-        next_index = index + 1
-    spans.append((offset, length))
-    return spans, deltas
+            offset, length = empty, 0
+        else:
+            filled.extend([0] * empty)
+            length += empty
+        run_start = k + 1
+    filled.extend(counts[run_start:])
+    spans.append((offset, length + len(counts) - run_start))
+    return spans, _deltas(filled)
+
+
+def _deltas(counts: list[int]) -> list[int]:
+    """Each count minus the one before it (the first minus 0); this runs on across spans."""
+    return [c - p for c, p in zip(counts, [0, *counts[:-1]], strict=True)]

@@ -40,15 +40,15 @@ class MetricType(IntEnum):
 
 
 _double = struct.Struct("<d").pack
-_SMALL = [bytes((n,)) for n in range(128)]
+# The varints of 0…16383 (one or two bytes): counts, deltas, lengths and tags are mostly here.
+_VARINTS = [bytes((n,)) if n < 128 else bytes(((n & 0x7F) | 0x80, n >> 7)) for n in range(16384)]
+_SMALL = _VARINTS[:128]
 
 
 def varint(n: int) -> bytes:
     """Base-128 varint of a non-negative int (a negative int64 as its two's complement)."""
-    if 0 <= n < 128:
-        return _SMALL[n]
-    if 0 < n < 16384:
-        return bytes(((n & 0x7F) | 0x80, n >> 7))
+    if 0 <= n < 16384:
+        return _VARINTS[n]
     n &= 0xFFFF_FFFF_FFFF_FFFF
     out = bytearray()
     while n >= 0x80:
@@ -193,17 +193,21 @@ _INF_BOUND = bytes((_TAG_UPPER_BOUND,)) + _double(math.inf)
 def _sint_run(values: Iterable[int]) -> bytes:
     """Packed sint64 values (zigzag varints); one bytes() call when all fit in a byte."""
     zigzags = [(v << 1) ^ (v >> 63) for v in values]
-    if max(zigzags, default=0) < 128:
+    top = max(zigzags, default=0)
+    if top < 128:
         return bytes(zigzags)
-    return b"".join([_SMALL[z] if z < 128 else varint(z) for z in zigzags])
+    if top < 16384:
+        return b"".join([_VARINTS[z] for z in zigzags])
+    return b"".join(map(varint, zigzags))
 
 
 def _native_buckets(span_tag: int, delta_tag: int, buckets: dict[int, int]) -> bytes:
     spans, deltas = spans_and_deltas(buckets)
-    span_fields = b"".join(
-        _field(span_tag, (b"\x08" + varint(_zigzag(offset)) if offset else b"")
-               + (b"\x10" + varint(length) if length else b""))
-        for offset, length in spans)
+    # BucketSpan{offset, length}, both written even when 0 (valid, and one fixed shape).
+    span_fields = b"".join([
+        bytes((span_tag, 4, 0x08, zigzag, 0x10, length)) if zigzag < 128 and length < 128
+        else _field(span_tag, b"\x08" + varint(zigzag) + b"\x10" + varint(length))
+        for zigzag, length in [(_zigzag(offset), length) for offset, length in spans]])
     return span_fields + _field(delta_tag, _sint_run(deltas))
 
 
