@@ -4,8 +4,8 @@
 is a stream of MetricFamily messages, each preceded by its length as a varint. Only what an
 exporter writes is here — LabelPair, Gauge, Counter, Summary, Untyped, Histogram (classic and
 native buckets), BucketSpan, Exemplar, Metric, MetricFamily — with the field numbers of
-Prometheus' `metrics.proto`, in the proto3 wire form (fields at their default value are left
-out, repeated numbers packed). The README says why this is not the protobuf runtime.
+Prometheus' `metrics.proto`, in the proto3 wire form (fields at their default value are mostly
+left out, repeated numbers packed). The README says why this is not the protobuf runtime.
 
 Every function returns finished bytes so that callers can cache them: the label pairs of a
 child, one `metric` record per child, and a family is a header followed by its records.
@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 import struct
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from enum import IntEnum
 from itertools import accumulate
 
@@ -75,7 +76,7 @@ def _text(tag: int, value: str) -> bytes:
 
 # Tags: (field number << 3) | wire type (0 varint, 1 fixed64, 2 length-delimited).
 _TAG_METRIC = 0x22  # MetricFamily.metric = 4
-_TAG_COUNT, _TAG_SUM, _TAG_BUCKET = 0x08, 0x11, 0x1A  # Histogram 1, 2, 3
+_TAG_BUCKET = 0x1A  # Histogram.bucket = 3 (sample_count = 1, sample_sum = 2)
 _TAG_SCHEMA, _TAG_ZERO_THRESHOLD, _TAG_ZERO_COUNT = 0x28, 0x31, 0x38  # Histogram 5, 6, 7
 _TAG_NEGATIVE_SPAN, _TAG_NEGATIVE_DELTA = 0x4A, 0x52  # Histogram 9, 10
 _TAG_POSITIVE_SPAN, _TAG_POSITIVE_DELTA = 0x62, 0x6A  # Histogram 12, 13
@@ -268,65 +269,69 @@ def from_client(families: Iterable[ClientFamily]) -> bytes:
     return b"".join(_from_client(f) for f in families)
 
 
+@dataclass
+class _ClientChild:
+    """The samples of one child of a prometheus_client family, sorted out."""
+
+    buckets: list[tuple[float, float, ClientExemplar | None]] = field(default_factory=list)
+    quantiles: list[tuple[float, float]] = field(default_factory=list)
+    count: float | None = None
+    total: float = 0.0
+    value: float = 0.0
+    exemplar: ClientExemplar | None = None
+
+
 def _from_client(source: ClientFamily) -> bytes:
     kind = _CLIENT_TYPES.get(source.type, MetricType.UNTYPED)
-    name = source.name
-    if source.type == "counter":
-        name += "_total"
-    elif source.type == "info":
-        name += "_info"
-    children: dict[tuple[tuple[str, str], ...], dict] = {}
+    name = source.name + {"counter": "_total", "info": "_info"}.get(source.type, "")
+    children: dict[tuple[tuple[str, str], ...], _ClientChild] = {}
     for sample in source.samples:
-        child_labels = tuple(sorted((k, v) for k, v in sample.labels.items()
-                                    if k not in ("le", "quantile")))
-        child = children.setdefault(child_labels, {"buckets": [], "quantiles": []})
         suffix = sample.name[len(source.name):]
-        if suffix == "_bucket":
-            child["buckets"].append((float(sample.labels["le"]), sample.value, sample.exemplar))
-        elif suffix in ("_count", "_gcount"):
-            child["count"] = sample.value
-        elif suffix in ("_sum", "_gsum"):
-            child["sum"] = sample.value
-        elif suffix == "_created":
+        if suffix == "_created":
             continue
+        child = children.setdefault(tuple(sorted(
+            (k, v) for k, v in sample.labels.items() if k not in ("le", "quantile"))),
+            _ClientChild())
+        if suffix == "_bucket":
+            child.buckets.append((float(sample.labels["le"]), sample.value, sample.exemplar))
+        elif suffix in ("_count", "_gcount"):
+            child.count = sample.value
+        elif suffix in ("_sum", "_gsum"):
+            child.total = sample.value
         elif "quantile" in sample.labels:
-            child["quantiles"].append((float(sample.labels["quantile"]), sample.value))
+            child.quantiles.append((float(sample.labels["quantile"]), sample.value))
         else:
-            child["value"] = sample.value
-            child["exemplar"] = sample.exemplar
+            child.value, child.exemplar = sample.value, sample.exemplar
+    if not children:  # an empty MetricFamily is not valid exposition
+        return b""
     records = []
     for child_labels, child in children.items():
         fields = labels(child_labels)
         if kind in (MetricType.HISTOGRAM, MetricType.GAUGE_HISTOGRAM):
             records.append(_client_histogram(fields, child))
         elif kind == MetricType.SUMMARY:
-            records.append(summary(fields, int(child.get("count", 0)), child.get("sum", 0.0),
-                                   child["quantiles"]))
+            records.append(summary(fields, int(child.count or 0), child.total, child.quantiles))
         elif kind == MetricType.COUNTER:
-            records.append(counter(fields, child.get("value", 0.0),
-                                   _client_exemplar(child.get("exemplar"))))
+            records.append(counter(fields, child.value, _client_exemplar(child.exemplar)))
         elif kind == MetricType.GAUGE:
-            records.append(gauge(fields, child.get("value", 0.0)))
+            records.append(gauge(fields, child.value))
         else:
-            records.append(untyped(fields, child.get("value", 0.0)))
+            records.append(untyped(fields, child.value))
     return family(name, source.documentation, kind, records)
 
 
-def _client_histogram(fields: bytes, child: dict) -> bytes:
-    buckets = sorted(child["buckets"], key=lambda b: b[0])
+def _client_histogram(fields: bytes, child: _ClientChild) -> bytes:
+    buckets = sorted(child.buckets, key=lambda b: b[0])
     finite = [b for b in buckets if b[0] != math.inf]
-    counts, previous = [], 0
-    for _, cumulative, _ in finite:
-        counts.append(int(cumulative) - previous)
-        previous = int(cumulative)
-    count = int(child.get("count", buckets[-1][1] if buckets else 0))
-    counts.append(count - previous)
-    exemplars = [_client_exemplar(ex) for _, _, ex in finite]
+    cumulative = [int(c) for _, c, _ in finite]
+    count = int(child.count if child.count is not None else buckets[-1][1] if buckets else 0)
+    counts = [c - p for c, p in zip([*cumulative, count], [0, *cumulative], strict=True)]
+    exemplars = [_client_exemplar(e) for _, _, e in finite]
     exemplars.append(_client_exemplar(buckets[-1][2]) if buckets and buckets[-1][0] == math.inf
                      else None)
-    return histogram(fields, count, child.get("sum", 0.0),
+    return histogram(fields, count, child.total,
                      classic=ClassicBuckets([b[0] for b in finite]), counts=counts,
-                     exemplars=exemplars if any(e is not None for e in exemplars) else ())
+                     exemplars=exemplars)
 
 
 def wants_protobuf(accept: str) -> bool:

@@ -191,6 +191,7 @@ def client_registry() -> CollectorRegistry:
     Summary("size_bytes", "A summary.", registry=registry).observe(12.0)
     Info("build", "Build info.", registry=registry).info({"version": "1.2"})
     Enum("state", "An enum.", states=["up", "down"], registry=registry).state("down")
+    Gauge("unused", "A family without children: left out.", ["x"], registry=registry)
     return registry
 
 
