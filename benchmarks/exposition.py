@@ -88,9 +88,10 @@ def history(metrics: ExporterMetrics, probes: int, rng: random.Random) -> list[P
     return [probe_result(key, rng) for key in keys]
 
 
-def median_time(fn: Callable[[], Any], before: Callable[[], Any] | None = None,
-                rounds: int = 5) -> float:
-    """Median seconds of `fn()` over rounds, `before()` (untimed) ahead of each."""
+def best_time(fn: Callable[[], Any], before: Callable[[], Any] | None = None,
+              rounds: int = 5) -> float:
+    """Fewest seconds `fn()` took over rounds, `before()` (untimed) ahead of each: on a shared
+    machine the fastest round is the one the least disturbed by others."""
     times = []
     for _ in range(rounds):
         if before is not None:
@@ -99,7 +100,7 @@ def median_time(fn: Callable[[], Any], before: Callable[[], Any] | None = None,
         start = time.perf_counter()
         fn()
         times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    return min(times)
 
 
 # -- the protobuf runtime, for the encoder decision ----------------------------------------------
@@ -174,10 +175,12 @@ def measure(series: int, probes: int, schema: int, rounds: int) -> dict[str, Any
     collector = metrics.probes
     assert collector is not None
     fresh = history(metrics, probes, rng)
-    start = time.perf_counter()
-    for result in fresh:
-        metrics.record(result)
-    record_s = (time.perf_counter() - start) / series
+
+    def record_all() -> None:
+        for result in fresh:
+            metrics.record(result)
+
+    record_s = best_time(record_all, None, rounds) / series
     pages = {"text": metrics.render(), "openmetrics": metrics.render(openmetrics=True),
              "protobuf": metrics.render_protobuf()}
     metrics.classic_in_protobuf = False
@@ -192,9 +195,9 @@ def measure(series: int, probes: int, schema: int, rounds: int) -> dict[str, Any
     for name, render in (("text", metrics.render),
                          ("openmetrics", lambda: metrics.render(openmetrics=True)),
                          ("protobuf", metrics.render_protobuf)):
-        cold = median_time(render, touch, rounds)
+        cold = best_time(render, touch, rounds)
         render()
-        cached = median_time(render, None, rounds)
+        cached = best_time(render, None, rounds)
         timings[name] = (cold / series, cached / series)
     pb = metrics_pb2()
     specs = list(collector.families.values())
@@ -210,8 +213,8 @@ def measure(series: int, probes: int, schema: int, rounds: int) -> dict[str, Any
             for spec in specs:
                 runtime_records(s, spec, True, pb)
 
-    encoders = {"ours": median_time(ours, None, rounds) / series,
-                "runtime": median_time(runtime, None, rounds) / series}
+    encoders = {"ours": best_time(ours, None, rounds) / series,
+                "runtime": best_time(runtime, None, rounds) / series}
     native_buckets = [len(h.native.positive) for s in values for h in s.histograms.values()]
     return {"schema": schema, "pages": pages, "timings": timings, "encoders": encoders,
             "record": record_s, "buckets": statistics.mean(native_buckets),

@@ -151,6 +151,19 @@ class SeriesValues:
         hist.writing += 1
         self.version += 1
 
+    def observe_many(self, attr: str, values: Iterable[float], extra: str | None = None) -> None:
+        """Add several observations (without exemplars) to a histogram child at once."""
+        edges = self._families[attr].buckets
+        hist = self.histograms[(attr, extra)]
+        counts, native, find = hist.counts, hist.native, bisect.bisect_left
+        hist.writing += 1
+        for value in values:
+            counts[find(edges, value)] += 1
+            native.observe(value)
+            hist.total += value
+        hist.writing += 1
+        self.version += 1
+
     def inc(self, attr: str, amount: float = 1.0, extra: str | None = None) -> None:
         """Increase a counter child."""
         self.scalars[(attr, extra)] += amount

@@ -221,8 +221,7 @@ class ExporterMetrics:
                                   ("duration", t.duration, exemplar)):
             if seconds is not None and is_finite(seconds):
                 values.observe(attr, seconds, exemplar=ex)
-        for gap in t.inter_chunk:
-            values.observe("inter_chunk", gap)
+        values.observe_many("inter_chunk", t.inter_chunk)
         for phase, seconds in t.phases.items():
             values.observe("phase", seconds, phase.value)
         usage = result.usage
