@@ -28,7 +28,7 @@ from exporter.result import Timings
 from tests.conftest import make_config
 from tests.e2e_support import Prometheus, prometheus_binary, start_prometheus, wait_for
 from tests.protodecode import by_name
-from tests.test_metrics import success
+from tests.test_protobuf import success
 
 pytestmark = [pytest.mark.e2e,
               pytest.mark.skipif(prometheus_binary() is None, reason="needs prometheus")]

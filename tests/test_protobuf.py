@@ -25,13 +25,24 @@ from exporter.exposition import FamilySpec, ProbeCollector
 from exporter.metrics import ExporterMetrics
 from exporter.nativehist import DEFAULT_ZERO_THRESHOLD, NativeBuckets, bucket_index
 from exporter.prober import Prober
-from exporter.result import Phase, Timings
+from exporter.result import Phase, ProbeResult, Timings, TokenSource, Usage
 from exporter.scheduler import Scheduler
 from exporter.server import ServerState, create_app
 from exporter.store import ResultStore
 from tests.conftest import make_config
 from tests.protodecode import by_name, decode, metrics_pb2, native_buckets, text_samples
-from tests.test_metrics import success
+
+
+def success(**changes) -> ProbeResult:
+    """A successful probe of series (t, m, short) with a response id (an exemplar)."""
+    timings = Timings(ttft=0.25, time_to_first_answer=0.4, tpot=0.02, tps=30.0, duration=1.2,
+                      inter_chunk=(0.02, 0.03), phases={Phase.WAIT: 0.01, Phase.GENERATE: 0.9})
+    fields = dict(target="t", model="m", probe="short", result=Result.SUCCESS, timings=timings,
+                  usage=Usage(prompt=10, completion=36), output_tokens=36,
+                  token_source=TokenSource.USAGE, finished_at=1700000000.0,
+                  response_id="chatcmpl-abc")
+    return ProbeResult(**{**fields, **changes})
+
 
 # What Prometheus 2.42 sends with and without --enable-feature=native-histograms.
 ACCEPT_PROTOBUF = ("application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;"
