@@ -181,6 +181,15 @@ class Family(StrEnum):
     SCHEDULER_LAG = "scheduler_lag"
 
 
+class NativeHistogramsConfig(_Strict):
+    """Native (exponential) histograms in the protobuf exposition."""
+
+    # `schema` is also a (deprecated) BaseModel method: the field is `schema_`, spelled `schema`.
+    schema_: int = Field(default=3, ge=-4, le=8, alias="schema")  # 3: 9 % buckets; 5: 2.2 %
+    max_buckets: int = Field(default=160, ge=0)  # over it the resolution halves; 0: no limit
+    classic: bool = True  # keep the classic buckets next to the native ones
+
+
 class GlobalConfig(_Strict):
     """Defaults for every target, and daemon-wide settings."""
 
@@ -190,6 +199,7 @@ class GlobalConfig(_Strict):
     max_concurrency: int = Field(default=16, ge=1)
     labels: dict[str, str] = Field(default_factory=dict)
     buckets: dict[Family, tuple[float, ...]] = Field(default_factory=dict)
+    native_histograms: NativeHistogramsConfig = Field(default_factory=NativeHistogramsConfig)
     budget: BudgetConfig | None = None
     max_output_bytes: int = Field(default=4 * 1024 * 1024, ge=1024)
     shard: str | None = None  # "i/n": probe only the series whose stable hash picks shard i

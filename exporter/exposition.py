@@ -8,11 +8,15 @@ is rebuilt only after that series recorded something, so a scrape mostly joins c
 `ProbeCollector` is also a regular prometheus_client collector: `collect()` yields standard
 metric families, so `registry.get_sample_value`, `name[]` filtering and the library's own
 renderers see exactly the same values (a test compares both renderings line by line).
+
+Every histogram child also keeps native (exponential) buckets, filled at record time, for the
+protobuf exposition (`render_protobuf`), which is cached per series the same way.
 """
 
 from __future__ import annotations
 
 import bisect
+import functools
 import math
 import time
 from collections.abc import Iterable, Iterator, Sequence
@@ -27,12 +31,19 @@ from prometheus_client.metrics_core import (
 from prometheus_client.samples import Exemplar
 from prometheus_client.utils import floatToGoString
 
+from exporter import protobuf
+from exporter.nativehist import NativeBuckets
+
 _COUNT_TEXT = [floatToGoString(float(i)) for i in range(4096)]
 
 
 def _count(value: int) -> str:
     """floatToGoString for a bucket count, from a table for the common small values."""
     return _COUNT_TEXT[value] if value < 4096 else floatToGoString(value)
+
+
+_PROTO_TYPES = {"counter": protobuf.MetricType.COUNTER, "gauge": protobuf.MetricType.GAUGE,
+                "histogram": protobuf.MetricType.HISTOGRAM}
 
 
 def _escape(value: str) -> str:
@@ -51,28 +62,61 @@ class FamilySpec:
     buckets: tuple[float, ...] = ()
 
 
+@dataclass(frozen=True)
+class NativeSettings:
+    """Native histogram resolution of every probe histogram (`global.native_histograms`)."""
+
+    schema: int = 3
+    max_buckets: int = 160
+
+
+DEFAULT_NATIVE = NativeSettings()
+
+
 @dataclass(slots=True)
 class _Histogram:
     counts: list[int]  # per bucket (not cumulative); the last is +Inf
+    native: NativeBuckets
     total: float = 0.0
     exemplars: list[tuple[str, float, float] | None] = field(default_factory=list)
+    # Odd while an observation is half written. Renders run in a worker thread and the
+    # protobuf page must not show a count that disagrees with its buckets (Prometheus rejects
+    # such a native histogram), so they copy a histogram only while this is even and unchanged.
+    writing: int = 0
+
+    def snapshot(self) -> tuple[list[int], float, NativeBuckets,
+                                list[tuple[str, float, float] | None]]:
+        """Counts, sum, native buckets and exemplars from one moment (call off the loop)."""
+        while True:
+            mark = self.writing
+            if not mark & 1:
+                copy = (self.counts.copy(), self.total, self.native.snapshot(),
+                        self.exemplars.copy())
+                if self.writing == mark:
+                    return copy
+            time.sleep(0)  # let the loop finish that observation
 
 
 class SeriesValues:
     """The values of one probe series and its cached rendering."""
 
-    __slots__ = ("_cache", "_families", "_prefix_cache", "histograms", "label_items",
-                 "scalars", "version")
+    __slots__ = ("_cache", "_families", "_native", "_prefix_cache", "_proto_exemplar_cache",
+                 "_proto_labels", "histograms", "label_items", "scalars", "version")
 
     def __init__(self, label_items: Sequence[tuple[str, str]],
-                 families: dict[str, FamilySpec]) -> None:
+                 families: dict[str, FamilySpec], native: NativeSettings = DEFAULT_NATIVE
+                 ) -> None:
         self.label_items = tuple(label_items)
         self._families = families
+        self._native = native
         self.histograms: dict[tuple[str, str | None], _Histogram] = {}
         self.scalars: dict[tuple[str, str | None], float] = {}
         self.version = 0
-        self._cache: dict[tuple[bool, str], tuple[int, bytes]] = {}
+        self._cache: dict[tuple[str, str], tuple[int, bytes]] = {}
         self._prefix_cache: dict[tuple[str, str, str | None], tuple[str, ...]] = {}
+        self._proto_labels: dict[tuple[str, str | None], bytes] = {}
+        self._proto_exemplar_cache: dict[tuple[str, str | None],
+                                         dict[tuple[str, float, float], bytes]] = {}
 
     def create(self, attr: str, extra: str | None = None) -> None:
         """Make a child exist (value 0) before anything is recorded."""
@@ -80,7 +124,8 @@ class SeriesValues:
         if spec.kind == "histogram":
             if (attr, extra) not in self.histograms:
                 n = len(spec.buckets) + 1
-                self.histograms[(attr, extra)] = _Histogram([0] * n, 0.0, [None] * n)
+                native = NativeBuckets(self._native.schema, self._native.max_buckets)
+                self.histograms[(attr, extra)] = _Histogram([0] * n, native, 0.0, [None] * n)
         else:
             self.scalars.setdefault((attr, extra), 0.0)
         self.version += 1
@@ -97,10 +142,26 @@ class SeriesValues:
         spec = self._families[attr]
         hist = self.histograms[(attr, extra)]
         index = bisect.bisect_left(spec.buckets, value)
+        hist.writing += 1
         hist.counts[index] += 1
+        hist.native.observe(value)
         hist.total += value
         if exemplar is not None:
             hist.exemplars[index] = (exemplar, value, time.time())
+        hist.writing += 1
+        self.version += 1
+
+    def observe_many(self, attr: str, values: Iterable[float], extra: str | None = None) -> None:
+        """Add several observations (without exemplars) to a histogram child at once."""
+        edges = self._families[attr].buckets
+        hist = self.histograms[(attr, extra)]
+        counts, native, find = hist.counts, hist.native, bisect.bisect_left
+        hist.writing += 1
+        for value in values:
+            counts[find(edges, value)] += 1
+            native.observe(value)
+            hist.total += value
+        hist.writing += 1
         self.version += 1
 
     def inc(self, attr: str, amount: float = 1.0, extra: str | None = None) -> None:
@@ -121,7 +182,7 @@ class SeriesValues:
 
     def render(self, spec: FamilySpec, openmetrics: bool) -> bytes:
         """This series' lines of one family, from the cache unless something changed."""
-        key = (openmetrics, spec.attr)
+        key = ("openmetrics" if openmetrics else "text", spec.attr)
         cached = self._cache.get(key)
         version = self.version
         if cached is not None and cached[0] == version:
@@ -129,6 +190,57 @@ class SeriesValues:
         text = self._render(spec, openmetrics).encode()
         self._cache[key] = (version, text)
         return text
+
+    def render_protobuf(self, spec: FamilySpec, classic: bool = True) -> bytes:
+        """This series' metric records of one family (protobuf), cached like `render`."""
+        key = ("protobuf" if classic else "protobuf-native", spec.attr)
+        cached = self._cache.get(key)
+        version = self.version
+        if cached is not None and cached[0] == version:
+            return cached[1]
+        records = self._render_protobuf(spec, classic)
+        self._cache[key] = (version, records)
+        return records
+
+    def _render_protobuf(self, spec: FamilySpec, classic: bool) -> bytes:
+        records: list[bytes] = []
+        if spec.kind == "histogram":
+            layout = _classic_buckets(spec.buckets) if classic else None
+            for (attr, extra), hist in list(self.histograms.items()):
+                if attr != spec.attr:
+                    continue
+                counts, total, native, exemplars = hist.snapshot()
+                examples = self._proto_exemplars(attr, extra, exemplars)
+                records.append(protobuf.histogram(
+                    self._proto_label_fields(spec, extra), sum(counts), total,
+                    classic=layout, counts=counts, exemplars=examples if classic else (),
+                    native=native,
+                    native_exemplars=() if classic else [e for e in examples if e is not None]))
+        else:
+            encode = protobuf.counter if spec.kind == "counter" else protobuf.gauge
+            for (attr, extra), value in list(self.scalars.items()):
+                if attr == spec.attr:
+                    records.append(encode(self._proto_label_fields(spec, extra), value))
+        return b"".join(records)
+
+    def _proto_exemplars(self, attr: str, extra: str | None,
+                         exemplars: list[tuple[str, float, float] | None]) -> list[bytes | None]:
+        """Encoded exemplars per bucket, reusing last render's encoding of unchanged ones."""
+        if not any(exemplars):
+            return []
+        previous = self._proto_exemplar_cache.get((attr, extra), {})
+        current = {e: previous.get(e) or protobuf.exemplar((("response_id", e[0]),), e[1], e[2])
+                   for e in exemplars if e is not None}
+        self._proto_exemplar_cache[(attr, extra)] = current
+        return [None if e is None else current[e] for e in exemplars]
+
+    def _proto_label_fields(self, spec: FamilySpec, extra: str | None) -> bytes:
+        """A child's encoded label pairs; labels never change, so built once."""
+        key = (spec.attr, extra)
+        fields = self._proto_labels.get(key)
+        if fields is None:
+            fields = self._proto_labels[key] = protobuf.labels(self._items(spec, extra))
+        return fields
 
     def _items(self, spec: FamilySpec, extra: str | None) -> list[tuple[str, str]]:
         if extra is None or spec.extra is None:
@@ -182,16 +294,23 @@ class SeriesValues:
         return "\n".join(lines) + "\n" if lines else ""
 
 
+@functools.cache
+def _classic_buckets(edges: tuple[float, ...]) -> protobuf.ClassicBuckets:
+    return protobuf.ClassicBuckets(edges)
+
+
 class ProbeCollector:
     """The probe families of every series: a collector with a fast, incremental renderer."""
 
-    def __init__(self, families: Iterable[FamilySpec]) -> None:
+    def __init__(self, families: Iterable[FamilySpec],
+                 native: NativeSettings = DEFAULT_NATIVE) -> None:
         self.families = {f.attr: f for f in families}
+        self.native = native
         self.series: dict[tuple[str, str, str], SeriesValues] = {}
 
     def add(self, key: tuple[str, str, str], labels: Sequence[tuple[str, str]]) -> SeriesValues:
         """Register a series with its label pairs."""
-        values = self.series[key] = SeriesValues(labels, self.families)
+        values = self.series[key] = SeriesValues(labels, self.families, self.native)
         return values
 
     def remove(self, key: tuple[str, str, str]) -> None:
@@ -206,6 +325,17 @@ class ProbeCollector:
             name = spec.name if openmetrics or spec.kind != "counter" else spec.name + "_total"
             out.append(f"# HELP {name} {spec.help}\n# TYPE {name} {spec.kind}\n".encode())
             out.extend(s.render(spec, openmetrics) for s in series)
+        return b"".join(out)
+
+    def render_protobuf(self, classic: bool = True) -> bytes:
+        """The delimited protobuf of every probe family that has children (classic optional)."""
+        out: list[bytes] = []
+        series = list(self.series.values())
+        for spec in self.families.values():
+            records = b"".join([s.render_protobuf(spec, classic) for s in series])
+            if records:  # an empty MetricFamily is not valid exposition
+                name = spec.name + "_total" if spec.kind == "counter" else spec.name
+                out.append(protobuf.family(name, spec.help, _PROTO_TYPES[spec.kind], (records,)))
         return b"".join(out)
 
     def describe(self) -> list[Metric]:

@@ -17,10 +17,16 @@ from prometheus_client import CollectorRegistry, Gauge, Histogram, disable_creat
 from prometheus_client import generate_latest as text_latest
 from prometheus_client.openmetrics.exposition import generate_latest as openmetrics_latest
 
-from exporter import __version__
+from exporter import __version__, protobuf
 from exporter.config import Config, Family, Series
 from exporter.errors import Result
-from exporter.exposition import FamilySpec, ProbeCollector, SeriesValues, is_finite
+from exporter.exposition import (
+    FamilySpec,
+    NativeSettings,
+    ProbeCollector,
+    SeriesValues,
+    is_finite,
+)
 from exporter.log import REDACTOR, Redactor
 from exporter.result import Phase, ProbeResult
 
@@ -98,6 +104,11 @@ def probe_families(buckets: Mapping[Family, tuple[float, ...]]) -> list[FamilySp
     ]
 
 
+def _native_settings(config: Config) -> NativeSettings:
+    native = config.global_.native_histograms
+    return NativeSettings(native.schema_, native.max_buckets)
+
+
 def _has_checks(series: Series) -> bool:
     return series.probe.expect is not None or any(c.expect for c in series.probe.cases)
 
@@ -114,7 +125,8 @@ class ExporterMetrics:
         self.own = CollectorRegistry(auto_describe=True)  # the exporter's own metrics
         registry.register(self.own)
         self.probes: ProbeCollector | None = None
-        self._layout: tuple[dict, dict] | None = None
+        self._layout: tuple[dict, dict, NativeSettings] | None = None
+        self.classic_in_protobuf = True
         own = self.own
         self.in_flight = Gauge("llm_probe_in_flight", "Probes in flight now.", registry=own)
         self.scheduler_lag: Histogram | None = None
@@ -146,7 +158,7 @@ class ExporterMetrics:
         if self.scheduler_lag is not None:
             self.own.unregister(self.scheduler_lag)
         buckets = {**DEFAULT_BUCKETS, **config.global_.buckets}
-        self.probes = ProbeCollector(probe_families(buckets))
+        self.probes = ProbeCollector(probe_families(buckets), _native_settings(config))
         self.registry.register(self.probes)
         self.scheduler_lag = Histogram(
             "llm_probe_scheduler_lag_seconds", "How late probes start versus their schedule.",
@@ -154,11 +166,13 @@ class ExporterMetrics:
 
     def apply(self, config: Config) -> None:
         """Create children for every configured series; remove those the config dropped."""
-        layout = (dict(config.global_.labels), dict(config.global_.buckets))
+        layout = (dict(config.global_.labels), dict(config.global_.buckets),
+                  _native_settings(config))
         if layout != self._layout:
             # Label names, constant values or buckets changed: the families must be rebuilt.
             self._build(config)
             self._layout = layout
+        self.classic_in_protobuf = config.global_.native_histograms.classic
         assert self.probes is not None
         constant = list(config.global_.labels.items())
         wanted = {s.key: s for s in config.series}
@@ -221,8 +235,7 @@ class ExporterMetrics:
                                   ("duration", t.duration, exemplar)):
             if seconds is not None and is_finite(seconds):
                 values.observe(attr, seconds, exemplar=ex)
-        for gap in t.inter_chunk:
-            values.observe("inter_chunk", gap)
+        values.observe_many("inter_chunk", t.inter_chunk)
         for phase, seconds in t.phases.items():
             values.observe("phase", seconds, phase.value)
         usage = result.usage
@@ -271,3 +284,8 @@ class ExporterMetrics:
             own = openmetrics_latest(self.own).removesuffix(b"# EOF\n")
             return own + probes + b"# EOF\n"
         return text_latest(self.own) + probes
+
+    def render_protobuf(self) -> bytes:
+        """The whole page as delimited protobuf: probe histograms are native histograms too."""
+        probes = self.probes.render_protobuf(self.classic_in_protobuf) if self.probes else b""
+        return protobuf.from_client(self.own.collect()) + probes

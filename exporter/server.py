@@ -20,7 +20,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, Gauge
 from prometheus_client.exposition import choose_encoder
 
-from exporter import __version__
+from exporter import __version__, protobuf
 from exporter.config import Config, redacted
 from exporter.log import REDACTOR
 from exporter.metrics import ExporterMetrics
@@ -72,7 +72,11 @@ def create_app(state: ServerState, middlewares: Sequence[Any] = ()) -> web.Appli
 def _render_exposition(registry: Any, accept: str, gzip_ok: bool,
                        metrics: ExporterMetrics | None = None) -> tuple[bytes, str, bool]:
     encoder, content_type = choose_encoder(accept)
-    if metrics is not None:  # the whole page: the incremental renderer
+    if protobuf.wants_protobuf(accept):
+        content_type = protobuf.CONTENT_TYPE
+        body = (metrics.render_protobuf() if metrics is not None
+                else protobuf.from_client(registry.collect()))
+    elif metrics is not None:  # the whole page: the incremental renderer
         body = metrics.render(openmetrics=content_type.startswith("application/openmetrics"))
     else:
         body = encoder(registry)

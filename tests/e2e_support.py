@@ -11,7 +11,7 @@ import sys
 import time
 import urllib.parse
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -158,8 +158,8 @@ def prometheus_binary() -> str | None:
 
 
 def start_prometheus(tmp: Path, scrape_targets: list[str], *, rule_files: list[Path] = (),
-                     interval: str = "1s") -> Prometheus:
-    """Start Prometheus scraping `host:port` targets every `interval`."""
+                     interval: str = "1s", flags: Sequence[str] = ()) -> Prometheus:
+    """Start Prometheus scraping `host:port` targets every `interval` (extra command-line flags)."""
     binary = prometheus_binary()
     assert binary, "prometheus is not installed (make test installs it)"
     port = free_port()
@@ -176,7 +176,7 @@ def start_prometheus(tmp: Path, scrape_targets: list[str], *, rule_files: list[P
     with log.open("wb") as out:
         proc = subprocess.Popen(
             [binary, f"--config.file={path}", f"--storage.tsdb.path={data}",
-             f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
+             f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn", *flags],
             stdout=out, stderr=subprocess.STDOUT)
     prometheus = Prometheus(proc, log, url=f"http://127.0.0.1:{port}")
     try:

@@ -40,6 +40,12 @@ def test_scale_smoke() -> None:
     assert "bytes / series" in out
 
 
+def test_exposition_smoke() -> None:
+    out = run_benchmark("exposition")
+    assert "protobuf native-only" in out and "KiB / series" in out
+    assert "protobuf runtime µs / series" in out and "memory per series" in out
+
+
 def test_truth_server_records(tmp_path: Path) -> None:
     """The truth server answers a chat stream and records arrival and one write per chunk."""
     import asyncio
