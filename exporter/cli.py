@@ -173,14 +173,14 @@ def cmd_serve(args: argparse.Namespace, signals: ProcessSignals | None = None) -
     from exporter.daemon import Daemon, StartError, serve
     from exporter.log import get_logger
 
-    log = get_logger()
-    log.info("starting llm-probe-exporter", version=__version__,
-             python_version=platform.python_version())
     try:
         parse_listen_address(args.listen)
     except ValueError as exc:
         print(f"error: --web.listen-address: {exc}", file=sys.stderr)
         return 2
+    log = get_logger()
+    log.info("starting llm-probe-exporter", version=__version__,
+             python_version=platform.python_version())
     config = _load(args.config_file, getattr(args, "shard", None))
     if config is None:
         return 1
