@@ -197,7 +197,10 @@ class Daemon:
     async def reload(self) -> None:
         """Re-read the config (`POST /-/reload`); returns when a reload that started after this
         call has finished. The outcome is in `state.last_reload_error` and the reload metric."""
-        if self._stopping or self.state is None:
+        if self._stopping:
+            return
+        if self.state is None or not self.state.ready:  # still starting: reload right after
+            self._reload_after_start = True
             return
         await asyncio.shield(self._join_next_reload())
 
