@@ -134,6 +134,10 @@ PositiveDuration = Annotated[float, BeforeValidator(parse_duration), Field(gt=0)
 
 _LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 MAX_BUCKETS = 100  # edges per histogram family: each one is a line per series on /metrics
+# Label values repeat on every line of a series on /metrics: a long one multiplies the page.
+MAX_LABEL_VALUE = 1024
+MAX_MODEL_NAME = 256
+MAX_PROBE_NAME = 128
 # Names a constant label may not take because the exporter sets them itself.
 RESERVED_LABELS = frozenset(
     {"target", "model", "probe", "result", "phase", "type", "currency", "kind", "reason",
@@ -232,6 +236,9 @@ class GlobalConfig(_Strict):
                 raise ValueError(f"{name!r} is not a valid Prometheus label name")
             if name in RESERVED_LABELS:
                 raise ValueError(f"label {name!r} is set by the exporter; choose another name")
+            if len(labels[name]) > MAX_LABEL_VALUE:
+                raise ValueError(f"the value of {name!r} is longer than {MAX_LABEL_VALUE} "
+                                 "characters")
         return labels
 
     @field_validator("buckets")
@@ -434,9 +441,9 @@ class TargetConfig(_Strict):
             if not _HEADER_NAME.match(name):
                 raise ValueError(f"{name!r} is not a valid header name")
             # CR/LF would split the request (header injection); aiohttp refuses it mid-probe.
-            if _CONTROL_BUT_TAB.search(value):
+            if _CONTROL_BUT_TAB.search(value) or len(value) > 8192:
                 raise ValueError(f"the value of {name!r} contains a line break or control "
-                                 "character")
+                                 "character, or is longer than 8192 characters")
         return headers
 
     @field_validator("models")
@@ -447,8 +454,9 @@ class TargetConfig(_Strict):
         for model in models:
             if not model.strip():
                 raise ValueError("a model name cannot be empty")
-            if _CONTROL.search(model):
-                raise ValueError("a model name cannot contain control characters")
+            if _CONTROL.search(model) or len(model) > MAX_MODEL_NAME:
+                raise ValueError("a model name must be at most "
+                                 f"{MAX_MODEL_NAME} characters, without control characters")
         return models
 
     @model_validator(mode="after")
@@ -704,12 +712,13 @@ def _check_image(probe: ProbeConfig, name: str, base: Path,
     return probe.model_copy(update={"image": image})
 
 
-def _check_names(names: Iterable[Any], loc: Loc, what: str,
-                 problems: list[ConfigProblem]) -> None:
+def _check_probe_names(names: Iterable[Any], problems: list[ConfigProblem]) -> None:
     for name in names:
-        if isinstance(name, str) and (not name.strip() or _CONTROL.search(name)):
-            problems.append(_problem((*loc, name), f"a {what} name must be non-empty text "
-                                     "without control characters"))
+        if isinstance(name, str) and (not name.strip() or _CONTROL.search(name)
+                                      or len(name) > MAX_PROBE_NAME):
+            problems.append(_problem(("probes", name), "a probe name must be non-empty text of "
+                                     f"at most {MAX_PROBE_NAME} characters, without control "
+                                     "characters"))
 
 
 def parse_config(data: Any, *, env: Mapping[str, str] | None = None,
@@ -755,7 +764,7 @@ def _parse(data: Any, env: Mapping[str, str], base_dir: Path, source: Path | Non
     elif not raw_probes:
         problems.append(_problem(("probes",), "define at least one probe"))
     else:
-        _check_names(raw_probes, ("probes",), "probe", problems)
+        _check_probe_names(raw_probes, problems)
         for name, value in raw_probes.items():
             probe = _validate(ProbeConfig, value, ("probes", name), problems)
             probes[name] = probe and _check_image(probe, name, base_dir, problems)

@@ -29,7 +29,7 @@ except ImportError:  # pragma: no cover - PyYAML wheels ship libyaml
     CParser = None
 
 MAX_DEPTH = 64  # nesting, counted with aliases expanded
-MAX_SIZE = 1_000_000  # values in the document with aliases expanded; long strings count more
+MAX_SIZE = 250_000  # values with aliases expanded (long strings count more); ~100 MB to load
 STRING_UNIT = 64  # characters of a string that count as one value towards MAX_SIZE
 
 _TAG = "tag:yaml.org,2002:"
