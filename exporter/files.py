@@ -11,6 +11,7 @@ where: `line 3, column 5`, or the path of the value (`targets[0].query.api-versi
 from __future__ import annotations
 
 import os
+import re
 import stat
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -35,6 +36,9 @@ STRING_UNIT = 64  # characters of a string that count as one value towards MAX_S
 _TAG = "tag:yaml.org,2002:"
 _PLAIN_SCALARS = frozenset(_TAG + t for t in ("str", "int", "float", "bool", "null"))
 _MERGE = _TAG + "merge"
+# "\ud800" escapes: not text, and no request can encode them. libyaml refuses them itself; the
+# pure-Python parser (the fallback) lets them through.
+_SURROGATE = re.compile("[\ud800-\udfff]")
 _TYPE_NAMES = {_TAG + "int": "a number", _TAG + "float": "a number", _TAG + "bool": "a boolean",
                _TAG + "null": "null"}
 
@@ -260,6 +264,8 @@ def _check_graph(root: Node) -> list[tuple[str, str]]:
                 why = ("is read as a date; quote it to keep it text"
                        if node.tag == _TAG + "timestamp" else _unsupported(node))
                 note(node, path, why)
+            elif _SURROGATE.search(node.value):
+                note(node, path, "a \\uD800-\\uDFFF escape is not text")
             return 1 + len(node.value) // STRING_UNIT, 0
         size, height = 1, 0
         if isinstance(node, SequenceNode):
