@@ -224,82 +224,92 @@ def _check_graph(root: Node) -> list[tuple[str, str]]:
     """Size, depth and cycles of the expanded document; keys and tags of every distinct node.
 
     Each node is examined once (aliases share nodes), so this costs the size of the file, not of
-    its expansion. Size, depth and cycles stop the walk; key and tag problems are all collected.
+    its expansion. Size, depth and cycles stop the walk (FileRefused); key and tag problems are
+    all collected and returned.
     """
-    problems: list[tuple[int, str, str]] = []  # (line, where, why), sorted at the end
-    # id(node) → (expanded size capped at MAX_SIZE + 1, height); nodes stay alive with `root`.
-    known: dict[int, tuple[int, int]] = {}
-    on_path: set[int] = set()
+    check = _GraphCheck()
+    check.visit(root, [], 0)
+    return check.sorted_problems()
 
-    def place(node: Node, path: Sequence[int | str]) -> str:
+
+class _GraphCheck:
+    """The state of one `_check_graph` walk (a class, not closures: closures that call each
+    other form a reference cycle, and the walk's tables would wait for a full collection)."""
+
+    def __init__(self) -> None:
+        self.problems: list[tuple[int, str, str]] = []  # (line, where, why)
+        # id(node) → (expanded size capped at MAX_SIZE + 1, height); nodes live with the root.
+        self.known: dict[int, tuple[int, int]] = {}
+        self.on_path: set[int] = set()
+
+    def sorted_problems(self) -> list[tuple[str, str]]:
+        return [(place, why) for _, place, why in sorted(self.problems)]
+
+    def note(self, node: Node, path: Sequence[int | str], why: str) -> None:
         line, column = node.start_mark.line + 1, node.start_mark.column + 1
-        return f"{_format_path(path)} ({where(line)})" if path else where(line, column)
+        place = f"{_format_path(path)} ({where(line)})" if path else where(line, column)
+        self.problems.append((line, place, why))
 
-    def note(node: Node, path: Sequence[int | str], why: str) -> None:
-        problems.append((node.start_mark.line, place(node, path), why))
+    def refuse(self, node: Node, path: Sequence[int | str], why: str) -> FileRefused:
+        self.note(node, path, why)
+        return FileRefused(self.sorted_problems())
 
-    def refuse(node: Node, path: Sequence[int | str], why: str) -> FileRefused:
-        note(node, path, why)
-        return FileRefused([(where_, why_) for _, where_, why_ in sorted(problems)])
-
-    def visit(node: Node, path: list[int | str], depth: int) -> tuple[int, int]:
+    def visit(self, node: Node, path: list[int | str], depth: int) -> tuple[int, int]:
         ident = id(node)
         if depth > MAX_DEPTH:  # checked on the way down: alias chains can nest without end
-            raise refuse(node, path, f"nested deeper than {MAX_DEPTH} levels (aliases expanded)")
-        if ident in on_path:
-            raise refuse(node, path, "an alias refers to a value that contains it")
-        seen = known.get(ident)
+            raise self.refuse(node, path, f"nested deeper than {MAX_DEPTH} levels (aliases "
+                              "expanded)")
+        if ident in self.on_path:
+            raise self.refuse(node, path, "an alias refers to a value that contains it")
+        seen = self.known.get(ident)
         if seen is None:
-            on_path.add(ident)
-            seen = examine(node, path, depth)
-            on_path.discard(ident)
-            known[ident] = seen
+            self.on_path.add(ident)
+            seen = self.examine(node, path, depth)
+            self.on_path.discard(ident)
+            self.known[ident] = seen
         if depth + seen[1] > MAX_DEPTH:
-            raise refuse(node, path, f"nested deeper than {MAX_DEPTH} levels (aliases expanded)")
+            raise self.refuse(node, path, f"nested deeper than {MAX_DEPTH} levels (aliases "
+                              "expanded)")
         return seen
 
-    def examine(node: Node, path: list[int | str], depth: int) -> tuple[int, int]:
+    def examine(self, node: Node, path: list[int | str], depth: int) -> tuple[int, int]:
         if isinstance(node, ScalarNode):
             if node.tag not in _PLAIN_SCALARS:
-                why = ("is read as a date; quote it to keep it text"
-                       if node.tag == _TAG + "timestamp" else _unsupported(node))
-                note(node, path, why)
+                self.note(node, path, "is read as a date; quote it to keep it text"
+                          if node.tag == _TAG + "timestamp" else _unsupported(node))
             elif _SURROGATE.search(node.value):
-                note(node, path, "a \\uD800-\\uDFFF escape is not text")
+                self.note(node, path, "a \\uD800-\\uDFFF escape is not text")
             return 1 + len(node.value) // STRING_UNIT, 0
         size, height = 1, 0
         if isinstance(node, SequenceNode):
             if node.tag != _TAG + "seq":
-                note(node, path, _unsupported(node))
-            children = list(enumerate(node.value))
+                self.note(node, path, _unsupported(node))
+            children: list[tuple[int | str, Node]] = list(enumerate(node.value))
         else:
             assert isinstance(node, MappingNode)
             if node.tag != _TAG + "map":
-                note(node, path, _unsupported(node))
+                self.note(node, path, _unsupported(node))
             children = []
             first_line: dict[str, int] = {}
             for key, value in node.value:
                 name = _key_name(key)
                 if name is None:
-                    note(key, path, _key_problem(key))
+                    self.note(key, path, _key_problem(key))
                     continue
                 if key.tag != _MERGE:
                     if name in first_line:
-                        note(key, [*path, name], f"duplicate key (first on line "
-                             f"{first_line[name]})")
+                        self.note(key, [*path, name],
+                                  f"duplicate key (first on line {first_line[name]})")
                     first_line.setdefault(name, key.start_mark.line + 1)
                 children.append((name, value))
         for part, child in children:
-            child_size, child_height = visit(child, [*path, part], depth + 1)
+            child_size, child_height = self.visit(child, [*path, part], depth + 1)
             size = min(size + child_size, MAX_SIZE + 1)
             height = max(height, child_height + 1)
             if size > MAX_SIZE:
-                raise refuse(node, path, f"the document is too large: more than {MAX_SIZE} "
-                             "values once its aliases are expanded")
+                raise self.refuse(node, path, "the document is too large: more than "
+                                  f"{MAX_SIZE} values once its aliases are expanded")
         return size, height
-
-    visit(root, [], 0)
-    return [(where_, why) for _, where_, why in sorted(problems)]
 
 
 def _unsupported(node: Node) -> str:
