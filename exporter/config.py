@@ -743,6 +743,8 @@ def _parse(data: Any, env: Mapping[str, str], base_dir: Path, source: Path | Non
         raise ConfigError("invalid config", [ConfigProblem("", "the top level must be a mapping")])
     problems: list[ConfigProblem] = []
     data = _interpolate(data, (), env, problems)
+    if "global" in data and data["global"] is None:  # `global:` with everything commented out
+        del data["global"]
     problems += [_problem((str(key),), "unknown key") for key in data if key not in _SECTIONS]
     raw_targets = data.get("targets")
     raw_targets = raw_targets if isinstance(raw_targets, list) else []
@@ -754,7 +756,7 @@ def _parse(data: Any, env: Mapping[str, str], base_dir: Path, source: Path | Non
             problems.append(_problem(("targets", index, "api_key_env"),
                                      f"environment variable {name} is not set"))
 
-    global_ = _validate(GlobalConfig, data.get("global") or {}, ("global",), problems)
+    global_ = _validate(GlobalConfig, data.get("global", {}), ("global",), problems)
     simulator = (None if data.get("simulator") is None else
                  _validate(SimulatorConfig, data["simulator"], ("simulator",), problems))
     raw_probes = data.get("probes")

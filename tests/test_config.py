@@ -308,3 +308,10 @@ def test_names_that_would_bloat_or_break_the_output_are_refused(where, change, m
         parse_config({**base(), **change}, env={})
     assert any(p.location == where and message in p.error for p in info.value.details), \
         str(info.value)
+
+
+def test_empty_sections_load_and_show() -> None:
+    data = {**base(), "global": None, "simulator": None}
+    config = parse_config(data, env={})
+    assert config.global_.interval == 60 and config.simulator is None
+    assert "global" in redacted(config)

@@ -26,7 +26,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from exporter.cli import main
-from exporter.config import ConfigError, load_config
+from exporter.config import ConfigError, load_config, redacted
 from tests.e2e_support import EXPORTER, ROOT, http_get, start_daemon, wait_for
 from tests.e2e_support import shipped_config as make_shipped_config
 from tests.test_config import INVALID, INVALID_CASES
@@ -208,9 +208,11 @@ def _load_only_config_errors(folder: Path, raw: bytes) -> None:
     path = folder / "fuzz.yaml"
     path.write_bytes(raw)
     try:
-        load_config(path, env={"HOME": "/root"})
+        config = load_config(path, env={"HOME": "/root"})
     except ConfigError as exc:
         assert str(exc)
+    else:
+        redacted(config)  # what /config shows works for whatever loaded
 
 
 @FUZZ
