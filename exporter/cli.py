@@ -1,19 +1,29 @@
-"""Command line: serve (default), check, probe, bench, simulate."""
+"""Command line: serve (default), check, probe, bench, simulate.
+
+Commands import the heavy modules they need (asyncio, pydantic, aiohttp…) themselves: loading
+them takes ~0.3 s, and `serve` installs its signal handlers before that, so a SIGHUP or SIGTERM
+right after start is handled rather than killing the process.
+"""
 
 from __future__ import annotations
 
 import argparse
-import asyncio
-import contextlib
+import platform
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from exporter import __version__
-from exporter.config import Config, ConfigError, format_duration, load_config
-from exporter.log import configure_logging, get_logger
+from exporter.signals import ProcessSignals
+
+if TYPE_CHECKING:
+    from exporter.config import Config
 
 COMMANDS = ("serve", "check", "probe", "bench", "simulate")
+# promslog's levels and formats (`warning` kept as an alias of `warn`).
+LOG_LEVELS = ("debug", "info", "warn", "warning", "error")
+LOG_FORMATS = ("logfmt", "json", "console")
 
 
 def _shard(text: str) -> str:
@@ -31,10 +41,9 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
                         help="path to the YAML config (default: config.yaml)")
     parser.add_argument("--shard", type=_shard, default=None, metavar="I/N",
                         help="probe only shard I of N (0-based; overrides global.shard)")
-    parser.add_argument("--log.level", dest="log_level", default="info",
-                        choices=("debug", "info", "warning", "error"))
-    parser.add_argument("--log.format", dest="log_format", default=None,
-                        choices=("json", "console"),
+    parser.add_argument("--log.level", dest="log_level", default="info", choices=LOG_LEVELS,
+                        help="only log lines at this level or above (default: info)")
+    parser.add_argument("--log.format", dest="log_format", default=None, choices=LOG_FORMATS,
                         help="log line format (default: json for serve, console otherwise)")
 
 
@@ -111,10 +120,8 @@ def build_parser() -> argparse.ArgumentParser:
     simulate.add_argument("--listen", default=None, help="address (default 127.0.0.1:9472)")
     simulate.add_argument("--config.file", dest="config_file", default=None,
                           help="take the simulator section (models) from this config")
-    simulate.add_argument("--log.level", dest="log_level", default="info",
-                          choices=("debug", "info", "warning", "error"))
-    simulate.add_argument("--log.format", dest="log_format", default=None,
-                          choices=("json", "console"))
+    simulate.add_argument("--log.level", dest="log_level", default="info", choices=LOG_LEVELS)
+    simulate.add_argument("--log.format", dest="log_format", default=None, choices=LOG_FORMATS)
     return parser
 
 
@@ -124,18 +131,35 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args_list or (args_list[0] not in COMMANDS
                          and args_list[0] not in ("-h", "--help", "--version")):
         args_list.insert(0, "serve")
+    signals = None
+    if args_list[0] == "serve" and argv is None:  # the process's own command line
+        signals = ProcessSignals()
+        signals.install()
     args = build_parser().parse_args(args_list)
+    from exporter.log import configure_logging
+
     configure_logging(args.log_level,
                       args.log_format or ("json" if args.command == "serve" else "console"))
-    handlers = {"serve": cmd_serve, "check": cmd_check, "probe": cmd_probe,
-                "bench": cmd_bench, "simulate": cmd_simulate}
+    handlers = {"check": cmd_check, "probe": cmd_probe, "bench": cmd_bench,
+                "simulate": cmd_simulate}
     try:
+        if args.command == "serve":
+            return cmd_serve(args, signals)
         return handlers[args.command](args)
     except KeyboardInterrupt:
         return 130
+    except OSError as exc:  # e.g. the simulator's port is taken
+        print(f"error: {exc.strerror or exc}", file=sys.stderr)
+        return 1
+    except Exception as exc:  # a bug: one line, never a traceback (it could show a key)
+        print(f"error: unexpected {type(exc).__name__} (a bug; please report it)",
+              file=sys.stderr)
+        return 70
 
 
 def _load(path: str, shard: str | None = None) -> Config | None:
+    from exporter.config import ConfigError, load_config
+
     try:
         return load_config(path, shard=shard)
     except ConfigError as exc:
@@ -143,10 +167,20 @@ def _load(path: str, shard: str | None = None) -> Config | None:
         return None
 
 
-def cmd_serve(args: argparse.Namespace) -> int:
-    """Run the daemon."""
-    from exporter.daemon import Daemon
+def cmd_serve(args: argparse.Namespace, signals: ProcessSignals | None = None) -> int:
+    """Run the daemon until SIGTERM/SIGINT; exit 0 after a graceful stop, 1 if it cannot start."""
+    from exporter.config import ConfigError, parse_listen_address
+    from exporter.daemon import Daemon, StartError, serve
+    from exporter.log import get_logger
 
+    try:
+        parse_listen_address(args.listen)
+    except ValueError as exc:
+        print(f"error: --web.listen-address: {exc}", file=sys.stderr)
+        return 2
+    log = get_logger()
+    log.info("starting llm-probe-exporter", version=__version__,
+             python_version=platform.python_version())
     config = _load(args.config_file, getattr(args, "shard", None))
     if config is None:
         return 1
@@ -160,12 +194,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
             return 1
     daemon = Daemon(Path(args.config_file), args.listen, shutdown_grace=args.shutdown_grace,
                     shard=args.shard, probe_endpoint=args.probe_endpoint,
-                    auto_reload=args.auto_reload,
+                    auto_reload=args.auto_reload, signals=signals,
                     web_config=Path(args.web_config) if args.web_config else None)
     try:
-        asyncio.run(daemon.run(config))
-    except (OSError, ConfigError) as exc:
-        get_logger().error("cannot start", error=str(exc))
+        serve(daemon, config)
+    except (StartError, ConfigError) as exc:
+        log.error("cannot start", error=str(exc))
         return 1
     return 0
 
@@ -174,6 +208,8 @@ def cmd_check(args: argparse.Namespace) -> int:
     """Validate the config and print the probe plan."""
     from rich.console import Console
     from rich.table import Table
+
+    from exporter.config import format_duration
 
     config = _load(args.config_file, getattr(args, "shard", None))
     if config is None:
@@ -196,6 +232,8 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 def cmd_probe(args: argparse.Namespace) -> int:
     """Run the selected probes once; exit 1 unless all succeeded."""
+    import asyncio
+
     from exporter.oneshot import run_probe_command
 
     config = _load(args.config_file, getattr(args, "shard", None))
@@ -208,6 +246,8 @@ def cmd_probe(args: argparse.Namespace) -> int:
 
 def cmd_bench(args: argparse.Namespace) -> int:
     """Benchmark the selected series; exit 1 on a regression against --baseline."""
+    import asyncio
+
     from exporter.bench import (
         DEFAULT_REQUESTS,
         BenchOptions,
@@ -253,7 +293,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 def cmd_simulate(args: argparse.Namespace) -> int:
     """Serve the simulator until interrupted."""
-    from exporter.config import SimulatorConfig
+    import asyncio
+    import contextlib
+
+    from exporter.config import SimulatorConfig, parse_listen_address
     from exporter.simulator import serve_forever
 
     simulator = SimulatorConfig()
@@ -263,6 +306,11 @@ def cmd_simulate(args: argparse.Namespace) -> int:
             return 1
         simulator = config.simulator or simulator
     if args.listen:
+        try:
+            parse_listen_address(args.listen)
+        except ValueError as exc:
+            print(f"error: --listen: {exc}", file=sys.stderr)
+            return 2
         simulator = simulator.model_copy(update={"listen": args.listen})
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(serve_forever(simulator, api_key=simulator.api_key))

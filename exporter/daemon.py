@@ -1,11 +1,19 @@
-"""`serve`: wire config → scheduler → prober → metrics → HTTP, and handle reload and shutdown."""
+"""`serve`: wire config → scheduler → prober → metrics → HTTP; reloads, signals, bounded shutdown.
+
+A reload is cheap when nothing changed (the config file and its key files are compared by
+digest), never runs twice at once, parses at most once per RELOAD_MIN_INTERVAL (requests in
+between share the next reload) and in a worker thread, and never raises: any failure keeps the
+running config, sets `llm_probe_config_last_reload_successful 0`, shows on the status page and
+logs one line. A stop request (SIGTERM, SIGINT) bounds the whole shutdown by `shutdown_grace`.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import gc
-import signal
+import os
 import sys
+import threading
 import time
 from collections import deque
 from pathlib import Path
@@ -14,13 +22,21 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from exporter import tokens
-from exporter.config import Config, ConfigError, load_config, parse_listen_address
+from exporter import images, tokens
+from exporter.config import (
+    Config,
+    ConfigError,
+    load_config,
+    parse_listen_address,
+    reuse_unchanged,
+    sources_digest,
+)
 from exporter.log import REDACTOR, get_logger
 from exporter.metrics import ExporterMetrics
 from exporter.prober import Prober
 from exporter.scheduler import Scheduler
 from exporter.server import ServerState, create_app
+from exporter.signals import ProcessSignals
 from exporter.simulator import Simulator, start_simulator
 from exporter.store import ResultStore
 from exporter.webconfig import auth_middleware, load_web_config, ssl_context
@@ -28,7 +44,21 @@ from exporter.webconfig import auth_middleware, load_web_config, ssl_context
 LOOP_LAG_PERIOD = 0.25
 SWITCH_INTERVAL = 0.0005
 AUTO_RELOAD_PERIOD = 2.0
+RELOAD_MIN_INTERVAL = 1.0  # seconds between the starts of two reloads that parsed a file
+CLOSE_RESERVE = 1.0  # seconds of the grace kept for closing the server and sessions
 GC_THRESHOLDS = (10_000, 20, 100)
+
+Stamps = dict[Path, tuple[int, int, int] | None]
+
+
+class StartError(Exception):
+    """The daemon cannot start (its port or the simulator's is taken, or not an address)."""
+
+
+def _cannot_listen(what: str, address: str, exc: OSError) -> StartError:
+    # asyncio words it "error while attempting to bind on address (...): address in use".
+    reason = exc.strerror.rpartition(": ")[2] if exc.strerror else str(exc)
+    return StartError(f"cannot listen on {address} ({what}): {reason}")
 
 
 class Daemon:
@@ -37,13 +67,13 @@ class Daemon:
     def __init__(self, config_path: Path, listen: str, *, shutdown_grace: float = 10.0,
                  shard: str | None = None, web_config: Path | None = None,
                  probe_endpoint: bool = True, auto_reload: bool = False,
-                 logger: Any = None) -> None:
+                 signals: ProcessSignals | None = None, logger: Any = None) -> None:
         self.config_path = config_path
         self.shard = shard
         self.web_config = web_config
         self.probe_endpoint = probe_endpoint
         self.auto_reload = auto_reload
-        self._watch_task: asyncio.Task[None] | None = None
+        self.signals = signals
         self.listen = listen
         self.shutdown_grace = shutdown_grace
         self.log = logger or get_logger()
@@ -56,41 +86,49 @@ class Daemon:
         self.state: ServerState | None = None
         self._runner: web.AppRunner | None = None
         self._stop = asyncio.Event()
-        self._reload_lock = asyncio.Lock()
-        self._lag_task: asyncio.Task[None] | None = None
+        self._stop_at: float | None = None
+        self._stopping = False
+        self._tasks: list[asyncio.Task[None]] = []
+        self._next_reload: asyncio.Future[None] | None = None  # the round new requests join
+        self._reload_worker: asyncio.Task[None] | None = None
+        self._last_reload_at = -RELOAD_MIN_INTERVAL
+        self._reload_after_start = False
+
+    @property
+    def deadline(self) -> float | None:
+        """Monotonic time by which the process must be gone, once a stop was requested."""
+        return None if self._stop_at is None else self._stop_at + self.shutdown_grace
 
     async def run(self, config: Config) -> None:
-        """Serve until SIGTERM/SIGINT (or `stop()`), then shut down gracefully."""
-        await self.start(config)
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, self._stop.set)
-        loop.add_signal_handler(signal.SIGHUP, lambda: asyncio.ensure_future(self.reload()))
+        """Serve until SIGTERM/SIGINT (or `stop()`), then shut down within the grace."""
+        if self.signals is not None:
+            self.signals.attach(asyncio.get_running_loop(), self.stop, self.request_reload)
         try:
-            await self._stop.wait()
+            if not self._stop.is_set():
+                await self.start(config)
+                await self._stop.wait()
         finally:
-            for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-                loop.remove_signal_handler(sig)
             await self.shutdown()
 
     def stop(self) -> None:
-        """Ask the daemon to shut down."""
+        """Ask the daemon to shut down; the grace counts from the first request."""
+        if self._stop_at is None:
+            self._stop_at = time.monotonic()
         self._stop.set()
 
     async def start(self, config: Config) -> None:
-        """Start the simulator (if configured), the HTTP server and the scheduler."""
+        """Listen, start the simulator (if configured), the prober and the scheduler.
+
+        The port is bound first: if it is taken, nothing else was opened (`shutdown()` closes
+        whatever a failed start left).
+        """
         # Rendering runs in worker threads; a short GIL switch interval lets the event loop
         # take the GIL back within 0.5 ms (default 5 ms) to stamp arriving bytes.
         sys.setswitchinterval(SWITCH_INTERVAL)
         REDACTOR.update(config.secrets())
-        # Load the token vocabulary now, off the loop, not inside the first probe.
-        await asyncio.to_thread(tokens.warm_up)
-        if config.simulator is not None:
-            self.simulator = await start_simulator(config.simulator,
-                                                   api_key=config.simulator.api_key)
-            self.log.info("simulator started", url=self.simulator.url)
+        # The token vocabulary and probe images are built now, off the loop, not in a probe.
+        await asyncio.to_thread(_warm_up, config)
         self.prober = Prober(max_output_bytes=config.global_.max_output_bytes)
-        await self.prober.start()
         self.scheduler = Scheduler(self.prober, self.metrics, self.store,
                                    max_concurrency=config.global_.max_concurrency)
         self.state = ServerState(self.registry, self.metrics, self.store, self.scheduler,
@@ -103,19 +141,39 @@ class Daemon:
             if web_config.tls_server_config is not None:
                 tls = ssl_context(web_config.tls_server_config, base)
         self._runner = web.AppRunner(create_app(self.state, middlewares), access_log=None,
-                                     handle_signals=False)
+                                     handle_signals=False, shutdown_timeout=CLOSE_RESERVE)
         await self._runner.setup()
         host, port = parse_listen_address(self.listen)
-        await web.TCPSite(self._runner, host, port, reuse_address=True,
-                          ssl_context=tls).start()
+        try:
+            await web.TCPSite(self._runner, host, port, reuse_address=True,
+                              ssl_context=tls).start()
+        except OSError as exc:
+            raise _cannot_listen("--web.listen-address", self.listen, exc) from None
         self.log.info("listening", address=self.listen)
+        if config.simulator is not None:
+            try:
+                self.simulator = await start_simulator(config.simulator,
+                                                       api_key=config.simulator.api_key)
+            except OSError as exc:
+                raise _cannot_listen("simulator.listen", config.simulator.listen, exc) from None
+            self.log.info("simulator started", url=self.simulator.url)
+        await self.prober.start()
         self._apply(config)
+        # The objects of thousands of series live as long as the config: keep them out of full
+        # garbage collections, which otherwise pause the loop for hundreds of ms. Once, here:
+        # a reload must not pause the loop for a collection.
+        gc.collect()
+        gc.freeze()
+        # Fewer, not longer, collections: each full one pauses the loop for its whole scan.
+        gc.set_threshold(*GC_THRESHOLDS)
         self.metrics.reload_status(True, time.time())
         self.state.ready = True
-        self._lag_task = asyncio.create_task(self._watch_loop_lag())
+        self._tasks.append(asyncio.create_task(self._watch_loop_lag()))
         if self.auto_reload:
-            self._watch_task = asyncio.create_task(self._watch_files())
+            self._tasks.append(asyncio.create_task(self._watch_files()))
         self.log.info("probing", series=len(config.series), targets=len(config.targets))
+        if self._reload_after_start:  # a SIGHUP came while starting: the file may be newer
+            self._join_next_reload()
 
     def _apply(self, config: Config) -> None:
         assert self.state is not None and self.scheduler is not None
@@ -124,67 +182,130 @@ class Daemon:
         self.store.set_series(s.key for s in config.series)
         self.scheduler.apply(config)
         self.state.config = config
-        # The metric objects of thousands of series live as long as the config: keep them out
-        # of full garbage collections, which otherwise pause the loop for hundreds of ms.
-        gc.collect()
-        gc.freeze()
-        # Fewer, not longer, collections: each full one pauses the loop for its whole scan.
-        gc.set_threshold(*GC_THRESHOLDS)
+
+    # -- reload ---------------------------------------------------------------------------
+
+    def request_reload(self) -> None:
+        """Reload soon (SIGHUP), sharing a reload already asked for; never raises."""
+        if self._stopping:
+            self.log.info("reload ignored while shutting down")
+        elif self.state is not None and self.state.ready:
+            self._join_next_reload()
+        else:
+            self._reload_after_start = True
 
     async def reload(self) -> None:
-        """Re-read the config file; keep the running config if the new one is invalid."""
-        assert self.state is not None
-        async with self._reload_lock:
+        """Re-read the config (`POST /-/reload`); returns when a reload that started after this
+        call has finished. The outcome is in `state.last_reload_error` and the reload metric."""
+        if self._stopping:
+            return
+        if self.state is None or not self.state.ready:  # still starting: reload right after
+            self._reload_after_start = True
+            return
+        await asyncio.shield(self._join_next_reload())
+
+    def _join_next_reload(self) -> asyncio.Future[None]:
+        if self._next_reload is None:
+            self._next_reload = asyncio.get_running_loop().create_future()
+        if self._reload_worker is None or self._reload_worker.done():
+            self._reload_worker = asyncio.create_task(self._reload_rounds())
+        return self._next_reload
+
+    async def _reload_rounds(self) -> None:
+        """Run reloads one at a time while asked for; one that parses a file waits until
+        RELOAD_MIN_INTERVAL after the last one that did."""
+        loop = asyncio.get_running_loop()
+        while (current := self._next_reload) is not None and not self._stopping:
             try:
-                config = await asyncio.to_thread(load_config, self.config_path,
-                                                 shard=self.shard)
-                old = self.state.config
-                if old is not None and old.simulator != config.simulator:
+                # Requests keep joining `current` while it waits: it reads the files after them.
+                wait = self._last_reload_at + RELOAD_MIN_INTERVAL - loop.time()
+                if wait > 0 and await asyncio.to_thread(self._files_changed):
+                    await asyncio.sleep(wait)
+                self._next_reload = None
+                started = loop.time()
+                if await self._reload_once():
+                    self._last_reload_at = started
+            finally:
+                if self._next_reload is current:
+                    self._next_reload = None
+                if not current.done():
+                    current.set_result(None)
+
+    async def _reload_once(self) -> bool:
+        """One reload; any failure keeps the running config and is reported, never raised.
+        True if it parsed a file (the files had changed)."""
+        assert self.state is not None
+        running = self.state.config
+        try:
+            config = await asyncio.to_thread(self._read_if_changed, running)
+            if config is not None:
+                if running is not None and running.simulator != config.simulator:
                     self.log.warning("simulator settings changed; restart to apply them")
                 self._apply(config)
-            except ConfigError as exc:
-                self.state.last_reload_error = str(exc)
-                self.metrics.reload_status(False)
-                self.log.error("config reload failed; keeping the running config",
-                               error=str(exc))
-                return
-            self.state.last_reload_error = ""
-            self.metrics.reload_status(True, time.time())
-            self.log.info("config reloaded", series=len(config.series))
+                # Like after start: the new config's objects live until the next reload, so
+                # keep them out of full collections (each would scan them all, ~150 ms at 10k
+                # series, with nothing to free). O(1); no collection runs here.
+                gc.freeze()
+        except Exception as exc:
+            # A ConfigError names every problem; anything else is a bug, reported by its type
+            # only: its text could hold the bytes of a key file.
+            error = (str(exc) if isinstance(exc, ConfigError)
+                     else f"unexpected {type(exc).__name__} (a bug; please report it)")
+            self.state.last_reload_error = error
+            self.metrics.reload_status(False)
+            self.log.error("config reload failed; keeping the running config", error=error)
+            return True
+        self.state.last_reload_error = ""
+        self.metrics.reload_status(True, time.time())
+        if config is None:
+            self.log.info("config unchanged; nothing to reload")
+            return False
+        self.log.info("config reloaded", series=len(config.series))
+        return True
 
-    def _watched_files(self) -> list[Path]:
-        """The config file and the key files it names."""
-        files = [self.config_path]
-        config = self.state.config if self.state else None
-        if config is not None:
-            base = self.config_path.parent
-            for target in config.raw.get("targets", []):
-                key_file = target.get("api_key_file") if isinstance(target, dict) else None
-                if key_file:
-                    files.append(Path(key_file) if Path(key_file).is_absolute()
-                                 else base / key_file)
-        return files
+    def _files_changed(self) -> bool:
+        """Whether the config file or a key file of the running config changed (worker thread)."""
+        running = self.state.config if self.state is not None else None
+        return running is None or not running.digest or \
+            sources_digest(self.config_path, running.files) != running.digest
+
+    def _read_if_changed(self, running: Config | None) -> Config | None:
+        """The new config, or None when the files it comes from are unchanged (worker thread)."""
+        if not self._files_changed():
+            return None
+        config = reuse_unchanged(load_config(self.config_path, shard=self.shard), running)
+        _warm_up(config)
+        return config
+
+    def _stamps(self) -> Stamps:
+        """(mtime, size, inode) of the config file and its key files (worker thread)."""
+        config = self.state.config if self.state is not None else None
+        stamps: Stamps = {}
+        for path in (self.config_path, *(config.files if config is not None else ())):
+            try:
+                info = path.stat()
+                stamps[path] = (info.st_mtime_ns, info.st_size, info.st_ino)
+            except OSError:
+                stamps[path] = None
+        return stamps
 
     async def _watch_files(self) -> None:
-        """Poll the config and key files; reload when one changed (`--config.auto-reload`)."""
-        def stamps() -> dict[Path, tuple[float, int] | None]:
-            out: dict[Path, tuple[float, int] | None] = {}
-            for path in self._watched_files():
-                try:
-                    stat = path.stat()
-                    out[path] = (stat.st_mtime, stat.st_size)
-                except OSError:
-                    out[path] = None
-            return out
+        """Poll the config and key files; reload when one changed (`--config.auto-reload`).
 
-        seen = await asyncio.to_thread(stamps)
+        Survives anything: an error in one round is logged and the next round runs.
+        """
+        seen: Stamps | None = None
         while True:
+            try:
+                current = await asyncio.to_thread(self._stamps)
+                if seen is not None and current != seen:
+                    self.log.info("config changed on disk; reloading")
+                    await self.reload()
+                seen = current
+            except Exception as exc:
+                self.log.error("config watcher failed; still watching",
+                               error=type(exc).__name__)
             await asyncio.sleep(AUTO_RELOAD_PERIOD)
-            current = await asyncio.to_thread(stamps)
-            if current != seen:
-                self.log.info("config changed on disk; reloading")
-                await self.reload()
-                seen = await asyncio.to_thread(stamps)
 
     async def _watch_loop_lag(self) -> None:
         """Measure how late the loop wakes a timer: timings are skewed by the same amount."""
@@ -199,21 +320,89 @@ class Daemon:
             if self.state is not None:
                 self.state.loop_lag_recent = max(recent)
 
+    # -- shutdown -------------------------------------------------------------------------
+
     async def shutdown(self) -> None:
-        """Stop scheduling, let in-flight probes finish (bounded), close everything."""
-        self.log.info("shutting down")
-        if self.state is not None:
+        """Stop scheduling, let in-flight probes finish, close everything — within the grace.
+
+        Probes get the grace minus CLOSE_RESERVE; closing gets what is left. A reload still
+        parsing in a thread is not waited for.
+        """
+        self._stopping = True
+        loop = asyncio.get_running_loop()
+        self.stop()
+        assert self.deadline is not None
+        started = self.state is not None and self.state.ready
+        if started and self.state is not None:
+            self.log.info("shutting down", grace=self.shutdown_grace)
             self.state.ready = False
-        for task in (self._lag_task, self._watch_task):
+        for task in (*self._tasks, self._reload_worker):
             if task is not None:
                 task.cancel()
-                await asyncio.gather(task, return_exceptions=True)
+        await asyncio.gather(*self._tasks, *filter(None, [self._reload_worker]),
+                             return_exceptions=True)
+        if self._next_reload is not None and not self._next_reload.done():
+            self._next_reload.set_result(None)  # waiting /-/reload calls answer now
+        reserve = min(CLOSE_RESERVE, self.shutdown_grace / 4)
         if self.scheduler is not None:
-            await self.scheduler.stop(self.shutdown_grace)
-        if self._runner is not None:
-            await self._runner.cleanup()
+            await self.scheduler.stop(max(0.0, self.deadline - reserve - loop.time()))
+        try:
+            async with asyncio.timeout(max(0.0, self.deadline - loop.time())):
+                if self._runner is not None:
+                    await self._runner.cleanup()
+        except TimeoutError:
+            self.log.warning("shutdown grace over; closing connections")
+        # Always closed, even past the grace: an unclosed session warns at exit. Both are quick.
         if self.prober is not None:
             await self.prober.close()
         if self.simulator is not None:
             await self.simulator.close()
-        self.log.info("stopped")
+        if started:
+            self.log.info("stopped")
+
+
+def _warm_up(config: Config) -> None:
+    """Build what the first probes would otherwise build on the event loop (worker thread)."""
+    tokens.warm_up()
+    for probe in config.probes.values():
+        if probe.image is not None:
+            images.image_payload(probe.image)
+
+
+def serve(daemon: Daemon, config: Config) -> None:
+    """Run the daemon on its own event loop until it stops; the process is gone by its deadline.
+
+    Unlike `asyncio.run`, closing the loop does not wait for worker threads: one still busy past
+    the grace (a reload parsing a large file, a DNS lookup that hangs) is left behind, and the
+    process exits without it.
+    """
+    loop = asyncio.new_event_loop()
+    try:
+        loop.run_until_complete(daemon.run(config))
+    finally:
+        if daemon.signals is not None:
+            daemon.signals.detach()
+        _close(loop)
+    others = [t for t in threading.enumerate()
+              if t is not threading.main_thread() and not t.daemon]
+    deadline = daemon.deadline or time.monotonic()
+    for thread in others:
+        thread.join(max(0.0, deadline - time.monotonic()))
+    busy = sum(thread.is_alive() for thread in others)
+    if busy:
+        daemon.log.warning("shutdown grace over; exiting without waiting for worker threads",
+                           threads=busy)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
+
+
+def _close(loop: asyncio.AbstractEventLoop) -> None:
+    """Cancel what is left on the loop and close it, without waiting for worker threads."""
+    tasks = asyncio.all_tasks(loop)
+    for task in tasks:
+        task.cancel()
+    if tasks:
+        loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
+    loop.run_until_complete(loop.shutdown_asyncgens())
+    loop.close()  # shuts the default executor down without waiting

@@ -127,6 +127,7 @@ class ExporterMetrics:
         self.probes: ProbeCollector | None = None
         self._layout: tuple[dict, dict, NativeSettings] | None = None
         self.classic_in_protobuf = True
+        self._applied: dict[tuple[str, str, str], Series] = {}  # series synced by apply()
         own = self.own
         self.in_flight = Gauge("llm_probe_in_flight", "Probes in flight now.", registry=own)
         self.scheduler_lag: Histogram | None = None
@@ -172,6 +173,7 @@ class ExporterMetrics:
             # Label names, constant values or buckets changed: the families must be rebuilt.
             self._build(config)
             self._layout = layout
+            self._applied = {}
         self.classic_in_protobuf = config.global_.native_histograms.classic
         assert self.probes is not None
         constant = list(config.global_.labels.items())
@@ -179,6 +181,8 @@ class ExporterMetrics:
         for key in [k for k in self.probes.series if k not in wanted]:
             self.probes.remove(key)
         for key, series in wanted.items():
+            if self._applied.get(key) is series:
+                continue  # the very object synced last time (config.reuse_unchanged): in sync
             values = self.probes.series.get(key)
             if values is None:
                 values = self.probes.add(key, [*zip(PROBE_LABELS, key, strict=True),
@@ -196,6 +200,7 @@ class ExporterMetrics:
                     values.create("skipped", reason)
             self._sync_optional(values, series)
             values.set("interval", series.interval)
+        self._applied = wanted
 
     def _sync_optional(self, values: SeriesValues, series: Series) -> None:
         """Children that exist only for some series: cost (priced models), checks."""

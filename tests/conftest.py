@@ -144,7 +144,8 @@ def make_config(base_url: str = "http://127.0.0.1:1/v1", *, models: Sequence[str
                 global_: dict | None = None, env: dict | None = None) -> Config:
     """A one-target config around `base_url`, with overrides."""
     data: dict[str, Any] = {
-        "global": {"timeout": "5s", "interval": "1s", **(global_ or {})},
+        "global": {"timeout": "5s", "interval": "1s", "allow_short_intervals": True,
+                   **(global_ or {})},
         "probes": {"short": {"prompt": "Say hello.", "max_tokens": 64, **(probe or {})}},
         "targets": [{"name": "t", "base_url": base_url, "models": list(models),
                      **(target or {})}],

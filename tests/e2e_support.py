@@ -58,6 +58,7 @@ def shipped_config(tmp: Path, *, interval: str = "1s", models: dict | None = Non
         data["targets"][0]["prices"] = {
             m: {"input": 0.5, "output": 1.5, "currency": "USD"} for m in models}
     data["global"]["interval"] = interval
+    data["global"]["allow_short_intervals"] = True  # tests probe faster than once a second
     for target in data["targets"]:
         target["base_url"] = f"http://127.0.0.1:{sim_port}/v1"
     path = tmp / "config.yaml"

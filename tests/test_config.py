@@ -6,7 +6,15 @@ from pathlib import Path
 
 import pytest
 
-from exporter.config import ConfigError, load_config, parse_config, parse_duration, redacted
+from exporter.config import (
+    ConfigError,
+    load_config,
+    parse_config,
+    parse_duration,
+    redacted,
+    reuse_unchanged,
+    sources_digest,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 INVALID = Path(__file__).parent / "testdata" / "invalid"
@@ -29,7 +37,8 @@ def test_durations(text, seconds) -> None:
     assert parse_duration(text) == seconds
 
 
-@pytest.mark.parametrize("text", ["5 minutes", "", "-1s", "1x", "s", "ms5", True])
+@pytest.mark.parametrize("text", ["5 minutes", "", "-1s", "1x", "s", "ms5", True, "inf", "nan",
+                                  float("inf"), float("nan"), "1e400", 10**400, "31d", None])
 def test_bad_durations(text) -> None:
     with pytest.raises(ValueError):
         parse_duration(text)
@@ -52,8 +61,49 @@ INVALID_CASES = {
                                  "`cases`",
                                  "probes.none: set exactly one of `prompt`, `messages` or "
                                  "`cases`"],
-    "bad_yaml.yaml": ["line 2, column"],
+    "bad_yaml.yaml": ["line 2, column 1: did not find expected ',' or '}'"],
     "reserved_label.yaml": ["global.labels: label 'model' is set by the exporter"],
+    # Files a hostile tester (or a bad day) produces: each a located problem, never a crash.
+    "not_utf8.yaml": ["line 1, column 30: not UTF-8 text"],
+    "targets_not_a_list.yaml": ["targets: expected a list of targets (line 2)"],
+    "deep_flow.yaml": ["line 2, column 1009: exceeded maximum nesting depth"],
+    "deep_block.yaml": ["line 65, column 127: nested deeper than 64 levels"],
+    "alias_bomb.yaml": ["global.labels.f (line 10): the document is too large: more than "
+                        "250000 values once its aliases are expanded"],
+    "recursive_alias.yaml": ["probes.short.cases[0] (line 1): an alias refers to a value that "
+                             "contains it"],
+    "yaml_types.yaml": ["probes.short (line 3): duplicate key (first on line 2)",
+                        "probes.when.prompt (line 4): is read as a date; quote it",
+                        "probes.blob.prompt (line 5): unsupported YAML tag !!binary",
+                        "probes (line 6): the key '1' is read as a number; quote it"],
+    "short_interval.yaml": ["global.interval: 1ms is shorter than 1s (a typo for minutes?); set "
+                            "global.allow_short_intervals: true if you mean it (line 1)",
+                            "targets[0].interval: 500ms is shorter than 1s"],
+    "not_finite.yaml": ["global.interval: invalid duration 'inf': a duration must be finite",
+                        "global.timeout: invalid duration inf: a duration must be finite",
+                        "global.jitter: Input should be a finite number",
+                        "global.budget.max_cost_per_day: Input should be a finite number",
+                        "simulator.models.s.ttft: invalid duration '1e400': a duration must be "
+                        "finite",
+                        "targets[0].prices.m.input: Input should be a finite number"],
+    "bad_key_files.yaml": ["targets[0]: the API key from file:keys/two-lines.key must be one "
+                           "line of printable ASCII without spaces (line 3)",
+                           "targets[1].api_key_file: ", "keys/latin1.key: not UTF-8 text",
+                           "keys: not a regular file (line 5)",
+                           "targets[3].headers: the value of 'X-Org' contains a line break"],
+    "missing_image.yaml": ["probes.short.image.path: cannot read ",
+                           "no-such-photo.png: No such file or directory (line 1)",
+                           "probes.q.image.path: unsupported image type '.key'"],
+    # Schema problems and cross-field checks of every section, all in one run.
+    "every_problem.yaml": ["global.intervall: unknown key",
+                           "global.interval: 1ms is shorter than 1s",
+                           "probes.short.max_tokens: Input should be greater than or equal to 1",
+                           "targets[0].base_url: 'api.example.com/v1' is not an http(s) URL",
+                           "targets[0].probes[1]: unknown probe 'long' (defined: short)",
+                           "targets[0].api_key_file: cannot read ",
+                           "targets[1].name: 'a' is already used by targets[0]",
+                           "targets[1].prices.other: price for a model this target does not "
+                           "probe"],
 }
 
 
@@ -68,6 +118,78 @@ def test_invalid_configs_name_every_location(name) -> None:
 
 def test_every_invalid_file_has_a_case() -> None:
     assert {p.name for p in INVALID.glob("*.yaml")} == set(INVALID_CASES)
+
+
+def test_problems_are_in_file_order_with_lines() -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config(INVALID / "every_problem.yaml", env={})
+    lines = [problem.line for problem in info.value.details]
+    assert None not in lines and lines == sorted(lines)
+    # The key file's content is never quoted; its bytes could be a key.
+    with pytest.raises(ConfigError) as info:
+        load_config(INVALID / "bad_key_files.yaml", env={})
+    assert "sk-first-line" not in str(info.value) and "sk-caf" not in str(info.value)
+
+
+def test_short_intervals_need_the_opt_in() -> None:
+    data = base(interval="250ms")
+    data["global"] = {"interval": "500ms", "allow_short_intervals": True}
+    config = parse_config(data, env={})
+    assert [s.interval for s in config.series] == [0.25]
+    data["global"]["allow_short_intervals"] = False
+    with pytest.raises(ConfigError, match=r"targets\[0\].interval: 250ms is shorter than 1s"):
+        parse_config(data, env={})
+
+
+def test_oversized_config_file_is_refused(tmp_path) -> None:
+    path = tmp_path / "huge.yaml"
+    path.write_text("probes: {short: {prompt: hi}}\n# " + "x" * (4 * 2**20) + "\n")
+    with pytest.raises(ConfigError, match="larger than 4 MiB"):
+        load_config(path, env={})
+
+
+def test_config_file_must_be_a_regular_file(tmp_path) -> None:
+    with pytest.raises(ConfigError, match="not a regular file"):
+        load_config(tmp_path, env={})
+    with pytest.raises(ConfigError, match="No such file"):
+        load_config(tmp_path / "missing.yaml", env={})
+
+
+def test_image_path_is_resolved_next_to_the_config(tmp_path) -> None:
+    (tmp_path / "photo.png").write_bytes(b"\x89PNG\r\n\x1a\n")
+    (tmp_path / "c.yaml").write_text("probes: {v: {prompt: hi, image: {path: photo.png}}}\n"
+                                     "targets: [{name: a, base_url: 'http://h/v1', models: [m]}]\n")
+    config = load_config(tmp_path / "c.yaml", env={})
+    assert config.probes["v"].image.path == str(tmp_path / "photo.png")
+
+
+def test_digest_follows_the_config_and_its_key_files(tmp_path) -> None:
+    key = tmp_path / "key"
+    key.write_text("sk-one-123456\n")
+    path = tmp_path / "c.yaml"
+    path.write_text("probes: {p: {prompt: hi}}\ntargets: [{name: a, base_url: 'http://h/v1', "
+                    "models: [m], api_key_file: key}]\n")
+    config = load_config(path, env={})
+    assert config.files == (key,)
+    assert sources_digest(path, config.files) == config.digest
+    key.write_text("sk-two-123456\n")
+    assert sources_digest(path, config.files) != config.digest
+    assert load_config(path, env={}).digest == sources_digest(path, config.files)
+    key.unlink()
+    assert sources_digest(path, config.files) != config.digest
+
+
+def test_reuse_unchanged_keeps_the_objects_of_equal_series() -> None:
+    data = base(models=["m1", "m2"])
+    data["targets"].append({"name": "b", "base_url": "http://b/v1", "models": ["x"]})
+    old = parse_config(data, env={})
+    data["targets"][1]["models"] = ["x", "y"]
+    new = reuse_unchanged(parse_config(data, env={}), old)
+    same = {s.key for s in new.series if any(s is o for o in old.series)}
+    assert same == {("a", "m1", "p"), ("a", "m2", "p")}
+    assert new.targets[0] is old.targets[0] and new.global_ is old.global_
+    assert [s.key for s in new.series] == [("a", "m1", "p"), ("a", "m2", "p"), ("b", "x", "p"),
+                                           ("b", "y", "p")]
 
 
 def base(**target) -> dict:
@@ -167,3 +289,29 @@ def test_secret_headers_are_secrets_for_redaction() -> None:
     secrets = parse_config(data, env={}).secrets()
     assert {"azure-secret-123456", "Bearer tok-987654", "tok-987654"} <= set(secrets)
     assert "visible" not in secrets
+
+
+@pytest.mark.parametrize(("where", "change", "message"), [
+    ("global.labels", {"global": {"labels": {"env": "x" * 1025}}}, "longer than 1024 characters"),
+    ("targets[0].models", {"targets": [{"name": "a", "base_url": "http://h/v1",
+                                        "models": ["m" * 257]}]}, "at most 256 characters"),
+    ("probes." + "p" * 129, {"probes": {"p" * 129: {"prompt": "hi"}}}, "at most 128 characters"),
+    ("probes.", {"probes": {"": {"prompt": "hi"}}}, "a probe name must be non-empty"),
+    ("targets[0].headers", {"targets": [{"name": "a", "base_url": "http://h/v1", "models": ["m"],
+                                         "headers": {"Bad Name": "x"}}]},
+     "'Bad Name' is not a valid header name"),
+    ("targets[0].base_url", {"targets": [{"name": "a", "base_url": "http://h:99999/v1",
+                                          "models": ["m"]}]}, "is not a valid URL"),
+])
+def test_names_that_would_bloat_or_break_the_output_are_refused(where, change, message) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_config({**base(), **change}, env={})
+    assert any(p.location == where and message in p.error for p in info.value.details), \
+        str(info.value)
+
+
+def test_empty_sections_load_and_show() -> None:
+    data = {**base(), "global": None, "simulator": None}
+    config = parse_config(data, env={})
+    assert config.global_.interval == 60 and config.simulator is None
+    assert "global" in redacted(config)

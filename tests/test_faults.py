@@ -205,7 +205,8 @@ def write_config(tmp: Path, rows: list[Row], fault_port: int, tls_port: int,
             target["tls_verify"] = False
         targets.append(target)
     config = {
-        "global": {"interval": "1s", "timeout": "10s", "jitter": 0.1},
+        "global": {"interval": "1s", "timeout": "10s", "jitter": 0.1,
+                   "allow_short_intervals": True},
         "simulator": {"listen": f"127.0.0.1:{sim_port}", "models": {
             "sim-fast": {"ttft": "20ms", "tpot": "2ms", "output_tokens": 8, "jitter": 0}}},
         "probes": {"short": {"prompt": "Say hello.", "max_tokens": 16}},

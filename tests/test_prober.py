@@ -69,7 +69,8 @@ ROWS = [
      {}, Result.CHECK_FAILED, "reasoning used the whole budget"),
     ("timeout", Script(delay_headers=2.0), {"global_": {"timeout": "300ms"}},
      Result.TIMEOUT, "timeout"),
-    ("internal", ok_stream(["x"]), {"target": {"headers": {"X-Bad": "a\nb"}}},
+    # A lone surrogate cannot come from a config file (not text): yarl fails to encode it.
+    ("internal", ok_stream(["x"]), {"target": {"query": {"q": "\ud800"}}},
      Result.INTERNAL, "internal error"),
 ]
 

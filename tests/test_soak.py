@@ -51,7 +51,8 @@ def soak_config(tmp: Path) -> Path:
     }
     base = f"http://127.0.0.1:{sim}/v1"
     config = {
-        "global": {"interval": "100ms", "timeout": "5s", "jitter": 0.2, "max_concurrency": 32},
+        "global": {"interval": "100ms", "timeout": "5s", "jitter": 0.2, "max_concurrency": 32,
+                   "allow_short_intervals": True},
         "simulator": {"listen": f"127.0.0.1:{sim}", "models": models},
         "probes": {"short": {"prompt": "Say hi.", "max_tokens": 16}},
         "targets": [
