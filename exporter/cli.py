@@ -169,7 +169,8 @@ def _load(path: str, shard: str | None = None) -> Config | None:
 
 def cmd_serve(args: argparse.Namespace, signals: ProcessSignals | None = None) -> int:
     """Run the daemon until SIGTERM/SIGINT; exit 0 after a graceful stop, 1 if it cannot start."""
-    from exporter.config import ConfigError, parse_listen_address
+    from exporter.address import parse_listen_address
+    from exporter.config import ConfigError
     from exporter.daemon import Daemon, StartError, serve
     from exporter.log import get_logger
 
@@ -296,7 +297,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     import asyncio
     import contextlib
 
-    from exporter.config import SimulatorConfig, parse_listen_address
+    from exporter.address import parse_listen_address
+    from exporter.config import SimulatorConfig
     from exporter.simulator import serve_forever
 
     simulator = SimulatorConfig()

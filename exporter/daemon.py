@@ -23,11 +23,11 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from exporter import images, tokens
+from exporter.address import parse_listen_address
 from exporter.config import (
     Config,
     ConfigError,
     load_config,
-    parse_listen_address,
     reuse_unchanged,
     sources_digest,
 )

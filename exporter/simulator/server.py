@@ -11,7 +11,8 @@ from typing import Any
 import structlog
 from aiohttp import web
 
-from ..config import SimulatorConfig, parse_listen_address
+from ..address import parse_listen_address
+from ..config import SimulatorConfig
 from .app import SIM_RECORDS, SimRecord, create_app
 from .dialects import AwsKeys
 

@@ -1,0 +1,440 @@
+"""Load `config.yaml` into a validated, frozen config; every problem is reported with its location.
+
+Bounded bytes → YAML with bounded depth and alias expansion (`exporter.files`) → `${VAR}`
+interpolation → pydantic models per section (`extra="forbid"`, frozen, finite numbers) →
+cross-field checks (probe names, key and image files, intervals) → a flat probe plan of `Series`
+(one per target × model × probe) with every setting resolved. Every problem of a file is reported
+in one `ConfigError`, and `load_config` raises nothing else, whatever the file holds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+import re
+import stat
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pydantic import (
+    BaseModel,
+    ValidationError,
+)
+
+from exporter.config.errors import ConfigError, ConfigProblem, format_location
+from exporter.config.model import Config, Series, Target
+from exporter.config.schema import (
+    CONTROL,
+    Api,
+    GlobalConfig,
+    ProbeConfig,
+    SimulatorConfig,
+    TargetConfig,
+)
+from exporter.config.types import (
+    MAX_PROBE_NAME,
+    MIN_INTERVAL,
+    Secret,
+    format_duration,
+    parse_duration,
+)
+from exporter.files import FileRefused, YAMLDocument, parse_yaml, read_limited
+from exporter.shard import in_shard, parse_shard
+
+# ---------------------------------------------------------------------------------------------
+# Loading
+
+MAX_CONFIG_BYTES = 4 * 1024 * 1024
+MAX_KEY_BYTES = 64 * 1024
+MAX_IMAGE_BYTES = 20 * 1024 * 1024  # what OpenAI and Anthropic accept per image
+_IMAGE_SUFFIXES = frozenset({".png", ".jpg", ".jpeg", ".gif", ".webp"})
+_SECTIONS = ("global", "simulator", "probes", "targets")
+_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+_KEY_CHARACTERS = re.compile(r"^[\x21-\x7e]+$")  # what an HTTP header carries safely
+Loc = tuple[int | str, ...]
+# pydantic's words for YAML users (a "tuple" or "instance of TargetConfig" means nothing there).
+_PLAIN_MESSAGES = {"extra_forbidden": "unknown key", "model_type": "expected a mapping",
+                   "dict_type": "expected a mapping", "tuple_type": "expected a list",
+                   "list_type": "expected a list"}
+_Model = TypeVar("_Model", bound=BaseModel)
+
+
+def _problem(loc: Loc, error: str) -> ConfigProblem:
+    return ConfigProblem(format_location(loc), error, path=loc)
+
+
+def _interpolate(node: Any, loc: Loc, env: Mapping[str, str],
+                 problems: list[ConfigProblem]) -> Any:
+    """Replace `${VAR}` (and `${VAR:-default}`) in every string of the YAML tree."""
+    if isinstance(node, str):
+        if "${" not in node:
+            return node
+
+        def substitute(match: re.Match[str]) -> str:
+            name, default = match.group(1), match.group(2)
+            if name in env:
+                return env[name]
+            if default is not None:
+                return default
+            problems.append(_problem(loc, f"environment variable {name} is not set"))
+            return ""
+        return _VAR.sub(substitute, node)
+    if isinstance(node, dict):
+        return {k: _interpolate(v, (*loc, str(k)), env, problems) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_interpolate(v, (*loc, i), env, problems) for i, v in enumerate(node)]
+    return node
+
+
+def _validate(model: type[_Model], value: Any, loc: Loc,
+              problems: list[ConfigProblem]) -> _Model | None:
+    """One section through its pydantic model; its errors become located problems."""
+    try:
+        return model.model_validate(value)
+    except ValidationError as exc:
+        reported = {p.location for p in problems}
+        for err in exc.errors(include_url=False):
+            parts = tuple("global" if p == "global_" else p for p in err["loc"])
+            message = err["msg"].removeprefix("Value error, ")
+            if parts and parts[-1] == "[key]":  # a mapping key, not a value, is wrong
+                parts, message = parts[:-1], f"invalid key: {message}"
+            message = _PLAIN_MESSAGES.get(err["type"], message)
+            where = (*loc, *parts)
+            if format_location(where) in reported:
+                continue  # already explained (e.g. an unset variable left it empty)
+            problems.append(_problem(where, message))
+        return None
+
+
+def _resolve_key(raw: Mapping[str, Any], index: int, env: Mapping[str, str], base: Path,
+                 problems: list[ConfigProblem],
+                 reads: list[tuple[Path, bytes]]) -> tuple[Secret | None, str]:
+    """Read the API key from the environment, a file or the config; strip stray whitespace.
+
+    Works on the target as written, so a key problem is reported next to schema problems.
+    """
+    where = ("targets", index)
+    env_name, file_name, inline = (raw.get(k) for k in ("api_key_env", "api_key_file", "api_key"))
+    if isinstance(env_name, str) and env_name:
+        value = env.get(env_name)
+        if value is None:  # reported before validation
+            return None, f"env:{env_name}"
+        source = f"env:{env_name}"
+    elif isinstance(file_name, str) and file_name:
+        source = f"file:{file_name}"
+        path = Path(file_name)
+        if not path.is_absolute():
+            path = base / path
+        try:
+            content = read_limited(path, MAX_KEY_BYTES)
+            value = content.decode("utf-8-sig")
+        except OSError as exc:
+            problems.append(_problem((*where, "api_key_file"),
+                                     f"cannot read {path}: {exc.strerror or exc}"))
+            return None, source
+        except FileRefused as exc:
+            problems.append(_problem((*where, "api_key_file"), f"{path}: {exc}"))
+            return None, source
+        except UnicodeDecodeError:  # never quote the bytes: they are the key
+            problems.append(_problem((*where, "api_key_file"), f"{path}: not UTF-8 text"))
+            return None, source
+        reads.append((path, content))
+    elif isinstance(inline, str) and inline:
+        value, source = inline, "inline"
+    else:
+        return None, "none"
+    stripped = value.strip()
+    if not stripped:
+        problems.append(_problem(where, f"the API key from {source} is empty"))
+        return None, source
+    if not _KEY_CHARACTERS.match(stripped):
+        # Two lines, a space or a control character: never a key an HTTP header can carry.
+        problems.append(_problem(where, f"the API key from {source} must be one line of "
+                                 "printable ASCII without spaces"))
+        return None, source
+    if stripped != value:
+        # The most common cause of a 401: a trailing newline from `echo` or a secret file.
+        source += " (whitespace stripped)"
+    return Secret(stripped), source
+
+
+def _check_image(probe: ProbeConfig, name: str, base: Path,
+                 problems: list[ConfigProblem]) -> ProbeConfig:
+    """A probe whose image file exists, is readable and supported; its path made absolute."""
+    if probe.image is None or probe.image.path is None:
+        return probe
+    loc: Loc = ("probes", name, "image", "path")
+    path = Path(probe.image.path)
+    if not path.is_absolute():
+        path = base / path
+    if path.suffix.lower() not in _IMAGE_SUFFIXES:
+        problems.append(_problem(loc, f"unsupported image type {path.suffix!r} "
+                                 "(png, jpeg, gif, webp)"))
+        return probe
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        try:
+            info = os.fstat(fd)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        problems.append(_problem(loc, f"cannot read {path}: {exc.strerror or exc}"))
+        return probe
+    if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_IMAGE_BYTES:
+        problems.append(_problem(loc, f"{path}: must be a regular file of at most "
+                                 f"{MAX_IMAGE_BYTES // 2**20} MiB"))
+        return probe
+    image = probe.image.model_copy(update={"path": str(path)})
+    return probe.model_copy(update={"image": image})
+
+
+def _check_probe_names(names: Iterable[Any], problems: list[ConfigProblem]) -> None:
+    for name in names:
+        if isinstance(name, str) and (not name.strip() or CONTROL.search(name)
+                                      or len(name) > MAX_PROBE_NAME):
+            problems.append(_problem(("probes", name), "a probe name must be non-empty text of "
+                                     f"at most {MAX_PROBE_NAME} characters, without control "
+                                     "characters"))
+
+
+def parse_config(data: Any, *, env: Mapping[str, str] | None = None,
+                 base_dir: Path | None = None, source: Path | None = None,
+                 shard: str | None = None) -> Config:
+    """Validate a parsed YAML document into a `Config`, or raise `ConfigError`.
+
+    Every section is validated on its own and the cross-field checks run on what is readable,
+    so one run reports every problem of the file. `shard` ("i/n", e.g. from `--shard`)
+    overrides `global.shard`: only the series whose stable hash falls in shard i are kept, so n
+    replicas probe every series exactly once.
+    """
+    return _parse(data, os.environ if env is None else env, base_dir or Path.cwd(), source,
+                  shard, [])
+
+
+def _parse(data: Any, env: Mapping[str, str], base_dir: Path, source: Path | None,
+           shard: str | None, reads: list[tuple[Path, bytes]]) -> Config:
+    if data is None:
+        raise ConfigError("invalid config", [ConfigProblem("", "the file is empty")])
+    if not isinstance(data, dict):
+        raise ConfigError("invalid config", [ConfigProblem("", "the top level must be a mapping")])
+    problems: list[ConfigProblem] = []
+    data = _interpolate(data, (), env, problems)
+    if "global" in data and data["global"] is None:  # `global:` with everything commented out
+        del data["global"]
+    problems += [_problem((str(key),), "unknown key") for key in data if key not in _SECTIONS]
+    raw_targets = data.get("targets")
+    raw_targets = raw_targets if isinstance(raw_targets, list) else []
+    # Named environment variables are checked up front, so they are reported even when
+    # other problems stop validation.
+    for index, target in enumerate(raw_targets):
+        name = target.get("api_key_env") if isinstance(target, dict) else None
+        if isinstance(name, str) and name not in env:
+            problems.append(_problem(("targets", index, "api_key_env"),
+                                     f"environment variable {name} is not set"))
+
+    global_ = _validate(GlobalConfig, data.get("global", {}), ("global",), problems)
+    simulator = (None if data.get("simulator") is None else
+                 _validate(SimulatorConfig, data["simulator"], ("simulator",), problems))
+    raw_probes = data.get("probes")
+    probes: dict[str, ProbeConfig | None] = {}
+    if not isinstance(raw_probes, dict):
+        problems.append(_problem(("probes",), "expected a mapping of probe names to probes"))
+    elif not raw_probes:
+        problems.append(_problem(("probes",), "define at least one probe"))
+    else:
+        _check_probe_names(raw_probes, problems)
+        for name, value in raw_probes.items():
+            probe = _validate(ProbeConfig, value, ("probes", name), problems)
+            probes[name] = probe and _check_image(probe, name, base_dir, problems)
+    if not isinstance(data.get("targets"), list):
+        problems.append(_problem(("targets",), "expected a list of targets"))
+    elif not raw_targets:
+        problems.append(_problem(("targets",), "define at least one target"))
+    targets = [_validate(TargetConfig, value, ("targets", index), problems)
+               for index, value in enumerate(raw_targets)]
+
+    # Cross-field checks, on the sections as written, so they run even where validation failed.
+    raw_global = data.get("global") if isinstance(data.get("global"), dict) else {}
+    interval_floor = 0.0 if raw_global.get("allow_short_intervals") is True else MIN_INTERVAL
+    _check_interval(raw_global, ("global",), interval_floor, problems)
+    names: dict[str, int] = {}
+    keys: list[tuple[Secret | None, str]] = []
+    for index, (raw, target) in enumerate(zip(raw_targets, targets, strict=True)):
+        if not isinstance(raw, dict):
+            keys.append((None, "none"))
+            continue
+        name = raw.get("name")
+        if isinstance(name, str):
+            if name in names:
+                problems.append(_problem(("targets", index, "name"),
+                                         f"{name!r} is already used by targets[{names[name]}]"))
+            names.setdefault(name, index)
+        wanted = raw.get("probes")
+        for j, probe_name in enumerate(wanted if isinstance(wanted, list) else []):
+            if isinstance(probe_name, str) and probes and probe_name not in probes:
+                problems.append(_problem(
+                    ("targets", index, "probes", j),
+                    f"unknown probe {probe_name!r} (defined: {', '.join(probes)})"))
+        _check_interval(raw, ("targets", index), interval_floor, problems)
+        keys.append(_resolve_key(raw, index, env, base_dir, problems, reads))
+        if target is not None:
+            _check_target(target, index, probes, problems)
+    if problems or global_ is None:
+        raise ConfigError("invalid config", problems)
+
+    resolved_probes = {name: probe for name, probe in probes.items() if probe is not None}
+    built = []
+    for target, (key, key_source) in zip(targets, keys, strict=True):
+        assert target is not None  # a target that did not validate left a problem
+        built.append(Target(
+            name=target.name, api=target.api, base_url=target.base_url, api_key=key,
+            headers=dict(target.headers), query=dict(target.query), path=target.path,
+            models=target.models, probes=target.probes or tuple(resolved_probes),
+            interval=target.interval or global_.interval,
+            timeout=target.timeout or global_.timeout,
+            jitter=global_.jitter if target.jitter is None else target.jitter,
+            prices=dict(target.prices), tls_verify=target.tls_verify, key_source=key_source,
+        ))
+    series = tuple(
+        Series(target=t, model=m, probe_name=p, probe=resolved_probes[p],
+               interval=t.interval, timeout=t.timeout, jitter=t.jitter)
+        for t in built for m in t.models for p in t.probes
+    )
+    if len(series) > global_.max_series:
+        raise ConfigError("invalid config", [ConfigProblem(
+            "targets", f"{len(series)} series (targets × models × probes) exceed "
+            f"global.max_series={global_.max_series}; raise it if this is intended")])
+    shard = shard or global_.shard
+    if shard is not None:
+        index, count = parse_shard(shard)
+        series = tuple(s for s in series if in_shard(s.key, index, count))
+    return Config(global_=global_, simulator=simulator, probes=resolved_probes,
+                  targets=tuple(built), series=series, source=source, raw=data,
+                  files=tuple(path for path, _ in reads))
+
+
+def _check_interval(section: Mapping[str, Any], loc: Loc, floor: float,
+                    problems: list[ConfigProblem]) -> None:
+    """An interval under MIN_INTERVAL without the opt-in (invalid ones are reported elsewhere)."""
+    try:
+        seconds = parse_duration(section.get("interval", MIN_INTERVAL))
+    except ValueError:
+        return
+    if 0 < seconds < floor:
+        problems.append(_problem((*loc, "interval"), f"{format_duration(seconds)} is shorter "
+                                 f"than {format_duration(MIN_INTERVAL)} (a typo for minutes?); "
+                                 "set global.allow_short_intervals: true if you mean it"))
+
+
+def _check_target(target: TargetConfig, index: int, probes: Mapping[str, ProbeConfig | None],
+                  problems: list[ConfigProblem]) -> None:
+    """Checks that need the whole (valid) target and the probes."""
+    where: Loc = ("targets", index)
+    if target.api is Api.OPENAI_COMPLETIONS:
+        for j, probe_name in enumerate(target.probes or tuple(probes)):
+            probe = probes.get(probe_name)
+            if probe is not None and probe.image is not None:
+                problems.append(_problem(
+                    (*where, "probes", j),
+                    f"probe {probe_name!r} sends an image; openai-completions takes text only"))
+    for model in target.prices:
+        if model not in target.models:
+            problems.append(_problem((*where, "prices", model),
+                                     "price for a model this target does not probe"))
+
+
+def load_config(path: str | Path, *, env: Mapping[str, str] | None = None,
+                shard: str | None = None) -> Config:
+    """Read and validate a YAML config file, or raise `ConfigError` — and nothing else."""
+    path = Path(path)
+    try:
+        return _load(path, os.environ if env is None else env, shard)
+    except ConfigError:
+        raise
+    except Exception as exc:  # a bug: still a located, one-line answer, never a traceback
+        raise ConfigError(f"cannot load {path}", [ConfigProblem(
+            "", f"unexpected {type(exc).__name__} while loading (a bug; please report it)")]
+        ) from None
+
+
+def _load(path: Path, env: Mapping[str, str], shard: str | None) -> Config:
+    try:
+        raw = read_limited(path, MAX_CONFIG_BYTES)
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror or exc}") from None
+    except FileRefused as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc}") from None
+    try:
+        document = parse_yaml(raw)
+    except FileRefused as exc:
+        raise ConfigError(f"invalid YAML in {path}",
+                          [ConfigProblem(where, why) for where, why in exc.problems]) from None
+    reads: list[tuple[Path, bytes]] = []
+    try:
+        config = _parse(document.data, env, path.parent.resolve(), path, shard, reads)
+    except ConfigError as exc:
+        raise ConfigError(exc.message, _with_lines(exc.details, document)) from None
+    return replace(config, digest=_digest(raw, reads))
+
+
+def _with_lines(problems: Sequence[ConfigProblem], document: YAMLDocument) -> list[ConfigProblem]:
+    """The problems with their lines, in the order of the file."""
+    located = [replace(p, line=document.line_of(p.path)) if p.path and p.line is None else p
+               for p in problems]
+    return sorted(located, key=lambda p: math.inf if p.line is None else p.line)
+
+
+def _digest(config: bytes, files: Iterable[tuple[Path, bytes | None]]) -> str:
+    digest = hashlib.sha256(config)
+    for path, content in files:
+        digest.update(b"\0" + os.fsencode(path) + b"\0")
+        digest.update(b"-" if content is None else hashlib.sha256(content).digest())
+    return digest.hexdigest()
+
+
+def sources_digest(path: str | Path, files: Iterable[Path]) -> str:
+    """The digest `load_config` would record for the config file and these key files now.
+
+    Equal to `Config.digest` when nothing the config was built from changed on disk, so a
+    reload can skip the work (`files` are the running config's key files).
+    """
+    def read(file: Path) -> bytes | None:
+        try:
+            return read_limited(file, MAX_KEY_BYTES)
+        except (OSError, FileRefused):
+            return None
+
+    try:
+        config = read_limited(Path(path), MAX_CONFIG_BYTES)
+    except (OSError, FileRefused):
+        return ""
+    return _digest(config, [(file, read(file)) for file in files])
+
+
+def reuse_unchanged(config: Config, previous: Config | None) -> Config:
+    """`config` with every target, probe and series that equals one of `previous` replaced by
+    that object.
+
+    Comparing the two configs on the event loop at a reload (scheduler, metrics) then costs an
+    identity check per unchanged series instead of a deep comparison: call this in a worker
+    thread, where the deep comparisons happen once.
+    """
+    if previous is None:
+        return config
+    old_targets = {t.name: t for t in previous.targets}
+    targets = tuple(old if (old := old_targets.get(t.name)) == t else t for t in config.targets)
+    probes = {name: old if (old := previous.probes.get(name)) == probe else probe
+              for name, probe in config.probes.items()}
+    by_name = {t.name: t for t in targets}
+    old_series = {s.key: s for s in previous.series}
+    series = []
+    for item in config.series:
+        item = replace(item, target=by_name[item.target.name], probe=probes[item.probe_name])
+        series.append(old if (old := old_series.get(item.key)) == item else item)
+    return replace(config, targets=targets, probes=probes, series=tuple(series),
+                   global_=previous.global_ if previous.global_ == config.global_
+                   else config.global_)
+

@@ -1,0 +1,133 @@
+"""The resolved config: frozen `Config`, `Target` and `Series` (one per target × model × probe),
+and its redacted view for `/config` and bench files."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from exporter.config.schema import Api, GlobalConfig, Price, ProbeConfig, RawConfig, SimulatorConfig
+from exporter.config.secrets import is_secret, redacted_url, url_secrets
+from exporter.config.types import Secret
+from exporter.log import REDACTED, Redactor
+
+# ---------------------------------------------------------------------------------------------
+# The resolved config
+
+
+@dataclass(frozen=True)
+class Target:
+    """A target with its key resolved and defaults applied."""
+
+    name: str
+    api: Api
+    base_url: str
+    api_key: Secret | None
+    headers: Mapping[str, str]
+    query: Mapping[str, str]
+    path: str | None
+    models: tuple[str, ...]
+    probes: tuple[str, ...]
+    interval: float
+    timeout: float
+    jitter: float
+    prices: Mapping[str, Price]
+    tls_verify: bool
+    key_source: str
+
+
+@dataclass(frozen=True)
+class Series:
+    """One scheduled probe: (target, model, probe) with its schedule resolved."""
+
+    target: Target
+    model: str
+    probe_name: str
+    probe: ProbeConfig
+    interval: float
+    timeout: float
+    jitter: float
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        """The (target, model, probe) label values."""
+        return (self.target.name, self.model, self.probe_name)
+
+    @property
+    def price(self) -> Price | None:
+        """The configured price of this model, if any."""
+        return self.target.prices.get(self.model)
+
+    def stable_fraction(self) -> float:
+        """A fraction in [0, 1) fixed by the series key; spreads start times across restarts."""
+        digest = hashlib.sha256("\x00".join(self.key).encode()).digest()
+        return int.from_bytes(digest[:8], "big") / 2**64
+
+
+@dataclass(frozen=True)
+class Config:
+    """The validated, frozen configuration."""
+
+    global_: GlobalConfig
+    simulator: SimulatorConfig | None
+    probes: Mapping[str, ProbeConfig]
+    targets: tuple[Target, ...]
+    series: tuple[Series, ...]
+    source: Path | None = None
+    raw: Mapping[str, Any] = field(default_factory=dict, repr=False)
+    files: tuple[Path, ...] = ()  # key files the config read (a reload re-reads them)
+    digest: str = ""  # sha256 over the config file and those files, as loaded
+
+    def secrets(self) -> list[str]:
+        """Every secret value in this config, for redaction: API keys, secret-looking headers,
+        query parameters and URL credentials, the simulator's key."""
+        found = [t.api_key.reveal() for t in self.targets if t.api_key]
+        for target in self.targets:
+            for name, value in target.headers.items():
+                if is_secret(name, value, ()):
+                    # "Bearer sk-…" headers: the token alone must be redacted too.
+                    found += [value, value.rpartition(" ")[2]]
+            found += [value for name, value in target.query.items() if is_secret(name, value, ())]
+            found += url_secrets(target.base_url + (target.path or ""))
+        if self.simulator is not None and self.simulator.api_key:
+            found.append(self.simulator.api_key)
+        return found
+
+    def find_series(self, target: str, model: str, probe: str) -> Series | None:
+        """The configured series with these names, if any."""
+        for series in self.series:
+            if series.key == (target, model, probe):
+                return series
+        return None
+
+
+
+
+def redacted(config: Config) -> dict[str, Any]:
+    """The loaded config as a plain dict with every secret removed (for `/config`, bench files).
+
+    Secret-bearing places are blanked by name (api_key, secret-looking headers and query
+    parameters, URL credentials); then every remaining string is redacted, for a secret that
+    `${VAR}` put somewhere else.
+    """
+    data = RawConfig.model_validate(config.raw).model_dump(
+        mode="json", by_alias=True, exclude_none=True)
+    secrets = config.secrets()
+    for raw_target, target in zip(data.get("targets", []), config.targets, strict=True):
+        if "api_key" in raw_target:
+            raw_target["api_key"] = REDACTED
+        raw_target["key_source"] = target.key_source
+        for place in ("headers", "query"):
+            raw_target[place] = {k: (REDACTED if is_secret(k, v, secrets) else v)
+                                 for k, v in raw_target.get(place, {}).items()}
+        for place in ("base_url", "path"):
+            if place in raw_target:
+                raw_target[place] = redacted_url(raw_target[place], secrets)
+    simulator = data.get("simulator")
+    if simulator and simulator.get("api_key"):
+        simulator["api_key"] = REDACTED
+    return Redactor(secrets).tree(data)
+
