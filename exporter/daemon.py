@@ -20,10 +20,10 @@ from exporter.log import REDACTOR, get_logger
 from exporter.metrics import ExporterMetrics
 from exporter.prober import Prober
 from exporter.scheduler import Scheduler
-from exporter.server import ServerState, create_app
+from exporter.server import ServerState, start_server
 from exporter.simulator import Simulator, start_simulator
 from exporter.store import ResultStore
-from exporter.webconfig import auth_middleware, load_web_config, ssl_context
+from exporter.webconfig import LiveWebConfig
 
 LOOP_LAG_PERIOD = 0.25
 SWITCH_INTERVAL = 0.0005
@@ -95,19 +95,10 @@ class Daemon:
                                    max_concurrency=config.global_.max_concurrency)
         self.state = ServerState(self.registry, self.metrics, self.store, self.scheduler,
                                  None, self.reload, started_at=time.time(),
-                                 probe_endpoint=self.probe_endpoint)
-        middlewares, tls = [], None
-        if self.web_config is not None:
-            web_config, base = load_web_config(self.web_config)
-            middlewares.append(auth_middleware(web_config))
-            if web_config.tls_server_config is not None:
-                tls = ssl_context(web_config.tls_server_config, base)
-        self._runner = web.AppRunner(create_app(self.state, middlewares), access_log=None,
-                                     handle_signals=False)
-        await self._runner.setup()
+                                 probe_endpoint=self.probe_endpoint, shard=self.shard)
+        web_config = LiveWebConfig(self.web_config) if self.web_config is not None else None
         host, port = parse_listen_address(self.listen)
-        await web.TCPSite(self._runner, host, port, reuse_address=True,
-                          ssl_context=tls).start()
+        self._runner = await start_server(self.state, host, port, web_config=web_config)
         self.log.info("listening", address=self.listen)
         self._apply(config)
         self.metrics.reload_status(True, time.time())

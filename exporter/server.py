@@ -1,7 +1,8 @@
 """HTTP endpoints: /metrics, /probe, /-/healthy, /-/ready, /-/reload, /, /api/v1/results, /config.
 
 Rendering (exposition, status page, JSON) happens in a worker thread from an immutable snapshot,
-so a scrape never holds the event loop that stamps tokens.
+so a scrape never holds the event loop that stamps tokens. `start_server` serves them behind the
+connection guard of `exporter.listener` (cap, timeouts, eviction) and the web config.
 """
 
 from __future__ import annotations
@@ -9,9 +10,10 @@ from __future__ import annotations
 import asyncio
 import gzip
 import html
+import math
 import time
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -21,12 +23,48 @@ from prometheus_client import CollectorRegistry, Gauge
 from prometheus_client.exposition import choose_encoder
 
 from exporter import __version__
-from exporter.config import Config, redacted
-from exporter.log import REDACTOR
+from exporter.config import Config, Series, redacted
+from exporter.errors import Result
+from exporter.listener import (
+    ConnectionGuard,
+    GuardedSite,
+    ServerLimits,
+    connection_cap,
+    install_accept_error_limiter,
+    raise_fd_limit,
+)
+from exporter.log import REDACTOR, get_logger
 from exporter.metrics import ExporterMetrics
-from exporter.result import ProbeResult
+from exporter.result import ProbeResult, TokenSource
 from exporter.scheduler import Scheduler
+from exporter.shard import parse_shard, shard_of
 from exporter.store import ResultStore, Snapshot
+from exporter.webconfig import LiveWebConfig
+
+SCRAPE_TIMEOUT_HEADER = "X-Prometheus-Scrape-Timeout-Seconds"
+
+
+class Coalescer:
+    """Runs an async job so that callers arriving during a run share one follow-up run."""
+
+    def __init__(self) -> None:
+        self._current: asyncio.Task[None] | None = None
+        self._next: asyncio.Task[None] | None = None
+
+    async def run(self, job: Callable[[], Awaitable[None]]) -> None:
+        """Run `job` after the current run, sharing that run with every caller waiting now."""
+        if self._next is None:
+            self._next = asyncio.create_task(self._after(self._current, job))
+        await asyncio.shield(self._next)
+
+    async def _after(self, previous: asyncio.Task[None] | None,
+                     job: Callable[[], Awaitable[None]]) -> None:
+        if previous is not None:
+            await asyncio.gather(previous, return_exceptions=True)
+        # From here on, a new caller may have changed the file after we read it: it needs
+        # another run.
+        self._next, self._current = None, asyncio.current_task()  # type: ignore[assignment]
+        await job()
 
 
 @dataclass
@@ -45,7 +83,10 @@ class ServerState:
     probe_endpoint: bool = True
     probe_min_interval: float = 10.0  # /probe answers from the last result if it is this fresh
     probe_concurrency: int = 4  # on-demand probes in flight at once (each costs money)
+    probe_margin: float = 0.5  # seconds kept from the scraper's timeout for the answer itself
+    shard: str | None = None  # `--shard i/n` (overrides global.shard), to explain 404s
     loop_lag_recent: float = 0.0  # worst event-loop lag over the last minute (seconds)
+    reloads: Coalescer = field(default_factory=Coalescer)
     _probes_in_flight: int = 0
 
 
@@ -67,6 +108,55 @@ def create_app(state: ServerState, middlewares: Sequence[Any] = ()) -> web.Appli
     app.router.add_get("/api/v1/results", results_handler)
     app.router.add_get("/config", config_handler)
     return app
+
+
+async def start_server(state: ServerState, host: str, port: int, *,
+                       web_config: LiveWebConfig | None = None,
+                       limits: ServerLimits | None = None, logger: Any = None
+                       ) -> web.AppRunner:
+    """Serve the endpoints on host:port behind the connection guard and the web config.
+
+    Raises the descriptor limit, caps connections below it, and logs EMFILE on accept once
+    per interval. `runner.cleanup()` stops everything (the web config watcher included).
+    """
+    log = logger or get_logger()
+    limits = limits or ServerLimits()
+    fd_limit = raise_fd_limit()
+    guard = ConnectionGuard(connection_cap(limits, fd_limit), limits)
+    state.metrics.own.register(guard.collector())
+    middlewares: list[Any] = [guard.middleware]
+    if web_config is not None:
+        middlewares.append(web_config.middleware)
+    app = create_app(state, middlewares)
+    if web_config is not None:
+        app.cleanup_ctx.append(_watching(web_config))
+    runner = web.AppRunner(app, access_log=None, handle_signals=False,
+                           keepalive_timeout=limits.idle_timeout,
+                           lingering_time=limits.lingering_time)
+    await runner.setup()
+    tls = web_config.ssl_context if web_config is not None and web_config.tls else None
+    site = GuardedSite(runner, host, port, guard=guard, tls=tls)
+    try:
+        await site.start()
+    except BaseException:
+        await runner.cleanup()
+        raise
+    install_accept_error_limiter(asyncio.get_running_loop(),
+                                 limits.accept_error_log_interval, log)
+    log.info("http limits", max_connections=guard.cap, fd_limit=fd_limit,
+             header_timeout=limits.header_timeout, idle_timeout=limits.idle_timeout)
+    return runner
+
+
+def _watching(web_config: LiveWebConfig) -> Callable[[web.Application], Any]:
+    async def watch(_app: web.Application) -> Any:
+        task = asyncio.create_task(web_config.watch(), name="web config watcher")
+        yield
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        web_config.close()
+
+    return watch
 
 
 def _render_exposition(registry: Any, accept: str, gzip_ok: bool,
@@ -97,6 +187,30 @@ async def metrics_handler(request: web.Request) -> web.Response:
     return web.Response(body=body, headers=headers)
 
 
+def probe_deadline(timeout: float, scrape_timeout: str | None, margin: float) -> float:
+    """An on-demand probe's deadline: its timeout, capped by the scraper's minus a margin."""
+    try:
+        scrape = float(scrape_timeout) if scrape_timeout is not None else math.nan
+    except ValueError:
+        scrape = math.nan
+    if not math.isfinite(scrape) or scrape <= 0:
+        return timeout
+    return min(timeout, max(scrape - margin, scrape / 2))
+
+
+def owning_shard(config: Config, key: tuple[str, str, str], shard: str | None) -> str | None:
+    """`i/n` of the replica that probes a configured series this replica does not own."""
+    spec = shard or config.global_.shard
+    if spec is None:
+        return None
+    target, model, probe = key
+    if not any(t.name == target and model in t.models and probe in t.probes
+               for t in config.targets):
+        return None
+    count = parse_shard(spec)[1]
+    return f"{shard_of(key, count)}/{count}"
+
+
 async def probe_handler(request: web.Request) -> web.Response:
     """Run one configured (target, model, probe) now and return its measurements."""
     state = request.app[STATE]
@@ -108,52 +222,96 @@ async def probe_handler(request: web.Request) -> web.Response:
         return web.Response(status=503, text="no config loaded\n")
     if not all(names):
         return web.Response(status=400, text="target, model and probe are required\n")
-    series = config.find_series(*names)
+    key = (names[0], names[1], names[2])
+    series = config.find_series(*key)
     if series is None:
+        owner = owning_shard(config, key, state.shard)
+        if owner is not None:
+            return web.Response(status=404, text=f"series {'/'.join(key)} belongs to shard "
+                                f"{owner}; scrape that replica\n")
         return web.Response(status=400, text="no such configured series: "
                             f"target={names[0]!r} model={names[1]!r} probe={names[2]!r}\n")
     last = state.store.latest(series.key)
-    headers = {}
+    headers: dict[str, str] = {}
+    result: ProbeResult | None = None
+    skipped = None
     if last is not None and time.time() - last.finished_at < state.probe_min_interval:
         result = last  # fresh enough: don't pay for another call
         headers["X-Probe-Cached"] = "1"
+    elif (skipped := state.scheduler.skip_reason(series)) is not None:
+        state.metrics.record_skip(series.key, skipped)
+        headers["X-Probe-Skipped"] = skipped
     elif state._probes_in_flight >= state.probe_concurrency:
         return web.Response(status=429, text="too many on-demand probes in flight\n")
     else:
+        deadline = probe_deadline(series.timeout, request.headers.get(SCRAPE_TIMEOUT_HEADER),
+                                  state.probe_margin)
         state._probes_in_flight += 1
         try:
-            result = await state.scheduler.run_now(series)
+            result = await state.scheduler.run_now(series, deadline=deadline)
         finally:
             state._probes_in_flight -= 1
+    registry = ondemand_registry(series, config.global_.labels, result,
+                                 cached="X-Probe-Cached" in headers, skipped=skipped)
     body, content_type, _ = await asyncio.to_thread(
-        _render_exposition, probe_registry(result), request.headers.get("Accept", ""), False)
+        _render_exposition, registry, request.headers.get("Accept", ""), False)
     return web.Response(body=body, headers={"Content-Type": content_type, **headers})
 
 
-def probe_registry(result: ProbeResult) -> CollectorRegistry:
-    """A one-off registry describing a single probe (blackbox-exporter style)."""
+def ondemand_registry(series: Series, constant: Mapping[str, str], result: ProbeResult | None,
+                      *, cached: bool = False, skipped: str | None = None) -> CollectorRegistry:
+    """A one-off registry answering `/probe` (blackbox style): `llm_probe_ondemand_*` gauges.
+
+    Every family carries the probe labels (target, model, probe and the global labels) and a
+    name of its own, so none clashes with a `/metrics` family of another type.
+    """
     registry = CollectorRegistry()
+    label_names = ["target", "model", "probe", *constant]
+    label_values = [*series.key, *constant.values()]
+
+    def put(name: str, doc: str, value: float | None, **extra: str) -> None:
+        if value is None:
+            return
+        gauge = Gauge(f"llm_probe_ondemand_{name}", doc, [*label_names, *extra],
+                      registry=registry)
+        gauge.labels(*label_values, *extra.values()).set(value)
+
+    if skipped is not None:
+        put("skipped", "1: no request was sent: budget (the daily budget is spent) or "
+            "rate_limited (the provider's Retry-After is running).", 1, reason=skipped)
+    if result is None:
+        return registry
     t = result.timings
-
-    def gauge(name: str, doc: str, value: float | None) -> None:
-        if value is not None:
-            Gauge(name, doc, registry=registry).set(value)
-
-    gauge("llm_probe_success", "Whether the probe succeeded.", 1 if result.success else 0)
-    gauge("llm_probe_ttft_seconds", "Time to first token.", t.ttft)
-    gauge("llm_probe_time_to_first_answer_seconds", "Time to first answer token.",
-          t.time_to_first_answer)
-    gauge("llm_probe_tpot_seconds", "Time per output token.", t.tpot)
-    gauge("llm_probe_output_tokens_per_second", "Output tokens per second (N / E2E).", t.tps)
-    gauge("llm_probe_duration_seconds", "End-to-end duration.", t.duration)
-    gauge("llm_probe_output_tokens", "Output tokens (N).", result.output_tokens)
-    gauge("llm_probe_cost", "Cost of this probe.", result.cost)
-    outcome = Gauge("llm_probe_result", "The result of this probe (1 for its value).",
-                    ["result"], registry=registry)
-    outcome.labels(result.result.value).set(1)
-    phases = Gauge("llm_probe_phase_seconds", "Phase durations.", ["phase"], registry=registry)
-    for phase, seconds in t.phases.items():
-        phases.labels(phase.value).set(seconds)
+    put("success", "Whether the probe succeeded (1/0).", 1 if result.success else 0)
+    outcome = Gauge("llm_probe_ondemand_result", "The probe's result (1 for its value).",
+                    [*label_names, "result"], registry=registry)
+    for value in Result:
+        outcome.labels(*label_values, value.value).set(1 if value is result.result else 0)
+    put("ttft_seconds", "Time to first token: t_first - t0.", t.ttft)
+    put("time_to_first_answer_seconds", "Time to the first answer (non-reasoning) token.",
+        t.time_to_first_answer)
+    put("tpot_seconds", "Time per output token: (t_last - t_first) / (N - 1).", t.tpot)
+    put("output_tokens_per_second", "Output tokens per second as the user sees it: N / E2E.",
+        t.tps)
+    put("duration_seconds", "End-to-end duration: t_end - t0.", t.duration)
+    if t.phases:
+        phases = Gauge("llm_probe_ondemand_phase_seconds",
+                       "Probe phases: resolve, connect, tls, wait, first_token, generate.",
+                       [*label_names, "phase"], registry=registry)
+        for phase, seconds in t.phases.items():
+            phases.labels(*label_values, phase.value).set(seconds)
+    put("output_tokens", "Output tokens N (server usage, else estimated).", result.output_tokens)
+    put("output_tokens_estimated", "1 when N was estimated (the server sent no usage).",
+        1 if result.token_source is TokenSource.ESTIMATE else 0)
+    if result.cost is not None:
+        put("cost", "Cost of this probe from the configured prices.", result.cost,
+            currency=result.currency or "")
+    put("http_status_code", "HTTP status of the response.", result.status)
+    if result.checked is not None:
+        put("check_success", "Whether the answer checks passed (1/0).",
+            1 if result.checked else 0)
+    put("cached", "1 when this is the series' last result (probed moments ago), not a new call.",
+        1 if cached else 0)
     return registry
 
 
@@ -170,9 +328,12 @@ async def ready_handler(request: web.Request) -> web.Response:
 
 
 async def reload_handler(request: web.Request) -> web.Response:
-    """Reload the config file; a bad file keeps the old config running."""
+    """Reload the config file; a bad file keeps the old config running.
+
+    Requests arriving during a reload share one follow-up reload, so a flood costs two.
+    """
     state = request.app[STATE]
-    await state.reload()
+    await state.reloads.run(state.reload)
     if state.last_reload_error:
         return web.Response(status=500, text=f"reload failed, old config kept:\n"
                             f"{state.last_reload_error}\n")

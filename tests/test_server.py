@@ -5,6 +5,7 @@ from __future__ import annotations
 import orjson
 import pytest
 from prometheus_client import CollectorRegistry
+from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.log import REDACTOR
 from exporter.metrics import ExporterMetrics
@@ -59,8 +60,12 @@ async def test_probe_endpoint_runs_only_configured_series(client) -> None:
     response = await http.get("/probe", params={"target": "t", "model": "m", "probe": "short"})
     assert response.status == 200
     body = await response.text()
-    assert "llm_probe_success 1.0" in body
-    assert 'llm_probe_result{result="success"} 1.0' in body
+    samples = {(s.name, s.labels.get("result")): (s.value, s.labels)
+               for f in text_string_to_metric_families(body) for s in f.samples}
+    value, labels = samples[("llm_probe_ondemand_success", None)]
+    assert value == 1 and labels == {"target": "t", "model": "m", "probe": "short"}
+    assert samples[("llm_probe_ondemand_result", "success")][0] == 1
+    assert samples[("llm_probe_ondemand_result", "timeout")][0] == 0
     # The daemon's own counters saw it too.
     assert state.registry.get_sample_value("llm_probe_requests_total", {
         "target": "t", "model": "m", "probe": "short", "result": "success"}) == 1
