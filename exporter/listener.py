@@ -58,6 +58,7 @@ class ServerLimits:
     header_timeout: float = 10.0  # connect (or first byte after idle) → request head read
     idle_timeout: float = 60.0  # keep-alive idle, or a response the client does not read
     request_grace: float = 1.0  # a request head arriving this long is not evicted for others
+    write_grace: float = 5.0  # an answer unread this long may be cut for a newcomer
     fd_reserve: int = 128  # descriptors always left for probes, files and the simulator
     accept_error_log_interval: float = 10.0
     lingering_time: float = 2.0  # reading an unread request body after answering
@@ -112,6 +113,7 @@ class _Connection:
         self.transport: asyncio.Transport | None = None
         self.peer = ""
         self.state = ConnectionState.READING
+        self.since = 0.0  # when it entered its state (loop time)
         self.first_byte: float | None = None  # when the request (or handshake) in READING began
         self._timer: asyncio.TimerHandle | None = None
 
@@ -155,11 +157,13 @@ class _Connection:
     # -- state -----------------------------------------------------------------------------
 
     def _enter(self, state: ConnectionState, timeout: float | None) -> None:
+        loop = asyncio.get_running_loop()
         self.state = state
+        self.since = loop.time()
         self.first_byte = None
         self._cancel_timer()
         if timeout is not None:
-            self._timer = asyncio.get_running_loop().call_later(timeout, self._expire)
+            self._timer = loop.call_later(timeout, self._expire)
 
     def _cancel_timer(self) -> None:
         if self._timer is not None:
@@ -183,17 +187,19 @@ class _Connection:
         return 0 if self.transport is None else self.transport.get_write_buffer_size()
 
     def evictable(self, now: float) -> bool:
-        """Whether closing it costs no fair request: idle with nothing left to send, silent,
-        or sending its request head (or handshake) slower than the grace allows."""
+        """Whether closing it costs no fair request: idle with its answer delivered (or left
+        unread too long), silent, or sending its request head (or handshake) too slowly."""
+        limits = self._guard.limits
         if self.state is ConnectionState.IDLE:
-            return self.unsent() == 0
+            return self.unsent() == 0 or now - self.since > limits.write_grace
         return self.state is ConnectionState.READING and (
-            self.first_byte is None or now - self.first_byte > self._guard.limits.request_grace)
+            self.first_byte is None or now - self.first_byte > limits.request_grace)
 
-    def close(self, reason: CloseReason) -> None:
+    def close(self, reason: CloseReason | None) -> None:
         """Drop the connection now (no goodbye: the peer is idle, slow or being evicted)."""
         self._cancel_timer()
-        self._guard.closed[reason] += 1
+        if reason is not None:
+            self._guard.closed[reason] += 1
         self._guard.forget(self)
         if self.transport is not None:
             self.transport.abort()
@@ -277,6 +283,12 @@ class ConnectionGuard:
         """Remember which aiohttp handler serves `conn` (the middleware looks it up)."""
         assert conn.handler is not None
         self._by_handler[conn.handler] = conn
+
+    def close_waiting(self) -> None:
+        """Close every connection that has no request yet (shutdown: TLS handshakes included,
+        which aiohttp does not know about)."""
+        for conn in [c for c in self._open if c.state is ConnectionState.READING]:
+            conn.close(None)
 
     def forget(self, conn: _Connection) -> None:
         """The connection is gone."""
@@ -383,6 +395,11 @@ class GuardedSite(web.BaseSite):
         self._server = await loop.create_server(
             self._guard.protocol_factory(server, self._tls), self._host, self._port,
             backlog=self._backlog, reuse_address=True)
+
+    async def stop(self) -> None:
+        """Stop listening and drop connections that never sent a request."""
+        await super().stop()
+        self._guard.close_waiting()
 
 
 class AcceptErrorLimiter:

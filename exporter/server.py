@@ -67,6 +67,22 @@ class Coalescer:
         await job()
 
 
+class SharedRenders:
+    """Concurrent requests for the same page share one render (a scrape flood costs one)."""
+
+    def __init__(self) -> None:
+        self._running: dict[Any, asyncio.Future[Any]] = {}
+
+    async def get(self, key: Any, render: Callable[..., Any], *args: Any) -> Any:
+        """`render(*args)` in a worker thread, or the result of the same render in flight."""
+        future = self._running.get(key)
+        if future is None:
+            future = asyncio.ensure_future(asyncio.to_thread(render, *args))
+            self._running[key] = future
+            future.add_done_callback(lambda _f: self._running.pop(key, None))
+        return await asyncio.shield(future)
+
+
 @dataclass
 class ServerState:
     """What the endpoints read; the daemon swaps `config` on reload."""
@@ -87,6 +103,7 @@ class ServerState:
     shard: str | None = None  # `--shard i/n` (overrides global.shard), to explain 404s
     loop_lag_recent: float = 0.0  # worst event-loop lag over the last minute (seconds)
     reloads: Coalescer = field(default_factory=Coalescer)
+    renders: SharedRenders = field(default_factory=SharedRenders)
     _probes_in_flight: int = 0
 
 
@@ -179,8 +196,9 @@ async def metrics_handler(request: web.Request) -> web.Response:
     registry = state.registry.restricted_registry(names) if names else state.registry
     accept = ",".join(request.headers.getall("Accept", []))
     gzip_ok = "gzip" in request.headers.get("Accept-Encoding", "")
-    body, content_type, gzipped = await asyncio.to_thread(
-        _render_exposition, registry, accept, gzip_ok, None if names else state.metrics)
+    key = (choose_encoder(accept)[1], gzip_ok, tuple(sorted(set(names))))
+    body, content_type, gzipped = await state.renders.get(
+        key, _render_exposition, registry, accept, gzip_ok, None if names else state.metrics)
     headers = {"Content-Type": content_type}
     if gzipped:
         headers["Content-Encoding"] = "gzip"
