@@ -214,6 +214,8 @@ def test_emfile_on_accept_is_logged_once_per_interval_and_recovers(tmp_path) -> 
         if child.poll() is None:
             child.kill()
             child.wait()
+        assert child.stdout is not None
+        child.stdout.close()
     text = log.read_text()
     lines = [line for line in text.splitlines() if "cannot accept connections" in line]
     assert 1 <= len(lines) <= 2, text[-3000:]
