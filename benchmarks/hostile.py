@@ -6,9 +6,10 @@ bcrypt hash, a healthy 1 s series on the truth server plus bulk series so a relo
 an attacker (another child), and this script, which scrapes `/metrics` with the right password
 every 0.25 s on a kept-alive connection, as Prometheus does.
 
-Phases, one run: warm-up, a quiet baseline, then the attack — 1,100 idle connections (reopened
-when closed), 50 slowloris clients, 500 concurrent wrong passwords in a loop, and a reload flood
-(`POST /-/reload`, authenticated, 20 in a loop).
+Phases, one run: warm-up, a quiet baseline, the same attack on a decoy server in another
+process (what the attacker's load alone costs this machine), then the attack on the exporter's
+port — 1,100 idle connections (reopened when closed), 50 slowloris clients, 500 concurrent wrong
+passwords in a loop, and a reload flood (`POST /-/reload`, authenticated, 20 in a loop).
 
     python -m benchmarks.hostile [--duration 20] [--smoke]
 
@@ -114,6 +115,30 @@ async def _daemon(config_path: str, web: str, listen: str, duration: float, out:
     await asyncio.sleep(duration)
     await asyncio.to_thread(Path(out).write_text, json.dumps(kept))
     await daemon.shutdown()
+
+
+# -- the decoy child --------------------------------------------------------------------------
+
+async def _decoy(port: int, duration: float) -> None:
+    """A plain aiohttp server that refuses /metrics (401) and accepts reloads: the attacker's
+    load without the exporter."""
+    from aiohttp import web
+
+    async def refuse(_request: web.Request) -> web.Response:
+        return web.Response(status=401, text="Unauthorized\n")
+
+    async def accept(_request: web.Request) -> web.Response:
+        return web.Response(text="Config reloaded.\n")
+
+    app = web.Application()
+    app.router.add_post("/-/reload", accept)
+    app.router.add_route("*", "/{tail:.*}", refuse)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    print("READY", flush=True)
+    await asyncio.sleep(duration)
+    await runner.cleanup()
 
 
 # -- the attacker child -----------------------------------------------------------------------
@@ -248,12 +273,24 @@ def phase_row(name: str, scrapes: tuple[list[float], int], probes: list[dict[str
             ms(pct(errors, 50)), ms(pct(errors, 95)), ms(max(errors, default=None))]
 
 
+async def attack_process(url: str, args: argparse.Namespace, folder: Path, out: str,
+                         env: dict[str, str]) -> asyncio.subprocess.Process:
+    """Start the attacker on `url` and wait until it attacks."""
+    attacker = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "benchmarks.hostile", "--attack", url, str(args.duration + 1),
+        str(args.idle), str(args.wrong), str(args.reloads), str(folder / out),
+        stdout=asyncio.subprocess.PIPE, cwd=ROOT, env=env)
+    assert attacker.stdout is not None
+    await attacker.stdout.readline()
+    return attacker
+
+
 async def hostile(args: argparse.Namespace) -> None:
     """Truth server, daemon and attacker; quiet phase then attack; print the table."""
     more_descriptors()
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    total = args.warm_up + 2 * args.duration + 2
+    total = args.warm_up + 3 * args.duration + 8
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     async with truth_server(ttft=0.2, tpot=0.02, tokens=20) as truth:
         with tempfile.TemporaryDirectory() as tmp:
@@ -263,7 +300,7 @@ async def hostile(args: argparse.Namespace) -> None:
                 sys.executable, "-m", "benchmarks.hostile", "--daemon", str(config), str(web),
                 f"127.0.0.1:{port}", str(total), str(folder / "daemon.json"),
                 stdout=asyncio.subprocess.PIPE, cwd=ROOT, env=env)
-            attacker = None
+            attacker = decoy = None
             try:
                 assert daemon.stdout is not None
                 line = (await daemon.stdout.readline()).decode()
@@ -273,13 +310,20 @@ async def hostile(args: argparse.Namespace) -> None:
                 await asyncio.sleep(args.warm_up)
                 t_quiet = time.monotonic()
                 quiet = await scrape_for(url, args.duration)
-                attacker = await asyncio.create_subprocess_exec(
-                    sys.executable, "-m", "benchmarks.hostile", "--attack", url,
-                    str(args.duration + 1), str(args.idle), str(args.wrong), str(args.reloads),
-                    str(folder / "attack.json"), stdout=asyncio.subprocess.PIPE, cwd=ROOT,
-                    env=env)
-                assert attacker.stdout is not None
-                await attacker.stdout.readline()
+                decoy_port = free_port()
+                decoy = await asyncio.create_subprocess_exec(
+                    sys.executable, "-m", "benchmarks.hostile", "--decoy", str(decoy_port),
+                    str(args.duration + 3), stdout=asyncio.subprocess.PIPE, cwd=ROOT, env=env)
+                assert decoy.stdout is not None
+                await decoy.stdout.readline()
+                attacker = await attack_process(f"http://127.0.0.1:{decoy_port}", args, folder,
+                                                "decoy.json", env)
+                t_decoy = time.monotonic()
+                elsewhere = await scrape_for(url, args.duration)
+                t_decoy_end = time.monotonic()
+                await asyncio.wait_for(attacker.wait(), 60)
+                await stop_process(decoy)
+                attacker = await attack_process(url, args, folder, "attack.json", env)
                 t_attack = time.monotonic()
                 attacked = await scrape_for(url, args.duration)
                 t_end = time.monotonic()
@@ -289,13 +333,16 @@ async def hostile(args: argparse.Namespace) -> None:
                 await asyncio.wait_for(daemon.wait(), total + 30)
                 probes = json.loads((folder / "daemon.json").read_text())
             finally:
-                if attacker is not None:
-                    await stop_process(attacker)
+                for child in (attacker, decoy):
+                    if child is not None:
+                        await stop_process(child)
                 await stop_process(daemon)
         records = await truth.records()
     rows = [
-        phase_row("quiet", quiet, [p for p in probes if t_quiet <= p["at"] < t_attack], records),
-        phase_row("attacked", attacked,
+        phase_row("quiet", quiet, [p for p in probes if t_quiet <= p["at"] < t_decoy], records),
+        phase_row("attack on a decoy", elsewhere,
+                  [p for p in probes if t_decoy <= p["at"] < t_decoy_end], records),
+        phase_row("attack on the port", attacked,
                   [p for p in probes if t_attack <= p["at"] < t_end], records),
     ]
     print(f"### hostile ({load_before}; after: {load_after.split('· ')[-1]})\n")
@@ -314,6 +361,9 @@ def main(argv: list[str] | None = None) -> None:
     if argv[:1] == ["--daemon"]:
         _, config, web, listen, duration, out = argv
         asyncio.run(_daemon(config, web, listen, float(duration), out))
+        return
+    if argv[:1] == ["--decoy"]:
+        asyncio.run(_decoy(int(argv[1]), float(argv[2])))
         return
     if argv[:1] == ["--attack"]:
         _, url, duration, idle, wrong, reloads, out = argv

@@ -11,7 +11,6 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
-from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from exporter import tokens
@@ -20,7 +19,7 @@ from exporter.log import REDACTOR, get_logger
 from exporter.metrics import ExporterMetrics
 from exporter.prober import Prober
 from exporter.scheduler import Scheduler
-from exporter.server import ServerState, start_server
+from exporter.server import HTTPServer, ServerState, start_server
 from exporter.simulator import Simulator, start_simulator
 from exporter.store import ResultStore
 from exporter.webconfig import LiveWebConfig
@@ -54,7 +53,7 @@ class Daemon:
         self.scheduler: Scheduler | None = None
         self.simulator: Simulator | None = None
         self.state: ServerState | None = None
-        self._runner: web.AppRunner | None = None
+        self._runner: HTTPServer | None = None
         self._stop = asyncio.Event()
         self._reload_lock = asyncio.Lock()
         self._lag_task: asyncio.Task[None] | None = None

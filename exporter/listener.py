@@ -5,12 +5,14 @@
                         └─▶ aiohttp's RequestHandler
 
 - **A connection cap** below RLIMIT_NOFILE (a reserve stays free for probes, files and the
-  simulator). At the cap a new connection evicts one that is not serving a request: idle
-  keep-alive, silent, or slow (still sending its request head, or in its TLS handshake, a
-  second after its first byte) — the oldest of the peer address holding the most connections,
-  so a flood from one host recycles its own. When nothing can be evicted, the newcomer is
-  closed at once. Idle and slow clients can never lock a scraper out, and our own connections
-  never drive accept() into EMFILE.
+  simulator). At the cap a new connection evicts one that costs nobody a request, in this
+  order: the oldest *silent* one (connected, never sent a byte), the oldest *slow* one (its
+  request head or TLS handshake started over a second ago), then an *idle* keep-alive one
+  (answered; preferably of the peer address holding the most connections, so a flood from one
+  host recycles its own and a scraper's kept-alive connection goes last). When nothing can be
+  evicted (every connection busy or just sending its request), the newcomer is closed at
+  once. Idle and slow clients can never lock a scraper out, and our own connections never
+  drive accept() into EMFILE.
 - **Deadlines.** The request head (TLS handshake included) must arrive within `header_timeout`
   of connecting, or of the first byte after an idle period (slowloris). A kept-alive connection
   may stay idle, or leave its response unread, for `idle_timeout`.
@@ -153,6 +155,7 @@ class _Connection:
             self._enter(ConnectionState.READING, self._guard.limits.header_timeout)
         if self.state is ConnectionState.READING and self.first_byte is None:
             self.first_byte = asyncio.get_running_loop().time()
+            self._guard.place(self)
 
     # -- state -----------------------------------------------------------------------------
 
@@ -164,6 +167,7 @@ class _Connection:
         self._cancel_timer()
         if timeout is not None:
             self._timer = loop.call_later(timeout, self._expire)
+        self._guard.place(self)
 
     def _cancel_timer(self) -> None:
         if self._timer is not None:
@@ -186,14 +190,9 @@ class _Connection:
         """Bytes of response not yet taken by the kernel."""
         return 0 if self.transport is None else self.transport.get_write_buffer_size()
 
-    def evictable(self, now: float) -> bool:
-        """Whether closing it costs no fair request: idle with its answer delivered (or left
-        unread too long), silent, or sending its request head (or handshake) too slowly."""
-        limits = self._guard.limits
-        if self.state is ConnectionState.IDLE:
-            return self.unsent() == 0 or now - self.since > limits.write_grace
-        return self.state is ConnectionState.READING and (
-            self.first_byte is None or now - self.first_byte > limits.request_grace)
+    def delivered(self, now: float) -> bool:
+        """Idle with its answer taken by the kernel (or left unread past the write grace)."""
+        return self.unsent() == 0 or now - self.since > self._guard.limits.write_grace
 
     def close(self, reason: CloseReason | None) -> None:
         """Drop the connection now (no goodbye: the peer is idle, slow or being evicted)."""
@@ -246,8 +245,12 @@ class ConnectionGuard:
         self.cap = cap
         self.limits = limits
         self.closed: Counter[CloseReason] = Counter()
-        self._open: dict[_Connection, None] = {}  # insertion order: oldest first
-        self._peers: dict[str, dict[_Connection, None]] = {}  # by peer address, oldest first
+        self._open: set[_Connection] = set()
+        self._peers: Counter[str] = Counter()  # open connections by peer address
+        # Eviction candidates by tier, each in the order they entered it (oldest first).
+        self._silent: dict[_Connection, None] = {}  # READING, not a byte yet
+        self._reading: dict[_Connection, None] = {}  # READING since `first_byte`
+        self._idle: dict[_Connection, None] = {}  # IDLE
         self._by_handler: dict[RequestHandler, _Connection] = {}
 
     @property
@@ -264,20 +267,40 @@ class ConnectionGuard:
                 self.closed[CloseReason.REJECTED] += 1
                 return False
             victim.close(CloseReason.EVICTED)
-        self._open[conn] = None
-        self._peers.setdefault(conn.peer, {})[conn] = None
+        self._open.add(conn)
+        self._peers[conn.peer] += 1
         conn.start()
         return True
 
+    def place(self, conn: _Connection) -> None:
+        """File `conn` under its eviction tier after a change of state."""
+        for tier in (self._silent, self._reading, self._idle):
+            tier.pop(conn, None)
+        if conn not in self._open:
+            return
+        if conn.state is ConnectionState.READING:
+            (self._silent if conn.first_byte is None else self._reading)[conn] = None
+        elif conn.state is ConnectionState.IDLE:
+            self._idle[conn] = None
+
     def _victim(self) -> _Connection | None:
-        """The oldest evictable connection of the biggest holder, else the oldest of all."""
+        """Silent first, then slow, then idle (the biggest holder's first); None if none."""
+        if self._silent:
+            return next(iter(self._silent))
         now = asyncio.get_running_loop().time()
-        biggest = max(self._peers.values(), key=len)
-        for pool in (biggest, self._open):
-            victim = next((c for c in pool if c.evictable(now)), None)
-            if victim is not None:
-                return victim
-        return None
+        if self._reading:
+            oldest = next(iter(self._reading))
+            assert oldest.first_byte is not None
+            if now - oldest.first_byte > self.limits.request_grace:
+                return oldest
+        biggest = max(self._peers, key=self._peers.__getitem__)
+        fallback = None
+        for conn in self._idle:
+            if conn.delivered(now):
+                if conn.peer == biggest:
+                    return conn
+                fallback = fallback or conn
+        return fallback
 
     def attach(self, conn: _Connection) -> None:
         """Remember which aiohttp handler serves `conn` (the middleware looks it up)."""
@@ -287,17 +310,17 @@ class ConnectionGuard:
     def close_waiting(self) -> None:
         """Close every connection that has no request yet (shutdown: TLS handshakes included,
         which aiohttp does not know about)."""
-        for conn in [c for c in self._open if c.state is ConnectionState.READING]:
+        for conn in [*self._silent, *self._reading]:
             conn.close(None)
 
     def forget(self, conn: _Connection) -> None:
         """The connection is gone."""
-        self._open.pop(conn, None)
-        pool = self._peers.get(conn.peer)
-        if pool is not None:
-            pool.pop(conn, None)
-            if not pool:
+        if conn in self._open:
+            self._open.discard(conn)
+            self._peers[conn.peer] -= 1
+            if not self._peers[conn.peer]:
                 del self._peers[conn.peer]
+            self.place(conn)
         if conn.handler is not None:
             self._by_handler.pop(conn.handler, None)
 

@@ -8,9 +8,11 @@ connection guard of `exporter.listener` (cap, timeouts, eviction) and the web co
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import gzip
 import html
 import math
+import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -102,6 +104,7 @@ class ServerState:
     probe_margin: float = 0.5  # seconds kept from the scraper's timeout for the answer itself
     shard: str | None = None  # `--shard i/n` (overrides global.shard), to explain 404s
     loop_lag_recent: float = 0.0  # worst event-loop lag over the last minute (seconds)
+    loop: asyncio.AbstractEventLoop | None = None  # the probing loop (set by start_server)
     reloads: Coalescer = field(default_factory=Coalescer)
     renders: SharedRenders = field(default_factory=SharedRenders)
     _probes_in_flight: int = 0
@@ -127,42 +130,118 @@ def create_app(state: ServerState, middlewares: Sequence[Any] = ()) -> web.Appli
     return app
 
 
+class HTTPServer:
+    """The endpoints, served from a thread and event loop of their own.
+
+    A flood of requests then costs that loop, not the one that stamps tokens: the probing loop
+    only waits for the GIL (handed over within the daemon's 0.5 ms switch interval), and every
+    call into probing state (on-demand probes, reloads) runs on the probing loop
+    (`on_probing_loop`).
+    """
+
+    def __init__(self) -> None:
+        self.port = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._runner: web.AppRunner | None = None
+        self._thread: threading.Thread | None = None
+
+    async def start(self, setup: Callable[[], Awaitable[tuple[web.AppRunner, int]]],
+                    exception_handler: Any = None) -> None:
+        """Run `setup()` (returns the runner and bound port) on the HTTP loop, then serve."""
+        started: concurrent.futures.Future[None] = concurrent.futures.Future()
+
+        def run() -> None:
+            loop = asyncio.new_event_loop()
+            asyncio.set_event_loop(loop)
+            loop.set_exception_handler(exception_handler)  # the same sinks as the main loop
+            self._loop = loop
+            try:
+                self._runner, self.port = loop.run_until_complete(setup())
+            except BaseException as exc:
+                started.set_exception(exc)
+                loop.close()
+                return
+            started.set_result(None)
+            try:
+                loop.run_forever()
+            finally:
+                pending = asyncio.all_tasks(loop)
+                for task in pending:
+                    task.cancel()
+                loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+                loop.run_until_complete(loop.shutdown_default_executor())
+                loop.close()
+
+        self._thread = threading.Thread(target=run, name="http", daemon=True)
+        self._thread.start()
+        await asyncio.wrap_future(started)
+
+    async def cleanup(self) -> None:
+        """Close every connection and stop the HTTP thread."""
+        loop, runner, thread = self._loop, self._runner, self._thread
+        if loop is None or runner is None or thread is None or loop.is_closed():
+            return
+        try:
+            await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(runner.cleanup(), loop))
+        finally:
+            loop.call_soon_threadsafe(loop.stop)
+            await asyncio.to_thread(thread.join, 10)
+
+
 async def start_server(state: ServerState, host: str, port: int, *,
                        web_config: LiveWebConfig | None = None,
-                       limits: ServerLimits | None = None, logger: Any = None
-                       ) -> web.AppRunner:
-    """Serve the endpoints on host:port behind the connection guard and the web config.
+                       limits: ServerLimits | None = None, logger: Any = None) -> HTTPServer:
+    """Serve the endpoints on host:port (own thread and loop) behind the connection guard and
+    the web config.
 
-    Raises the descriptor limit, caps connections below it, and logs EMFILE on accept once
-    per interval. `runner.cleanup()` stops everything (the web config watcher included).
+    Raises the descriptor limit, caps connections below it, and logs EMFILE on accept once per
+    interval. `cleanup()` stops everything (the web config watcher included).
     """
     log = logger or get_logger()
     limits = limits or ServerLimits()
     fd_limit = raise_fd_limit()
     guard = ConnectionGuard(connection_cap(limits, fd_limit), limits)
     state.metrics.own.register(guard.collector())
-    middlewares: list[Any] = [guard.middleware]
-    if web_config is not None:
-        middlewares.append(web_config.middleware)
-    app = create_app(state, middlewares)
-    if web_config is not None:
-        app.cleanup_ctx.append(_watching(web_config))
-    runner = web.AppRunner(app, access_log=None, handle_signals=False,
-                           keepalive_timeout=limits.idle_timeout,
-                           lingering_time=limits.lingering_time)
-    await runner.setup()
-    tls = web_config.ssl_context if web_config is not None and web_config.tls else None
-    site = GuardedSite(runner, host, port, guard=guard, tls=tls)
-    try:
-        await site.start()
-    except BaseException:
-        await runner.cleanup()
-        raise
-    install_accept_error_limiter(asyncio.get_running_loop(),
-                                 limits.accept_error_log_interval, log)
+    loop = asyncio.get_running_loop()
+    state.loop = loop
+
+    async def setup() -> tuple[web.AppRunner, int]:
+        middlewares: list[Any] = [guard.middleware]
+        if web_config is not None:
+            middlewares.append(web_config.middleware)
+        app = create_app(state, middlewares)
+        if web_config is not None:
+            app.cleanup_ctx.append(_watching(web_config))
+        runner = web.AppRunner(app, access_log=None, handle_signals=False,
+                               keepalive_timeout=limits.idle_timeout,
+                               lingering_time=limits.lingering_time)
+        await runner.setup()
+        tls = web_config.ssl_context if web_config is not None and web_config.tls else None
+        site = GuardedSite(runner, host, port, guard=guard, tls=tls)
+        try:
+            await site.start()
+        except BaseException:
+            await runner.cleanup()
+            raise
+        install_accept_error_limiter(asyncio.get_running_loop(),
+                                     limits.accept_error_log_interval, log)
+        return runner, site.port
+
+    server = HTTPServer()
+    await server.start(setup, loop.get_exception_handler())
     log.info("http limits", max_connections=guard.cap, fd_limit=fd_limit,
              header_timeout=limits.header_timeout, idle_timeout=limits.idle_timeout)
-    return runner
+    return server
+
+
+async def on_probing_loop(state: ServerState, job: Callable[..., Awaitable[Any]],
+                          *args: Any) -> Any:
+    """Run `job(*args)` on the loop that probes (this one when the app runs there, as in
+    tests), and wait for it here."""
+    loop = state.loop
+    if loop is None or loop is asyncio.get_running_loop():
+        return await job(*args)
+    return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(job(*args), loop))
 
 
 def _watching(web_config: LiveWebConfig) -> Callable[[web.Application], Any]:
@@ -256,9 +335,6 @@ async def probe_handler(request: web.Request) -> web.Response:
     if last is not None and time.time() - last.finished_at < state.probe_min_interval:
         result = last  # fresh enough: don't pay for another call
         headers["X-Probe-Cached"] = "1"
-    elif (skipped := state.scheduler.skip_reason(series)) is not None:
-        state.metrics.record_skip(series.key, skipped)
-        headers["X-Probe-Skipped"] = skipped
     elif state._probes_in_flight >= state.probe_concurrency:
         return web.Response(status=429, text="too many on-demand probes in flight\n")
     else:
@@ -266,14 +342,26 @@ async def probe_handler(request: web.Request) -> web.Response:
                                   state.probe_margin)
         state._probes_in_flight += 1
         try:
-            result = await state.scheduler.run_now(series, deadline=deadline)
+            result, skipped = await on_probing_loop(state, _probe_now, state, series, deadline)
         finally:
             state._probes_in_flight -= 1
+        if skipped is not None:
+            headers["X-Probe-Skipped"] = skipped
     registry = ondemand_registry(series, config.global_.labels, result,
                                  cached="X-Probe-Cached" in headers, skipped=skipped)
     body, content_type, _ = await asyncio.to_thread(
         _render_exposition, registry, request.headers.get("Accept", ""), False)
     return web.Response(body=body, headers={"Content-Type": content_type, **headers})
+
+
+async def _probe_now(state: ServerState, series: Series, deadline: float
+                     ) -> tuple[ProbeResult | None, str | None]:
+    """On the probing loop: no request when the budget is spent or Retry-After runs, else one."""
+    skipped = state.scheduler.skip_reason(series)
+    if skipped is not None:
+        state.metrics.record_skip(series.key, skipped)
+        return None, skipped
+    return await state.scheduler.run_now(series, deadline=deadline), None
 
 
 def ondemand_registry(series: Series, constant: Mapping[str, str], result: ProbeResult | None,
@@ -351,7 +439,7 @@ async def reload_handler(request: web.Request) -> web.Response:
     Requests arriving during a reload share one follow-up reload, so a flood costs two.
     """
     state = request.app[STATE]
-    await state.reloads.run(state.reload)
+    await state.reloads.run(lambda: on_probing_loop(state, state.reload))
     if state.last_reload_error:
         return web.Response(status=500, text=f"reload failed, old config kept:\n"
                             f"{state.last_reload_error}\n")
@@ -396,7 +484,7 @@ def _results_document(snapshot: Snapshot, state_info: dict[str, Any]) -> bytes:
 def _state_info(state: ServerState) -> dict[str, Any]:
     return {"version": __version__, "ready": state.ready,
             "config_reload_error": state.last_reload_error or None,
-            "in_flight": state.scheduler.in_flight, "tasks": len(asyncio.all_tasks()),
+            "in_flight": state.scheduler.in_flight, "tasks": len(asyncio.all_tasks(state.loop)),
             "event_loop_lag_max_seconds": state.loop_lag_recent}
 
 

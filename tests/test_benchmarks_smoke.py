@@ -63,5 +63,5 @@ def test_truth_server_records(tmp_path: Path) -> None:
 
 def test_hostile_smoke() -> None:
     out = run_benchmark("hostile")
-    assert "| quiet " in out and "| attacked " in out and "TTFT err p50 ms" in out
+    assert "| quiet " in out and "| attack on the port " in out and "TTFT err p50 ms" in out
     assert "wrong password → 401" in out and "reload → 200" in out

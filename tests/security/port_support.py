@@ -1,4 +1,5 @@
-"""A real app on a real socket for the port's attack tests: the daemon's pieces, in process."""
+"""A real app on a real socket for the port's attack tests: the daemon's pieces, in process
+(the HTTP side on its own thread and loop, as in the daemon)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import aiohttp
 from prometheus_client import CollectorRegistry
 
 from exporter.config import Config
-from exporter.listener import GuardedSite, ServerLimits
+from exporter.listener import ServerLimits
 from exporter.metrics import ExporterMetrics
 from exporter.prober import Prober
 from exporter.scheduler import Scheduler
@@ -56,17 +57,15 @@ async def serve(config: Config, *, web_config: LiveWebConfig | None = None,
 
     state = ServerState(registry, metrics, store, scheduler, config, reload, ready=True,
                         **state_fields)
-    runner = await start_server(state, "127.0.0.1", 0, web_config=web_config, limits=limits)
-    site = next(iter(runner.sites))
-    assert isinstance(site, GuardedSite)
+    server = await start_server(state, "127.0.0.1", 0, web_config=web_config, limits=limits)
     scheme = "https" if web_config is not None and web_config.tls else "http"
     if schedule:
         scheduler.apply(config)
     try:
-        yield Served(state, f"{scheme}://127.0.0.1:{site.port}", site.port, registry)
+        yield Served(state, f"{scheme}://127.0.0.1:{server.port}", server.port, registry)
     finally:
         await scheduler.stop(grace=1)
-        await runner.cleanup()
+        await server.cleanup()
         await prober.close()
 
 
