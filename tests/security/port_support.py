@@ -83,17 +83,22 @@ async def timed_get(session: aiohttp.ClientSession, url: str, **kw: Any) -> tupl
         return response.status, time.perf_counter() - start
 
 
-async def open_idle(port: int, count: int) -> list[socket.socket]:
-    """`count` TCP connections that never send a byte (sockets kept open by the caller)."""
+@contextlib.asynccontextmanager
+async def idle_connections(port: int, count: int) -> AsyncIterator[list[socket.socket]]:
+    """`count` TCP connections that never send a byte; all closed on exit."""
     loop = asyncio.get_running_loop()
-    sockets = []
-    for _ in range(count):
-        sock = socket.socket()
-        sock.setblocking(False)
-        with contextlib.suppress(OSError):
-            await loop.sock_connect(sock, ("127.0.0.1", port))
-        sockets.append(sock)
-    return sockets
+    sockets: list[socket.socket] = []
+    try:
+        for _ in range(count):
+            sock = socket.socket()
+            sockets.append(sock)
+            sock.setblocking(False)
+            with contextlib.suppress(OSError):
+                await loop.sock_connect(sock, ("127.0.0.1", port))
+        yield sockets
+    finally:
+        for sock in sockets:
+            sock.close()
 
 
 def closed_by_peer(sock: socket.socket) -> bool:

@@ -11,7 +11,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.config import parse_config
-from exporter.server import SCRAPE_TIMEOUT_HEADER, probe_deadline
+from exporter.ondemand import SCRAPE_TIMEOUT_HEADER, probe_deadline
 from exporter.shard import shard_of
 from tests.conftest import Script, make_config, ok_stream
 from tests.security.port_support import serve

@@ -23,6 +23,7 @@ import aiohttp
 import bcrypt
 import pytest
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.listener import (
     AcceptErrorLimiter,
@@ -33,9 +34,10 @@ from exporter.listener import (
 from tests.conftest import free_port, make_config, ok_stream
 from tests.e2e_support import ROOT, Daemon, shipped_config, wait_for
 from tests.security.port_support import (
+    Served,
     basic,
     closed_by_peer,
-    open_idle,
+    idle_connections,
     serve,
     timed_get,
 )
@@ -75,43 +77,47 @@ async def test_idle_and_slowloris_connections_cannot_lock_out_a_scrape(scripted_
     async with serve(config, limits=limits) as app, aiohttp.ClientSession() as session:
         await asyncio.sleep(1.2)
         before = app.sample("llm_probe_requests_total", **HEALTHY) or 0
-        idle = await open_idle(app.port, 1100)
-        slow = await open_idle(app.port, 50)
-        stop = asyncio.Event()
+        async with idle_connections(app.port, 1100), \
+                idle_connections(app.port, 50) as slow:
+            await attack_with_slowloris(app, session, slow, before)
 
-        async def trickle(sock: socket.socket) -> None:
-            loop = asyncio.get_running_loop()
-            with contextlib.suppress(OSError):
-                await loop.sock_sendall(sock, b"GET /metrics HTTP/1.1\r\nHost: x\r\n")
-                while not stop.is_set():
-                    await loop.sock_sendall(sock, b"X-Slow: 1\r\n")
-                    await asyncio.sleep(0.2)
 
-        trickles = [asyncio.create_task(trickle(s)) for s in slow]
-        try:
-            for _ in range(5):
-                status, seconds = await timed_get(session, app.url + "/metrics")
-                assert status == 200 and seconds < PROMPT_SCRAPE
-                assert app.sample("llm_probe_http_connections") <= 256
-                await asyncio.sleep(0.3)
-            await asyncio.sleep(1.5)  # past the header timeout
-            # Every slowloris connection is gone: timed out or evicted.
-            assert all(closed_by_peer(s) for s in slow)
-            closed = {r: app.sample("llm_probe_http_connections_closed_total", reason=r.value)
-                      for r in CloseReason}
-            cut = closed[CloseReason.EVICTED] + closed[CloseReason.HEADER_TIMEOUT]
-            assert cut >= 1100 + 50 - 256
-            assert closed[CloseReason.EVICTED] > 0 and closed[CloseReason.HEADER_TIMEOUT] > 0
-            assert closed[CloseReason.REJECTED] == 0
-            after = app.sample("llm_probe_requests_total", **HEALTHY)
-            assert after >= before + 2  # the 1 s series kept succeeding
-            assert app.sample("llm_probe_requests_total", **{**HEALTHY, "result": "connect"}) \
-                in (None, 0)
-        finally:
-            stop.set()
-            await asyncio.gather(*trickles)
-            for sock in idle + slow:
-                sock.close()
+async def attack_with_slowloris(app: Served, session: aiohttp.ClientSession,
+                                slow: list[socket.socket], before: float) -> None:
+    """Trickle request heads on `slow` while scraping; check what the guard did."""
+    stop = asyncio.Event()
+
+    async def trickle(sock: socket.socket) -> None:
+        loop = asyncio.get_running_loop()
+        with contextlib.suppress(OSError):
+            await loop.sock_sendall(sock, b"GET /metrics HTTP/1.1\r\nHost: x\r\n")
+            while not stop.is_set():
+                await loop.sock_sendall(sock, b"X-Slow: 1\r\n")
+                await asyncio.sleep(0.2)
+
+    trickles = [asyncio.create_task(trickle(s)) for s in slow]
+    try:
+        for _ in range(5):
+            status, seconds = await timed_get(session, app.url + "/metrics")
+            assert status == 200 and seconds < PROMPT_SCRAPE
+            assert app.sample("llm_probe_http_connections") <= 256
+            await asyncio.sleep(0.3)
+        await asyncio.sleep(1.5)  # past the header timeout
+        # Every slowloris connection is gone: timed out or evicted.
+        assert all(closed_by_peer(s) for s in slow)
+        closed = {r: app.sample("llm_probe_http_connections_closed_total", reason=r.value)
+                  for r in CloseReason}
+        cut = closed[CloseReason.EVICTED] + closed[CloseReason.HEADER_TIMEOUT]
+        assert cut >= 1100 + 50 - 256
+        assert closed[CloseReason.EVICTED] > 0 and closed[CloseReason.HEADER_TIMEOUT] > 0
+        assert closed[CloseReason.REJECTED] == 0
+        after = app.sample("llm_probe_requests_total", **HEALTHY)
+        assert after >= before + 2  # the 1 s series kept succeeding
+        assert app.sample("llm_probe_requests_total", **{**HEALTHY, "result": "connect"}) \
+            in (None, 0)
+    finally:
+        stop.set()
+        await asyncio.gather(*trickles)
 
 
 async def test_idle_keepalive_and_unread_responses_are_closed(scripted_server) -> None:
@@ -279,13 +285,17 @@ def auth_daemon(tmp_path):
         assert daemon.stop() == 0, daemon.output()[-3000:]
 
 
-async def successes(session: aiohttp.ClientSession, daemon: Daemon, auth: dict) -> float:
-    from prometheus_client.parser import text_string_to_metric_families
-
+async def samples(session: aiohttp.ClientSession, daemon: Daemon, auth: dict, name: str,
+                  **labels: str) -> float:
+    """The sum of a family's samples on the daemon's /metrics that match `labels`."""
     async with session.get(daemon.url + "/metrics", headers=auth) as response:
         text = await response.text()
     return sum(s.value for f in text_string_to_metric_families(text) for s in f.samples
-               if s.name == "llm_probe_requests_total" and s.labels.get("result") == "success")
+               if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()))
+
+
+async def successes(session: aiohttp.ClientSession, daemon: Daemon, auth: dict) -> float:
+    return await samples(session, daemon, auth, "llm_probe_requests_total", result="success")
 
 
 @pytest.mark.e2e
@@ -297,35 +307,42 @@ async def test_wrong_passwords_and_idle_connections_never_delay_a_scrape(auth_da
     async with aiohttp.ClientSession(connector=connector) as session:
         await asyncio.sleep(1.5)
         before = await successes(session, daemon, auth)  # also: the credentials are verified
-        idle = await open_idle(port, 1100)
-
-        async def wrong(i: int) -> int | str:
-            try:
-                async with session.get(daemon.url + "/metrics",
-                                       headers=basic("prometheus", f"guess-{i}")) as response:
-                    return response.status
-            except aiohttp.ClientError as exc:
-                return type(exc).__name__
-
-        started = time.perf_counter()
-        flood = asyncio.gather(*(wrong(i) for i in range(500)))
-        latencies = []
-        while not flood.done():
-            status, seconds = await timed_get(session, daemon.url + "/metrics", headers=auth)
-            assert status == 200
-            latencies.append(seconds)
-            await asyncio.sleep(0.1)
-        answers = await flood
-        spent = time.perf_counter() - started
-        assert max(latencies) < PROMPT_SCRAPE, latencies
-        # Each wrong password is refused (401) or, with the bcrypt queue full, turned away
-        # at once (429); connections beyond the cap may be dropped. Never a 200 or a 500.
-        assert not {a for a in answers if isinstance(a, int)} - {401, 429}, answers
-        assert sum(a == 401 for a in answers) >= 16
-        assert spent < 30
-        await asyncio.sleep(1.2)
-        assert await successes(session, daemon, auth) >= before + 1
-        for sock in idle:
-            sock.close()
+        async with idle_connections(port, 1100):
+            await flood_with_wrong_passwords(session, daemon, auth, before)
     output = daemon.output()
     assert "Traceback" not in output
+
+
+async def flood_with_wrong_passwords(session: aiohttp.ClientSession, daemon: Daemon,
+                                     auth: dict[str, str], before: float) -> None:
+    """500 wrong passwords at once while scraping with the right one every 0.1 s."""
+    async def wrong(i: int) -> int | str:
+        try:
+            async with session.get(daemon.url + "/metrics",
+                                   headers=basic("prometheus", f"guess-{i}")) as response:
+                return response.status
+        except aiohttp.ClientError as exc:
+            return type(exc).__name__
+
+    started = time.perf_counter()
+    flood = asyncio.gather(*(wrong(i) for i in range(500)))
+    latencies = []
+    while not flood.done():
+        status, seconds = await timed_get(session, daemon.url + "/metrics", headers=auth)
+        assert status == 200
+        latencies.append(seconds)
+        await asyncio.sleep(0.1)
+    answers = await flood
+    spent = time.perf_counter() - started
+    assert max(latencies) < PROMPT_SCRAPE, latencies
+    # Each wrong password is refused (401) or, with the bcrypt queue full, turned away
+    # at once (429); connections beyond the cap may be dropped. Never a 200 or a 500.
+    assert not {a for a in answers if isinstance(a, int)} - {401, 429}, answers
+    assert sum(a == 401 for a in answers) >= 16
+    assert spent < 30
+    await asyncio.sleep(1.2)
+    assert await successes(session, daemon, auth) >= before + 1
+    # 1,100 idle connections against a cap of 1,024: the oldest silent ones made room.
+    assert await samples(session, daemon, auth, "llm_probe_http_connections_closed_total",
+                         reason="evicted") >= 1100 - 1024
+    assert await samples(session, daemon, auth, "llm_probe_http_connections") <= 1024
