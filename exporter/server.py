@@ -199,7 +199,6 @@ async def start_server(state: ServerState, host: str, port: int, *,
     limits = limits or ServerLimits()
     fd_limit = raise_fd_limit()
     guard = ConnectionGuard(connection_cap(limits, fd_limit), limits)
-    state.metrics.own.register(guard.collector())
     loop = asyncio.get_running_loop()
     state.loop = loop
 
@@ -227,6 +226,7 @@ async def start_server(state: ServerState, host: str, port: int, *,
 
     server = HTTPServer()
     await server.start(setup, loop.get_exception_handler())
+    state.metrics.own.register(guard.collector())
     log.info("http limits", max_connections=guard.cap, fd_limit=fd_limit,
              header_timeout=limits.header_timeout, idle_timeout=limits.idle_timeout)
     return server
