@@ -124,25 +124,23 @@ async def test_idle_keepalive_and_unread_responses_are_closed(scripted_server) -
     server = await scripted_server(ok_stream(["Hi"]))
     config = make_config(server.url)
     limits = ServerLimits(header_timeout=0.5, idle_timeout=0.8)
-    async with serve(config, limits=limits, schedule=False) as app:
+    async with serve(config, limits=limits, schedule=False) as app, \
+            idle_connections(app.port, 2) as (keepalive, unread):
         loop = asyncio.get_running_loop()
-        keepalive, unread = socket.socket(), socket.socket()
-        for sock in (keepalive, unread):
-            sock.setblocking(False)
-            await loop.sock_connect(sock, ("127.0.0.1", app.port))
         request = b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"
         await loop.sock_sendall(keepalive, request)
         assert (await loop.sock_recv(keepalive, 65536)).startswith(b"HTTP/1.1 200")
         await loop.sock_sendall(unread, request)  # and never read the answer
         await asyncio.sleep(0.5)
         assert not closed_by_peer(keepalive)  # idle, but within the idle timeout
-        await asyncio.sleep(0.6)
+        for _ in range(30):
+            if app.sample("llm_probe_http_connections_closed_total", reason="idle_timeout") == 2:
+                break
+            await asyncio.sleep(0.1)
         assert closed_by_peer(keepalive)
         assert app.sample("llm_probe_http_connections_closed_total",
                           reason="idle_timeout") == 2
         assert app.sample("llm_probe_http_connections") == 0
-        keepalive.close()
-        unread.close()
 
 
 async def test_busy_connections_are_never_evicted(scripted_server) -> None:
