@@ -19,7 +19,6 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
-from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from exporter import images, tokens
@@ -35,11 +34,11 @@ from exporter.log import REDACTOR, get_logger
 from exporter.metrics import ExporterMetrics
 from exporter.prober import Prober
 from exporter.scheduler import Scheduler
-from exporter.server import ServerState, create_app
+from exporter.server import HTTPServer, ServerState, start_server
 from exporter.signals import ProcessSignals
 from exporter.simulator import Simulator, start_simulator
 from exporter.store import ResultStore
-from exporter.webconfig import auth_middleware, load_web_config, ssl_context
+from exporter.webconfig import LiveWebConfig
 
 LOOP_LAG_PERIOD = 0.25
 SWITCH_INTERVAL = 0.0005
@@ -84,7 +83,7 @@ class Daemon:
         self.scheduler: Scheduler | None = None
         self.simulator: Simulator | None = None
         self.state: ServerState | None = None
-        self._runner: web.AppRunner | None = None
+        self._runner: HTTPServer | None = None
         self._stop = asyncio.Event()
         self._stop_at: float | None = None
         self._stopping = False
@@ -133,20 +132,11 @@ class Daemon:
                                    max_concurrency=config.global_.max_concurrency)
         self.state = ServerState(self.registry, self.metrics, self.store, self.scheduler,
                                  None, self.reload, started_at=time.time(),
-                                 probe_endpoint=self.probe_endpoint)
-        middlewares, tls = [], None
-        if self.web_config is not None:
-            web_config, base = load_web_config(self.web_config)
-            middlewares.append(auth_middleware(web_config))
-            if web_config.tls_server_config is not None:
-                tls = ssl_context(web_config.tls_server_config, base)
-        self._runner = web.AppRunner(create_app(self.state, middlewares), access_log=None,
-                                     handle_signals=False, shutdown_timeout=CLOSE_RESERVE)
-        await self._runner.setup()
+                                 probe_endpoint=self.probe_endpoint, shard=self.shard)
+        web_config = LiveWebConfig(self.web_config) if self.web_config is not None else None
         host, port = parse_listen_address(self.listen)
         try:
-            await web.TCPSite(self._runner, host, port, reuse_address=True,
-                              ssl_context=tls).start()
+            self._runner = await start_server(self.state, host, port, web_config=web_config)
         except OSError as exc:
             raise _cannot_listen("--web.listen-address", self.listen, exc) from None
         self.log.info("listening", address=self.listen)

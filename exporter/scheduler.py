@@ -1,13 +1,20 @@
 """Runs every series on its own interval: stable offset + jitter, global concurrency, no overlap.
 
 Each series has one loop task that sleeps until its next tick on a fixed grid (so it never
-drifts), then starts its probe as a separate task. A tick that finds the previous probe of the
-same series still running is skipped (`reason="overlap"`).
+drifts), then starts its probe as a separate task. The first probe comes within
+min(interval, 10 s) of start (spread by the same stable offset), then the series joins its grid.
+A tick that finds the previous probe of the same series still running is skipped
+(`reason="overlap"`). On-demand probes (`run_now`, the `/probe` endpoint) run outside the
+scheduled concurrency limit, so they can never starve scheduled series.
+
+Durations (grid, Retry-After pauses) are on the monotonic clock; the wall clock only dates
+results and the budget's day.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import random
 import time
 from collections.abc import Callable
@@ -15,6 +22,7 @@ from typing import Any
 
 from exporter.budget import Budget
 from exporter.config import Config, Series
+from exporter.errors import Result
 from exporter.log import get_logger
 from exporter.metrics import ExporterMetrics
 from exporter.prober import Prober
@@ -22,6 +30,22 @@ from exporter.result import ProbeResult
 from exporter.store import ResultStore
 
 SeriesKey = tuple[str, str, str]
+FIRST_PROBE_WINDOW = 10.0  # seconds: every series probes this soon after start (or its interval)
+
+
+def first_ticks(start: float, interval: float, fraction: float) -> tuple[float, float]:
+    """(first probe, next grid tick) of a series started at `start` with its stable `fraction`.
+
+    The first probe comes `fraction` of the way into min(interval, 10 s); the grid is
+    `start + fraction * interval + k * interval`, joined at its first tick that is at least that
+    window after the first probe (so two probes are never squeezed together).
+    """
+    window = min(interval, FIRST_PROBE_WINDOW)
+    first = start + fraction * window
+    grid = start + fraction * interval
+    while grid < first + window:
+        grid += interval
+    return first, grid
 
 
 class Scheduler:
@@ -29,7 +53,8 @@ class Scheduler:
 
     def __init__(self, prober: Prober, metrics: ExporterMetrics, store: ResultStore, *,
                  max_concurrency: int = 16, rng: random.Random | None = None,
-                 wall_clock: Callable[[], float] = time.time, logger: Any = None) -> None:
+                 wall_clock: Callable[[], float] = time.time,
+                 clock: Callable[[], float] = time.monotonic, logger: Any = None) -> None:
         self._prober = prober
         self._metrics = metrics
         self._store = store
@@ -37,10 +62,13 @@ class Scheduler:
         self._max_concurrency = max_concurrency
         self._rng = rng or random.Random()
         self._wall = wall_clock
+        self._clock = clock
         self._log = logger or get_logger()
         self._loops: dict[SeriesKey, tuple[Series, asyncio.Task[None]]] = {}
         self._running: dict[SeriesKey, asyncio.Task[ProbeResult]] = {}
-        self._paused_until: dict[SeriesKey, float] = {}
+        self._paused_until: dict[SeriesKey, float] = {}  # on `clock`
+        # Last result of each series and how many failures in a row: logs follow changes.
+        self._health: dict[SeriesKey, tuple[Result, int]] = {}
         self._stopping = False
         self.budget: Budget | None = None
         self._budget_config: object = None
@@ -69,27 +97,44 @@ class Scheduler:
             if wanted.get(key) != series:
                 task.cancel()  # an in-flight probe of this series is left to finish
                 del self._loops[key]
+        for known in (self._paused_until, self._health):
+            for key in [k for k in known if k not in wanted]:
+                del known[key]
         for key, series in wanted.items():
             if key not in self._loops:
                 task = asyncio.create_task(self._series_loop(series), name=f"series {key}")
                 self._loops[key] = (series, task)
 
     async def _series_loop(self, series: Series) -> None:
-        """Tick on this series' grid forever."""
+        """Probe soon after start, then tick on this series' grid forever."""
         loop = asyncio.get_running_loop()
         interval = series.interval
-        # A stable offset spreads series over the interval the same way after every restart.
-        next_tick = loop.time() + series.stable_fraction() * interval
+        # A stable offset spreads series the same way after every restart.
+        first, next_tick = first_ticks(loop.time(), interval, series.stable_fraction())
+        planned = first + self._rng.uniform(0.0, series.jitter * min(interval,
+                                                                     FIRST_PROBE_WINDOW))
         while True:
-            planned = next_tick + self._rng.uniform(0.0, series.jitter * interval)
             delay = planned - loop.time()
             if delay > 0:
                 await asyncio.sleep(delay)
-            next_tick += interval
+            self._start(series, planned)
             now = loop.time()
             if now - next_tick > interval:  # the loop was blocked for long: skip ahead
                 next_tick = now + interval
-            self._start(series, planned)
+            planned = next_tick + self._rng.uniform(0.0, series.jitter * interval)
+            next_tick += interval
+
+    def skip_reason(self, series: Series) -> str | None:
+        """Why a probe of this series must not be sent now (`rate_limited`, `budget`), if so."""
+        if self._paused_until.get(series.key, float("-inf")) > self._clock():
+            return "rate_limited"
+        if self.budget is not None and self.budget.exhausted():
+            return "budget"
+        return None
+
+    def _track(self, key: SeriesKey, task: asyncio.Task[ProbeResult]) -> None:
+        self._running[key] = task
+        task.add_done_callback(lambda _t: self._running.pop(key, None))
 
     def _start(self, series: Series, planned: float) -> None:
         key = series.key
@@ -98,28 +143,32 @@ class Scheduler:
             self._log.debug("probe skipped", reason="overlap", target=key[0], model=key[1],
                             probe=key[2])
             return
-        if self._paused_until.get(key, 0.0) > self._wall():
-            self._metrics.record_skip(key, "rate_limited")
+        reason = self.skip_reason(series)
+        if reason is not None:
+            self._metrics.record_skip(key, reason)
             return
-        if self.budget is not None and self.budget.exhausted():
-            self._metrics.record_skip(key, "budget")
-            return
-        task = asyncio.create_task(self._run(series, planned), name=f"probe {key}")
-        self._running[key] = task
-        task.add_done_callback(lambda _t, key=key: self._running.pop(key, None))
+        self._track(key, asyncio.create_task(self._run(series, planned), name=f"probe {key}"))
 
-    async def _run(self, series: Series, planned: float | None) -> ProbeResult:
+    async def _run(self, series: Series, planned: float) -> ProbeResult:
         """Wait for a concurrency slot, probe, record."""
         async with self._semaphore:
-            if planned is not None:
-                self._metrics.observe_lag(max(0.0, asyncio.get_running_loop().time() - planned))
-            self._metrics.in_flight.inc()
-            try:
-                result = await self._prober.probe(series)
-            finally:
-                self._metrics.in_flight.dec()
+            self._metrics.observe_lag(max(0.0, asyncio.get_running_loop().time() - planned))
+            result = await self._probe(series)
         self._record(result)
         return result
+
+    async def _run_unlimited(self, series: Series) -> ProbeResult:
+        """Probe and record without a scheduled slot (on-demand probes)."""
+        result = await self._probe(series)
+        self._record(result)
+        return result
+
+    async def _probe(self, series: Series) -> ProbeResult:
+        self._metrics.in_flight.inc()
+        try:
+            return await self._prober.probe(series)
+        finally:
+            self._metrics.in_flight.dec()
 
     def _record(self, result: ProbeResult) -> None:
         self._metrics.record(result)
@@ -129,28 +178,58 @@ class Scheduler:
             self._metrics.set_budget(self.budget)
             asyncio.get_running_loop().create_task(self._save_budget(self.budget))
         if result.retry_after:
-            self._paused_until[result.key] = self._wall() + result.retry_after
+            self._paused_until[result.key] = self._clock() + result.retry_after
+        self._log_change(result)
+
+    def _log_change(self, result: ProbeResult) -> None:
+        """One warning when a series starts failing (or fails differently), one info when it
+        recovers; repeats at debug."""
+        labels = {"target": result.target, "model": result.model, "probe": result.probe}
+        previous, streak = self._health.get(result.key, (Result.SUCCESS, 0))
         if result.success:
-            self._log.debug("probe finished", target=result.target, model=result.model,
-                            probe=result.probe, ttft=result.timings.ttft)
+            self._health[result.key] = (Result.SUCCESS, 0)
+            if previous is Result.SUCCESS:
+                self._log.debug("probe finished", **labels, ttft=result.timings.ttft)
+            else:
+                self._log.info("probe recovered", **labels, previous=previous.value,
+                               failures=streak)
+            return
+        self._health[result.key] = (result.result, streak + 1)
+        if result.result is previous:
+            self._log.debug("probe failed again", **labels, result=result.result.value,
+                            reason=result.reason, failures=streak + 1)
         else:
-            self._log.warning("probe failed", target=result.target, model=result.model,
-                              probe=result.probe, result=result.result.value,
-                              reason=result.reason)
+            self._log.warning("probe failing", **labels, result=result.result.value,
+                              reason=result.reason, previous=previous.value)
 
     async def _save_budget(self, budget: Budget) -> None:
         async with self._save_lock:  # one writer at a time; the last write has the latest sum
             await asyncio.to_thread(budget.save)
 
-    async def run_now(self, series: Series) -> ProbeResult:
-        """Run one probe of a configured series at once (the `/probe` endpoint)."""
+    async def run_now(self, series: Series, *, deadline: float | None = None) -> ProbeResult:
+        """Probe a configured series at once, outside the scheduled concurrency (`/probe`).
+
+        `deadline` (seconds) shortens the probe's timeout. A probe of the series already in
+        flight is awaited instead of sending another; if it outlasts `deadline`, the answer is
+        a timeout result of its own (not recorded: the running probe will be).
+        """
         running = self._running.get(series.key)
-        if running is not None:
-            return await asyncio.shield(running)
-        task = asyncio.create_task(self._run(series, None))
-        self._running[series.key] = task
-        task.add_done_callback(lambda _t, key=series.key: self._running.pop(key, None))
-        return await asyncio.shield(task)
+        if running is None:
+            if deadline is not None and deadline < series.timeout:
+                series = dataclasses.replace(series, timeout=deadline)
+            task = asyncio.create_task(self._run_unlimited(series),
+                                       name=f"on-demand probe {series.key}")
+            self._track(series.key, task)
+            return await asyncio.shield(task)  # the prober keeps the deadline
+        try:
+            async with asyncio.timeout(deadline):
+                return await asyncio.shield(running)
+        except TimeoutError:
+            target, model, probe = series.key
+            return ProbeResult(target, model, probe, Result.TIMEOUT,
+                               reason="a scheduled probe of this series was still running "
+                                      f"after {deadline:g}s (the scrape's deadline)",
+                               finished_at=self._wall())
 
     async def stop(self, grace: float = 10.0) -> None:
         """Stop scheduling; let in-flight probes finish within `grace` seconds."""

@@ -1,32 +1,86 @@
 """HTTP endpoints: /metrics, /probe, /-/healthy, /-/ready, /-/reload, /, /api/v1/results, /config.
 
-Rendering (exposition, status page, JSON) happens in a worker thread from an immutable snapshot,
-so a scrape never holds the event loop that stamps tokens.
+`start_server` serves them from a thread and event loop of their own, behind the connection
+guard of `exporter.listener` (cap, timeouts, eviction) and the web config; anything that touches
+probing (on-demand probes, reloads) runs on the probing loop. Rendering (exposition, status page,
+JSON) happens in a worker thread from an immutable snapshot, and concurrent scrapes share one
+render, so no client of the port holds the event loop that stamps tokens.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import gzip
 import html
+import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 import yaml
 from aiohttp import web
-from prometheus_client import CollectorRegistry, Gauge
+from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 
 from exporter import __version__, protobuf
-from exporter.config import Config, redacted
-from exporter.log import REDACTOR
+from exporter.config import Config, Series, redacted
+from exporter.listener import (
+    ConnectionGuard,
+    GuardedSite,
+    ServerLimits,
+    connection_cap,
+    install_accept_error_limiter,
+    raise_fd_limit,
+)
+from exporter.log import REDACTOR, get_logger
 from exporter.metrics import ExporterMetrics
+from exporter.ondemand import SCRAPE_TIMEOUT_HEADER, ondemand_registry, owning_shard, probe_deadline
 from exporter.result import ProbeResult
 from exporter.scheduler import Scheduler
 from exporter.store import ResultStore, Snapshot
+from exporter.webconfig import LiveWebConfig
+
+
+class Coalescer:
+    """Runs an async job so that callers arriving during a run share one follow-up run."""
+
+    def __init__(self) -> None:
+        self._current: asyncio.Task[None] | None = None
+        self._next: asyncio.Task[None] | None = None
+
+    async def run(self, job: Callable[[], Awaitable[None]]) -> None:
+        """Run `job` after the current run, sharing that run with every caller waiting now."""
+        if self._next is None:
+            self._next = asyncio.create_task(self._after(self._current, job))
+        await asyncio.shield(self._next)
+
+    async def _after(self, previous: asyncio.Task[None] | None,
+                     job: Callable[[], Awaitable[None]]) -> None:
+        if previous is not None:
+            await asyncio.gather(previous, return_exceptions=True)
+        # From here on, a new caller may have changed the file after we read it: it needs
+        # another run.
+        self._next, self._current = None, asyncio.current_task()  # type: ignore[assignment]
+        await job()
+
+
+class SharedRenders:
+    """Concurrent requests for the same page share one render (a scrape flood costs one)."""
+
+    def __init__(self) -> None:
+        self._running: dict[Any, asyncio.Future[Any]] = {}
+
+    async def get(self, key: Any, render: Callable[..., Any], *args: Any) -> Any:
+        """`render(*args)` in a worker thread, or the result of the same render in flight."""
+        future = self._running.get(key)
+        if future is None:
+            future = asyncio.ensure_future(asyncio.to_thread(render, *args))
+            self._running[key] = future
+            future.add_done_callback(lambda _f: self._running.pop(key, None))
+        return await asyncio.shield(future)
 
 
 @dataclass
@@ -45,7 +99,12 @@ class ServerState:
     probe_endpoint: bool = True
     probe_min_interval: float = 10.0  # /probe answers from the last result if it is this fresh
     probe_concurrency: int = 4  # on-demand probes in flight at once (each costs money)
+    probe_margin: float = 0.5  # seconds kept from the scraper's timeout for the answer itself
+    shard: str | None = None  # `--shard i/n` (overrides global.shard), to explain 404s
     loop_lag_recent: float = 0.0  # worst event-loop lag over the last minute (seconds)
+    loop: asyncio.AbstractEventLoop | None = None  # the probing loop (set by start_server)
+    reloads: Coalescer = field(default_factory=Coalescer)
+    renders: SharedRenders = field(default_factory=SharedRenders)
     _probes_in_flight: int = 0
 
 
@@ -67,6 +126,131 @@ def create_app(state: ServerState, middlewares: Sequence[Any] = ()) -> web.Appli
     app.router.add_get("/api/v1/results", results_handler)
     app.router.add_get("/config", config_handler)
     return app
+
+
+class HTTPServer:
+    """The endpoints, served from a thread and event loop of their own.
+
+    A flood of requests then costs that loop, not the one that stamps tokens: the probing loop
+    only waits for the GIL (handed over within the daemon's 0.5 ms switch interval), and every
+    call into probing state (on-demand probes, reloads) runs on the probing loop
+    (`on_probing_loop`).
+    """
+
+    def __init__(self) -> None:
+        self.port = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._runner: web.AppRunner | None = None
+        self._thread: threading.Thread | None = None
+
+    async def start(self, setup: Callable[[], Awaitable[tuple[web.AppRunner, int]]],
+                    exception_handler: Any = None) -> None:
+        """Run `setup()` (returns the runner and bound port) on the HTTP loop, then serve."""
+        started: concurrent.futures.Future[None] = concurrent.futures.Future()
+
+        def run() -> None:
+            loop = asyncio.new_event_loop()
+            asyncio.set_event_loop(loop)
+            loop.set_exception_handler(exception_handler)  # the same sinks as the main loop
+            self._loop = loop
+            try:
+                self._runner, self.port = loop.run_until_complete(setup())
+            except BaseException as exc:
+                started.set_exception(exc)
+                loop.close()
+                return
+            started.set_result(None)
+            try:
+                loop.run_forever()
+            finally:
+                pending = asyncio.all_tasks(loop)
+                for task in pending:
+                    task.cancel()
+                loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+                loop.run_until_complete(loop.shutdown_default_executor())
+                loop.close()
+
+        self._thread = threading.Thread(target=run, name="http", daemon=True)
+        self._thread.start()
+        await asyncio.wrap_future(started)
+
+    async def cleanup(self) -> None:
+        """Close every connection and stop the HTTP thread."""
+        loop, runner, thread = self._loop, self._runner, self._thread
+        if loop is None or runner is None or thread is None or loop.is_closed():
+            return
+        try:
+            await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(runner.cleanup(), loop))
+        finally:
+            loop.call_soon_threadsafe(loop.stop)
+            await asyncio.to_thread(thread.join, 10)
+
+
+async def start_server(state: ServerState, host: str, port: int, *,
+                       web_config: LiveWebConfig | None = None,
+                       limits: ServerLimits | None = None, logger: Any = None) -> HTTPServer:
+    """Serve the endpoints on host:port (own thread and loop) behind the connection guard and
+    the web config.
+
+    Raises the descriptor limit, caps connections below it, and logs EMFILE on accept once per
+    interval. `cleanup()` stops everything (the web config watcher included).
+    """
+    log = logger or get_logger()
+    limits = limits or ServerLimits()
+    fd_limit = raise_fd_limit()
+    guard = ConnectionGuard(connection_cap(limits, fd_limit), limits)
+    loop = asyncio.get_running_loop()
+    state.loop = loop
+
+    async def setup() -> tuple[web.AppRunner, int]:
+        middlewares: list[Any] = [guard.middleware]
+        if web_config is not None:
+            middlewares.append(web_config.middleware)
+        app = create_app(state, middlewares)
+        if web_config is not None:
+            app.cleanup_ctx.append(_watching(web_config))
+        runner = web.AppRunner(app, access_log=None, handle_signals=False,
+                               keepalive_timeout=limits.idle_timeout,
+                               lingering_time=limits.lingering_time)
+        await runner.setup()
+        tls = web_config.ssl_context if web_config is not None and web_config.tls else None
+        site = GuardedSite(runner, host, port, guard=guard, tls=tls)
+        try:
+            await site.start()
+        except BaseException:
+            await runner.cleanup()
+            raise
+        install_accept_error_limiter(asyncio.get_running_loop(),
+                                     limits.accept_error_log_interval, log)
+        return runner, site.port
+
+    server = HTTPServer()
+    await server.start(setup, loop.get_exception_handler())
+    state.metrics.own.register(guard.collector())
+    log.info("http limits", max_connections=guard.cap, fd_limit=fd_limit,
+             header_timeout=limits.header_timeout, idle_timeout=limits.idle_timeout)
+    return server
+
+
+async def on_probing_loop(state: ServerState, job: Callable[..., Awaitable[Any]],
+                          *args: Any) -> Any:
+    """Run `job(*args)` on the loop that probes (this one when the app runs there, as in
+    tests), and wait for it here."""
+    loop = state.loop
+    if loop is None or loop is asyncio.get_running_loop():
+        return await job(*args)
+    return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(job(*args), loop))
+
+
+def _watching(web_config: LiveWebConfig) -> Callable[[web.Application], Any]:
+    async def watch(_app: web.Application) -> Any:
+        task = asyncio.create_task(web_config.watch(), name="web config watcher")
+        yield
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        web_config.close()
+
+    return watch
 
 
 def _render_exposition(registry: Any, accept: str, gzip_ok: bool,
@@ -93,8 +277,11 @@ async def metrics_handler(request: web.Request) -> web.Response:
     registry = state.registry.restricted_registry(names) if names else state.registry
     accept = ",".join(request.headers.getall("Accept", []))
     gzip_ok = "gzip" in request.headers.get("Accept-Encoding", "")
-    body, content_type, gzipped = await asyncio.to_thread(
-        _render_exposition, registry, accept, gzip_ok, None if names else state.metrics)
+    kind = (protobuf.CONTENT_TYPE if protobuf.wants_protobuf(accept)
+            else choose_encoder(accept)[1])
+    key = (kind, gzip_ok, tuple(sorted(set(names))))
+    body, content_type, gzipped = await state.renders.get(
+        key, _render_exposition, registry, accept, gzip_ok, None if names else state.metrics)
     headers = {"Content-Type": content_type}
     if gzipped:
         headers["Content-Encoding"] = "gzip"
@@ -112,53 +299,49 @@ async def probe_handler(request: web.Request) -> web.Response:
         return web.Response(status=503, text="no config loaded\n")
     if not all(names):
         return web.Response(status=400, text="target, model and probe are required\n")
-    series = config.find_series(*names)
+    key = (names[0], names[1], names[2])
+    series = config.find_series(*key)
     if series is None:
+        owner = owning_shard(config, key, state.shard)
+        if owner is not None:
+            return web.Response(status=404, text=f"series {'/'.join(key)} belongs to shard "
+                                f"{owner}; scrape that replica\n")
         return web.Response(status=400, text="no such configured series: "
                             f"target={names[0]!r} model={names[1]!r} probe={names[2]!r}\n")
     last = state.store.latest(series.key)
-    headers = {}
+    headers: dict[str, str] = {}
+    result: ProbeResult | None = None
+    skipped = None
     if last is not None and time.time() - last.finished_at < state.probe_min_interval:
         result = last  # fresh enough: don't pay for another call
         headers["X-Probe-Cached"] = "1"
     elif state._probes_in_flight >= state.probe_concurrency:
         return web.Response(status=429, text="too many on-demand probes in flight\n")
     else:
+        deadline = probe_deadline(series.timeout, request.headers.get(SCRAPE_TIMEOUT_HEADER),
+                                  state.probe_margin)
         state._probes_in_flight += 1
         try:
-            result = await state.scheduler.run_now(series)
+            result, skipped = await on_probing_loop(state, _probe_now, state, series, deadline)
         finally:
             state._probes_in_flight -= 1
+        if skipped is not None:
+            headers["X-Probe-Skipped"] = skipped
+    registry = ondemand_registry(series, config.global_.labels, result,
+                                 cached="X-Probe-Cached" in headers, skipped=skipped)
     body, content_type, _ = await asyncio.to_thread(
-        _render_exposition, probe_registry(result), request.headers.get("Accept", ""), False)
+        _render_exposition, registry, request.headers.get("Accept", ""), False)
     return web.Response(body=body, headers={"Content-Type": content_type, **headers})
 
 
-def probe_registry(result: ProbeResult) -> CollectorRegistry:
-    """A one-off registry describing a single probe (blackbox-exporter style)."""
-    registry = CollectorRegistry()
-    t = result.timings
-
-    def gauge(name: str, doc: str, value: float | None) -> None:
-        if value is not None:
-            Gauge(name, doc, registry=registry).set(value)
-
-    gauge("llm_probe_success", "Whether the probe succeeded.", 1 if result.success else 0)
-    gauge("llm_probe_ttft_seconds", "Time to first token.", t.ttft)
-    gauge("llm_probe_time_to_first_answer_seconds", "Time to first answer token.",
-          t.time_to_first_answer)
-    gauge("llm_probe_tpot_seconds", "Time per output token.", t.tpot)
-    gauge("llm_probe_output_tokens_per_second", "Output tokens per second (N / E2E).", t.tps)
-    gauge("llm_probe_duration_seconds", "End-to-end duration.", t.duration)
-    gauge("llm_probe_output_tokens", "Output tokens (N).", result.output_tokens)
-    gauge("llm_probe_cost", "Cost of this probe.", result.cost)
-    outcome = Gauge("llm_probe_result", "The result of this probe (1 for its value).",
-                    ["result"], registry=registry)
-    outcome.labels(result.result.value).set(1)
-    phases = Gauge("llm_probe_phase_seconds", "Phase durations.", ["phase"], registry=registry)
-    for phase, seconds in t.phases.items():
-        phases.labels(phase.value).set(seconds)
-    return registry
+async def _probe_now(state: ServerState, series: Series, deadline: float
+                     ) -> tuple[ProbeResult | None, str | None]:
+    """On the probing loop: no request when the budget is spent or Retry-After runs, else one."""
+    skipped = state.scheduler.skip_reason(series)
+    if skipped is not None:
+        state.metrics.record_skip(series.key, skipped)
+        return None, skipped
+    return await state.scheduler.run_now(series, deadline=deadline), None
 
 
 async def healthy_handler(request: web.Request) -> web.Response:
@@ -174,9 +357,12 @@ async def ready_handler(request: web.Request) -> web.Response:
 
 
 async def reload_handler(request: web.Request) -> web.Response:
-    """Reload the config file; a bad file keeps the old config running."""
+    """Reload the config file; a bad file keeps the old config running.
+
+    Requests arriving during a reload share one follow-up reload, so a flood costs two.
+    """
     state = request.app[STATE]
-    await state.reload()
+    await state.reloads.run(lambda: on_probing_loop(state, state.reload))
     if state.last_reload_error:
         return web.Response(status=500, text=f"reload failed, old config kept:\n"
                             f"{state.last_reload_error}\n")
@@ -226,7 +412,7 @@ def _results_document(snapshot: Snapshot, state_info: dict[str, Any]) -> bytes:
 def _state_info(state: ServerState) -> dict[str, Any]:
     return {"version": __version__, "ready": state.ready,
             "config_reload_error": state.last_reload_error or None,
-            "in_flight": state.scheduler.in_flight, "tasks": len(asyncio.all_tasks()),
+            "in_flight": state.scheduler.in_flight, "tasks": len(asyncio.all_tasks(state.loop)),
             "event_loop_lag_max_seconds": state.loop_lag_recent}
 
 

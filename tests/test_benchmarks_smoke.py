@@ -65,3 +65,9 @@ def test_truth_server_records(tmp_path: Path) -> None:
     assert len(record["writes"]) == 3
     assert record["writes"][0] >= record["arrived"] + 0.01
     assert measured.ttft >= record["writes"][0] - record["arrived"]  # type: ignore[attr-defined]
+
+
+def test_hostile_smoke() -> None:
+    out = run_benchmark("hostile")
+    assert "| quiet " in out and "| attack on the port " in out and "TTFT err p50 ms" in out
+    assert "wrong password → 401" in out and "reload → 200" in out

@@ -112,8 +112,9 @@ def test_config_endpoint_and_probe_endpoint(daemon) -> None:
     config = http_get(f"{daemon.url}/config").decode()
     assert "sim-chat" in config and "simulator" in config
     body = http_get(f"{daemon.url}/probe?target=simulator&model=sim-chat&probe=short").decode()
-    assert "llm_probe_success 1.0" in body
-    assert "llm_probe_ttft_seconds" in body
+    assert 'llm_probe_ondemand_success{model="sim-chat",probe="short",target="simulator"} 1.0' \
+        in body
+    assert "llm_probe_ondemand_ttft_seconds{" in body
     try:
         http_get(f"{daemon.url}/probe?target=simulator&model=gpt-4&probe=short")
     except Exception as exc:  # urllib raises on 400

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
+import time
 
+import pytest
 from prometheus_client import CollectorRegistry
 
 from exporter.metrics import ExporterMetrics
 from exporter.prober import Prober
-from exporter.scheduler import Scheduler
+from exporter.scheduler import Scheduler, first_ticks
 from exporter.store import ResultStore
 from tests.conftest import Script, chat_chunk, make_config, ok_stream
 
@@ -120,3 +123,75 @@ async def test_apply_removes_and_adds_series(scripted_server) -> None:
     assert before == after  # b is no longer probed
     assert registry.get_sample_value("llm_probe_requests_total", {
         **LABELS, "model": "b", "result": "success"}) is None
+
+
+@pytest.mark.parametrize(("interval", "fraction", "first", "grid"), [
+    (1.0, 0.5, 0.5, 1.5),  # short intervals: the first probe is on the grid
+    (60.0, 0.5, 5.0, 30.0),  # within 10 s, then the grid (30 s, 90 s, …)
+    (60.0, 0.01, 0.1, 60.6),  # a grid tick too close to the first probe is skipped
+    (300.0, 0.9, 9.0, 270.0),
+    (300.0, 0.02, 0.2, 306.0),
+    (10.0, 0.0, 0.0, 10.0),
+])
+def test_first_probe_within_ten_seconds_then_the_grid(interval, fraction, first, grid) -> None:
+    assert first_ticks(100.0, interval, fraction) == pytest.approx((100 + first, 100 + grid))
+
+
+async def test_a_long_interval_series_probes_soon_after_start(scripted_server) -> None:
+    server = await scripted_server(ok_stream(["Hi"]))
+    # m44's stable offset is 0.017: 0.17 s into the 10 s window (5.1 s into a 5 min grid).
+    config = make_config(server.url, models=["m44"], global_={"interval": "5m", "jitter": 0})
+    registry, _ = await run_for(config, 0.8)
+    assert registry.get_sample_value("llm_probe_requests_total", {
+        **LABELS, "model": "m44", "result": "success"}) == 1
+
+
+async def test_retry_after_pause_ignores_wall_clock_steps(scripted_server) -> None:
+    """A backward wall-clock step (NTP, VM resume) must not stretch a Retry-After pause."""
+    limited = Script(status=429, headers={"Retry-After": "1"}, steps=[(0, b"{}")])
+    server = await scripted_server(limited, ok_stream(["Hi"]))
+    config = make_config(server.url, global_={"interval": "100ms", "jitter": 0})
+    calls = itertools.count()
+
+    def stepping_wall() -> float:  # two hours back after the first reading
+        return time.time() - (7200 if next(calls) else 0)
+
+    registry, _ = await run_for(config, 1.6, wall_clock=stepping_wall)
+    assert registry.get_sample_value(
+        "llm_probe_requests_total", {**LABELS, "result": "rate_limited"}) == 1
+    assert registry.get_sample_value(
+        "llm_probe_skipped_total", {**LABELS, "reason": "rate_limited"}) >= 5
+    assert registry.get_sample_value(
+        "llm_probe_requests_total", {**LABELS, "result": "success"}) >= 1
+
+
+class RecordingLogger:
+    """Keeps (level, event, fields) of every log call."""
+
+    def __init__(self) -> None:
+        self.lines: list[tuple[str, str, dict]] = []
+
+    def __getattr__(self, level: str):
+        return lambda event, **kw: self.lines.append((level, event, kw))
+
+
+async def test_logs_follow_state_changes_not_probes(scripted_server) -> None:
+    failing = Script(status=500, headers={}, steps=[(0, b"oops")])
+    denied = Script(status=401, headers={}, steps=[(0, b"bad key")])
+    server = await scripted_server(ok_stream(["Hi"]), failing, failing, failing, denied,
+                                   ok_stream(["Hi"]))
+    config = make_config(server.url, global_={"interval": "100ms", "jitter": 0})
+    log = RecordingLogger()
+    await run_for(config, 0.75, logger=log)
+    probe_lines = [(level, event, kw.get("result")) for level, event, kw in log.lines
+                   if event.startswith("probe")]
+    assert probe_lines[:6] == [
+        ("debug", "probe finished", None),
+        ("warning", "probe failing", "http_5xx"),
+        ("debug", "probe failed again", "http_5xx"),
+        ("debug", "probe failed again", "http_5xx"),
+        ("warning", "probe failing", "auth"),
+        ("info", "probe recovered", None),
+    ]
+    recovered = next(kw for _l, event, kw in log.lines if event == "probe recovered")
+    assert recovered["previous"] == "auth" and recovered["failures"] == 4

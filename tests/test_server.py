@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
+
 import orjson
 import pytest
 from prometheus_client import CollectorRegistry
+from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.log import REDACTOR
 from exporter.metrics import ExporterMetrics
@@ -59,8 +63,12 @@ async def test_probe_endpoint_runs_only_configured_series(client) -> None:
     response = await http.get("/probe", params={"target": "t", "model": "m", "probe": "short"})
     assert response.status == 200
     body = await response.text()
-    assert "llm_probe_success 1.0" in body
-    assert 'llm_probe_result{result="success"} 1.0' in body
+    samples = {(s.name, s.labels.get("result")): (s.value, s.labels)
+               for f in text_string_to_metric_families(body) for s in f.samples}
+    value, labels = samples[("llm_probe_ondemand_success", None)]
+    assert value == 1 and labels == {"target": "t", "model": "m", "probe": "short"}
+    assert samples[("llm_probe_ondemand_result", "success")][0] == 1
+    assert samples[("llm_probe_ondemand_result", "timeout")][0] == 0
     # The daemon's own counters saw it too.
     assert state.registry.get_sample_value("llm_probe_requests_total", {
         "target": "t", "model": "m", "probe": "short", "result": "success"}) == 1
@@ -121,3 +129,35 @@ async def test_status_page_warns_about_event_loop_lag(client) -> None:
     state.loop_lag_recent = 0.042
     page = await (await http.get("/")).text()
     assert "The event loop woke up to 42 ms late" in page
+
+
+async def test_concurrent_scrapes_share_one_render(client) -> None:
+    http, state, _ = client
+    renders = []
+    render = state.metrics.render
+
+    def slow_render(**kw):
+        renders.append(1)
+        time.sleep(0.1)  # a big page
+        return render(**kw)
+
+    state.metrics.render = slow_render
+    responses = await asyncio.gather(*(http.get("/metrics") for _ in range(30)))
+    assert {r.status for r in responses} == {200}
+    assert len({await r.text() for r in responses}) == 1
+    assert len(renders) <= 3  # not 30
+    await http.get("/metrics")
+    assert len(renders) <= 4  # a later scrape renders afresh
+
+
+async def test_a_reload_flood_costs_two_reloads(client) -> None:
+    http, state, reloads = client
+
+    async def slow_reload() -> None:
+        reloads.append(1)
+        await asyncio.sleep(0.2)
+
+    state.reload = slow_reload
+    responses = await asyncio.gather(*(http.post("/-/reload") for _ in range(50)))
+    assert {r.status for r in responses} == {200}
+    assert 1 <= len(reloads) <= 2  # the running one, and one for all that came during it
