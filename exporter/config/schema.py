@@ -281,7 +281,7 @@ ToolChoice = Literal["auto", "required", "none"] | ToolChoiceName
 
 class ResponseFormat(_Strict):
     """Structured output: the answer must be JSON (`json_object`) following `schema`
-    (`json_schema`), enforced by the server where the API has it."""
+    (`json_schema`), enforced by the server."""
 
     type: Literal["json_schema", "json_object"] = "json_schema"
     # `schema` is also a (deprecated) BaseModel method: the field is `schema_`, spelled `schema`.
@@ -296,6 +296,11 @@ class ResponseFormat(_Strict):
         if (self.type == "json_schema") != (self.schema_ is not None):
             raise ValueError("`type: json_schema` needs a `schema`; `json_object` takes none")
         return self
+
+    @property
+    def json_schema(self) -> dict[str, Any]:
+        """The schema to enforce (any JSON object for `json_object`), for APIs that need one."""
+        return self.schema_ if self.schema_ is not None else {"type": "object"}
 
 
 # Keys of a chat probe that an embedding probe does not send.
@@ -420,9 +425,9 @@ _API_FEATURES: dict[Api, frozenset[Feature]] = {
     Api.OPENAI_CHAT: frozenset(Feature),
     Api.OPENAI_COMPLETIONS: frozenset({Feature.EMBEDDING}),
     Api.OPENAI_RESPONSES: frozenset(Feature),
-    Api.ANTHROPIC_MESSAGES: frozenset({Feature.IMAGE, Feature.TOOLS}),
+    Api.ANTHROPIC_MESSAGES: frozenset(Feature) - {Feature.EMBEDDING},
     Api.GEMINI: frozenset(Feature),
-    Api.BEDROCK_CONVERSE: frozenset({Feature.IMAGE, Feature.TOOLS}),
+    Api.BEDROCK_CONVERSE: frozenset(Feature) - {Feature.EMBEDDING},
     Api.OLLAMA_CHAT: frozenset({Feature.IMAGE, Feature.TOOLS, Feature.RESPONSE_FORMAT}),
 }
 

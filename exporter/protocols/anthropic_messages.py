@@ -1,6 +1,7 @@
 """Anthropic Messages API (`POST {base_url}/messages`, streamed SSE).
 
-Events: message_start (id, input usage), content_block_start (a `tool_use` block names the tool:
+Structured output is `output_config.format` (`json_schema`). Events: message_start (id, input
+usage), content_block_start (a `tool_use` block names the tool:
 a tool-call token), content_block_delta (`text_delta` is answer, `thinking_delta` reasoning,
 `input_json_delta` tool-call arguments), content_block_stop, ping, message_delta (stop_reason,
 output usage), message_stop, and `error` (an error inside a 200 stream → `upstream`).
@@ -174,6 +175,9 @@ class AnthropicMessages(ApiProtocol):
             body["system"] = prompt.system
         if probe.temperature is not None:
             body["temperature"] = min(probe.temperature, 1.0)
+        if probe.response_format is not None:
+            body["output_config"] = {"format": {
+                "type": "json_schema", "schema": probe.response_format.json_schema}}
         auth = {"anthropic-version": ANTHROPIC_VERSION}
         if api_key:
             auth["x-api-key"] = api_key.reveal()

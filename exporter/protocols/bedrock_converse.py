@@ -10,6 +10,7 @@ is no token), `contentBlockStop`, `messageStop` (`stopReason`), then `metadata` 
 (`:message-type: exception`, e.g. `modelStreamErrorException`, `throttlingException`) or an
 error frame is `upstream`.
 
+Structured output is `outputConfig.textFormat` (`json_schema`, the schema as a JSON string).
 Auth: a Bedrock API key (`api_key_env` → `Authorization: Bearer`), or SigV4 (`aws_sigv4`),
 which a signer adds over the finished request just before it is sent.
 
@@ -44,6 +45,7 @@ from exporter.protocols.base import (
     as_object,
     bearer,
     count,
+    dumps,
     error_message,
     json_headers,
     load_event,
@@ -194,6 +196,10 @@ class BedrockConverse(ApiProtocol):
                                 "inferenceConfig": inference, **converse_tools(probe)}
         if prompt.system:
             body["system"] = [{"text": prompt.system}]
+        fmt = probe.response_format
+        if fmt is not None:
+            body["outputConfig"] = {"textFormat": {"type": "json_schema", "structure": {
+                "jsonSchema": {"schema": dumps(fmt.json_schema), "name": fmt.name}}}}
         return HttpRequest(self.url(series),
                            json_headers(series, EVENTSTREAM, bearer(api_key)),
                            orjson.dumps(body))

@@ -126,7 +126,9 @@ class GeminiStreamParser(StreamParser[ServerSentEvent]):
     def _part(self, part: dict[str, Any]) -> int:
         call = part.get("functionCall")
         if isinstance(call, dict):
-            return self.start_tool_call(call.get("name"), dumps(call.get("args") or {}))
+            args = call.get("args")  # an object; text when a server passes the model's raw text
+            return self.start_tool_call(call.get("name"),
+                                        args if isinstance(args, str) else dumps(args or {}))
         text = part.get("text")
         if not text or not isinstance(text, str):
             return 0
