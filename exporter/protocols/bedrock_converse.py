@@ -96,7 +96,7 @@ class ConverseStreamParser(StreamParser[EventMessage]):
         if name == "contentBlockStart":
             tool = as_object(as_object(data.get("start")).get("toolUse"))
             if tool:
-                self._call_at[data.get("contentBlockIndex")] = len(self._calls)
+                self._call_at[_block(data)] = len(self._calls)
                 return self.start_tool_call(tool.get("name"))
         elif name == "messageStop":
             self.finish_reason = str(data.get("stopReason") or "end_turn")
@@ -125,9 +125,14 @@ class ConverseStreamParser(StreamParser[EventMessage]):
                 return REASONING
         elif "toolUse" in delta:
             piece = text_piece(as_object(delta["toolUse"]).get("input"), "toolUse.input", raw)
-            call = self._call_at.get(data.get("contentBlockIndex"))
+            call = self._call_at.get(_block(data))
             return self.add_tool_arguments(piece, -1 if call is None else call)
         return 0
+
+
+def _block(data: dict[str, Any]) -> int | None:
+    index = data.get("contentBlockIndex")
+    return index if isinstance(index, int) else None
 
 
 def _clip(value: Any) -> str:

@@ -113,7 +113,8 @@ class GeminiStreamParser(StreamParser[ServerSentEvent]):
         kinds = 0
         for candidate in candidates:
             candidate = as_object(candidate)
-            for part in as_object(candidate.get("content")).get("parts") or ():
+            parts = as_object(candidate.get("content")).get("parts")
+            for part in parts if isinstance(parts, list) else ():
                 kinds |= self._part(as_object(part))
             reason = candidate.get("finishReason")
             if reason:

@@ -70,7 +70,8 @@ class ResponsesStreamParser(StreamParser[ServerSentEvent]):
         if self.done or not event.data or event.data == "[DONE]":
             return 0
         data = load_event(event.data)
-        kind = data.get("type") or event.event
+        kind = data.get("type")
+        kind = kind if isinstance(kind, str) else event.event
         if kind in _ANSWER_DELTAS:
             piece = text_piece(data.get("delta"), "delta", event.data)
             if piece:
@@ -91,7 +92,7 @@ class ResponsesStreamParser(StreamParser[ServerSentEvent]):
         elif kind == "response.output_item.added":
             item = as_object(data.get("item"))
             if item.get("type") == "function_call":
-                self._call_at[item.get("id")] = len(self._calls)
+                self._call_at[_key(item.get("id"))] = len(self._calls)
                 arguments = item.get("arguments")
                 return self.start_tool_call(item.get("name"),
                                             arguments if isinstance(arguments, str) else "")
@@ -109,7 +110,7 @@ class ResponsesStreamParser(StreamParser[ServerSentEvent]):
         return 0
 
     def _call(self, item_id: Any) -> int:
-        return self._call_at.get(item_id if isinstance(item_id, str) else None, -1)
+        return self._call_at.get(_key(item_id), -1)
 
     def _finish(self, kind: str, response: dict[str, Any]) -> None:
         self.done = True
@@ -119,6 +120,10 @@ class ResponsesStreamParser(StreamParser[ServerSentEvent]):
             self.finish_reason = str(reason or "incomplete")
         else:
             self.finish_reason = str(response.get("status") or "completed")
+
+
+def _key(item_id: Any) -> str | None:
+    return item_id if isinstance(item_id, str) else None
 
 
 def responses_input(prompt: Prompt) -> list[dict[str, Any]]:
