@@ -233,3 +233,19 @@ def test_daemon_embedding_series_has_no_stream_histograms(daemon, target: str) -
                     or line.startswith(f"llm_probe_{family}_bucket")
                     if f'target="{target}"' in line and 'probe="embed"' in line], family
     assert daemon.sample("llm_probe_tokens_total", **labels, type="prompt") > 0
+
+
+@pytest.mark.e2e
+def test_results_api_shows_calls_timings_and_dimensions(daemon) -> None:
+    def last(target: str, probe: str) -> dict[str, Any] | None:
+        results = json.loads(http_get(f"{daemon.url}/api/v1/results"))
+        return next((s["last"] for s in results["series"]
+                     if (s["target"], s["probe"]) == (target, probe)), None)
+
+    tool = wait_for(lambda: last("bedrock-converse", "tool"), 30, "a bedrock tool probe")
+    assert [c["name"] for c in tool["tool_calls"]] == ["get_weather"]
+    assert set(tool["server_timings"]) == {"total"}
+    short = wait_for(lambda: last("ollama-chat", "short"), 30, "an ollama probe")
+    assert set(short["server_timings"]) == {"prefill", "decode", "total"}
+    embed = wait_for(lambda: last("gemini", "embed"), 30, "a gemini embedding")
+    assert embed["dimensions"] == 64 and embed["ttft_seconds"] is None
