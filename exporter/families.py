@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from exporter.errors import Result
-from exporter.result import Phase
+from exporter.result import Phase, ServerPhase
 
 PREFIX = "llm_probe_"
 PROBE_LABELS = ("target", "model", "probe")
@@ -74,14 +74,6 @@ class RatioObjective(StrEnum):
     """Ratio objectives (`slo:`), `llm_probe_objective_ratio{objective}`."""
 
     AVAILABILITY = "availability"
-
-
-class ServerPhase(StrEnum):
-    """`llm_probe_server_duration_seconds{phase}`: the server's own timings, where reported."""
-
-    PREFILL = "prefill"
-    DECODE = "decode"
-    TOTAL = "total"
 
 
 class Family(StrEnum):

@@ -124,6 +124,10 @@ class Redactor:
         self._current = current
         self._index = _Index.build((*current, *self._retired))
 
+    def add(self, secrets: Iterable[str]) -> None:
+        """Know `secrets` too (a key re-read from its file), keeping the current set."""
+        self.update((*self._current, *secrets))
+
     def forget(self) -> None:
         """Know no secret at all (tests, and a process that loads a different config)."""
         self._current = ()

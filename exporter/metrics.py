@@ -18,7 +18,7 @@ from prometheus_client import generate_latest as text_latest
 from prometheus_client.openmetrics.exposition import generate_latest as openmetrics_latest
 
 from exporter import __version__, protobuf
-from exporter.config import Config, Family, Series
+from exporter.config import Config, Family, ProbeKind, Series
 from exporter.errors import Result
 from exporter.exposition import (
     FamilySpec,
@@ -44,6 +44,11 @@ DEFAULT_BUCKETS: Mapping[Family, tuple[float, ...]] = {
     Family.SCHEDULER_LAG: (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5),
 }
 EVENT_LOOP_LAG_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1)
+# Histograms of streamed answers: an embedding series has none (no zero-filled TTFT).
+STREAM_PHASES = (Phase.FIRST_TOKEN, Phase.GENERATE)
+STREAM_CHILDREN: tuple[tuple[str, str | None], ...] = (
+    *((attr, None) for attr in ("ttft", "ttfa", "tpot", "inter_chunk", "tps")),
+    *(("phase", phase.value) for phase in STREAM_PHASES))
 TOKEN_TYPES = ("prompt", "completion", "reasoning", "cached")
 SKIP_REASONS = ("budget", "overlap", "rate_limited")
 CHECK_OUTCOMES = ("pass", "fail")
@@ -83,6 +88,9 @@ def probe_families(buckets: Mapping[Family, tuple[float, ...]]) -> list[FamilySp
         hist("phase", "llm_probe_phase_seconds",
              "Probe phases: resolve, connect, tls, wait, first_token, generate.", Family.PHASE,
              "phase"),
+        hist("server_duration", "llm_probe_server_duration_seconds",
+             "The server's own timings where it reports them: prefill, decode, total.",
+             Family.PHASE, "phase"),
         FamilySpec("requests", "llm_probe_requests", "counter", "Finished probes by result.",
                    "result"),
         FamilySpec("tokens", "llm_probe_tokens", "counter",
@@ -187,11 +195,11 @@ class ExporterMetrics:
             if values is None:
                 values = self.probes.add(key, [*zip(PROBE_LABELS, key, strict=True),
                                                *constant])
-                for attr in ("ttft", "ttfa", "tpot", "inter_chunk", "tps", "duration",
-                             "success", "last_run", "interval"):
+                for attr in ("duration", "success", "last_run", "interval"):
                     values.create(attr)
                 for phase in Phase:
-                    values.create("phase", phase.value)
+                    if phase not in STREAM_PHASES:
+                        values.create("phase", phase.value)
                 for result in Result:
                     values.create("requests", result.value)
                 for kind in TOKEN_TYPES:
@@ -203,7 +211,14 @@ class ExporterMetrics:
         self._applied = wanted
 
     def _sync_optional(self, values: SeriesValues, series: Series) -> None:
-        """Children that exist only for some series: cost (priced models), checks."""
+        """Children that exist only for some series: the stream histograms (not for
+        embeddings: no zero-filled TTFT), cost (priced models), checks."""
+        streams = series.probe.kind is not ProbeKind.EMBEDDING
+        for attr, extra in STREAM_CHILDREN:
+            if streams:
+                values.create(attr, extra)
+            else:
+                values.remove(attr, extra)
         price = series.price
         for (attr, currency) in [k for k in values.scalars if k[0] == "cost"]:
             if price is None or currency != price.currency:
@@ -240,9 +255,14 @@ class ExporterMetrics:
                                   ("duration", t.duration, exemplar)):
             if seconds is not None and is_finite(seconds):
                 values.observe(attr, seconds, exemplar=ex)
-        values.observe_many("inter_chunk", t.inter_chunk)
+        if t.inter_chunk:
+            values.observe_many("inter_chunk", t.inter_chunk)
         for phase, seconds in t.phases.items():
             values.observe("phase", seconds, phase.value)
+        for server_phase, seconds in result.server_timings.items():
+            # Children only where the server reports its timings (most APIs never do).
+            values.create("server_duration", server_phase.value)
+            values.observe("server_duration", seconds, server_phase.value)
         usage = result.usage
         for kind, count in (("prompt", usage.prompt), ("completion", usage.completion),
                             ("reasoning", usage.reasoning), ("cached", usage.cached)):

@@ -27,8 +27,8 @@ from aiohttp.client_proto import ResponseHandler
 from aiohttp.http_exceptions import HttpProcessingError
 
 from exporter import measure
-from exporter.checks import run_checks
-from exporter.config import Case, Expect, Series
+from exporter.checks import Observed, run_checks
+from exporter.config import Case, Expect, ProbeKind, Series
 from exporter.errors import (
     CheckFailed,
     ConnectFailed,
@@ -40,10 +40,23 @@ from exporter.errors import (
     StreamError,
     TLSFailed,
 )
+from exporter.keyfile import KeyFiles
 from exporter.log import REDACTOR, Redactor, get_logger
-from exporter.protocols import ANSWER, ApiProtocol, StreamParser, make_prompt, protocol_for
-from exporter.result import Phase, ProbeResult, TokenSource, Usage
-from exporter.sse import SSEDecoder
+from exporter.protocols import (
+    OUTPUT,
+    ApiProtocol,
+    Embedding,
+    Framing,
+    HttpRequest,
+    SignerFactory,
+    StreamParser,
+    embedding_input,
+    embedding_protocol_for,
+    make_prompt,
+    new_decoder,
+    protocol_for,
+)
+from exporter.result import Phase, ProbeResult, TokenSource, ToolCall, Usage
 from exporter.tokens import estimate_tokens
 
 Clock = Callable[[], float]
@@ -67,6 +80,14 @@ _MALFORMED_BODY = "malformed response body: "
 EVENT_SLICE = 128
 # A broken or hostile Retry-After (`inf`, a date in 9999) must not pause a series for good.
 MAX_RETRY_AFTER = 3600.0
+# Bodies and answers longer than this are parsed and checked in a worker thread.
+THREAD_ABOVE = 64 * 1024
+MAX_RESULT_TOOL_CALLS = 8  # tool calls kept in a result (each clipped like the answer)
+# Where providers put their request id when the body names none (Bedrock: x-amzn-RequestId).
+REQUEST_ID_HEADERS = ("x-request-id", "x-amzn-requestid", "request-id")
+# What each framing's body is, for "expected …, got <content type>".
+_STREAM_WORDS = {Framing.SSE: "an event stream", Framing.NDJSON: "an NDJSON stream",
+                 Framing.EVENTSTREAM: "an AWS event stream"}
 
 
 @dataclass(slots=True)
@@ -90,14 +111,15 @@ class _Attempt:
 
     stamps: measure.Stamps
     net: _NetStamps
-    parser: StreamParser | None = None
+    parser: StreamParser[Any] | None = None
     status: int | None = None
     headers: Mapping[str, str] = field(default_factory=dict)
     prompt_text: str = ""
     case: int | None = None  # index of the golden-set case this run sent
     expect: Expect | None = None
     checked: bool | None = None  # answer checks ran: passed (True) or failed (False)
-    stream_done: bool = False  # the stream ended properly
+    stream_done: bool = False  # the stream (or an embedding's body) ended properly
+    embedding: Embedding | None = None
 
 
 _CURRENT_REQUEST: contextvars.ContextVar[_NetStamps | None] = contextvars.ContextVar(
@@ -261,7 +283,7 @@ def _mark(stamps: measure.Stamps, kinds: int, now: float) -> None:
     """Record a read that carried tokens of `kinds` at time `now`."""
     if stamps.t_first is None:
         stamps.t_first = now
-    if kinds & ANSWER and stamps.t_answer is None:
+    if kinds & OUTPUT and stamps.t_answer is None:
         stamps.t_answer = now
     stamps.t_last = now
     stamps.chunk_times.append(now)
@@ -306,12 +328,16 @@ class Prober:
 
     def __init__(self, *, max_output_bytes: int = 4 * 1024 * 1024,
                  redactor: Redactor = REDACTOR, clock: Clock = time.perf_counter,
-                 wall_clock: Clock = time.time, logger: Any = None) -> None:
+                 wall_clock: Clock = time.time, logger: Any = None,
+                 signers: SignerFactory | None = None) -> None:
         self._max_output_bytes = max_output_bytes
         self._redact = redactor
         self._clock = clock
         self._wall = wall_clock
         self._log = logger or get_logger()
+        # Request signing computed over the finished request (SigV4 for `aws_sigv4`).
+        self._signers = signers
+        self._keys = KeyFiles(redactor, self._log)
         self._session: aiohttp.ClientSession | None = None
         self._no_stream_options: set[str] = set()  # targets that rejected stream_options
         self._protocols: dict[Any, ApiProtocol] = {}
@@ -368,8 +394,11 @@ class Prober:
         error: ProbeError | None = None
         try:
             async with asyncio.timeout(series.timeout):
-                await self._run(series, attempt)
-            error = self._evaluate(series, attempt)
+                if series.probe.kind is ProbeKind.EMBEDDING:
+                    await self._run_embedding(series, attempt)
+                else:
+                    await self._run(series, attempt)
+            error = await self._evaluate(series, attempt)
         except ProbeError as exc:
             error = exc
         except TimeoutError:
@@ -385,13 +414,12 @@ class Prober:
         except Exception as exc:  # what a parser collected is unusable: still one result
             self._log.exception("probe result failed", target=series.target.name,
                                 model=series.model, probe=series.probe_name)
-            attempt.parser = None
+            attempt.parser = attempt.embedding = None
             error = ProbeError(f"internal error: {type(exc).__name__}: {exc}")
             return self._result(series, attempt, error, started)
 
     async def _run(self, series: Series, attempt: _Attempt) -> None:
         """Send the request and read the stream into `attempt`."""
-        assert self._session is not None
         protocol = self._protocol(series)
         target = series.target
         nonce = uuid.uuid4().hex[:12] if series.probe.nonce else None
@@ -399,36 +427,11 @@ class Prober:
         prompt = make_prompt(series.probe, case, nonce)
         attempt.prompt_text = "\n".join(filter(None, (prompt.system, *(
             content for _role, content in prompt.messages))))
+        key = self._keys.key(target)
         stream_options = target.name not in self._no_stream_options
         for _ in range(2):
-            request = protocol.build_request(series, prompt, stream_options=stream_options)
-            stamps = attempt.stamps = measure.Stamps(t0=self._clock())
-            attempt.net = net = _NetStamps(self._clock)
-            _CURRENT_REQUEST.set(net)
-            try:
-                response = await self._session.post(
-                    request.url, data=request.body, headers=request.headers,
-                    ssl=None if target.tls_verify else False, trace_request_ctx=net,
-                    # A redirect would resend the key (x-api-key, custom headers) to wherever it
-                    # points and turn the POST into a GET: report it instead.
-                    allow_redirects=False,
-                )
-            except Exception as exc:
-                error = _request_error(exc)
-                if error is None:
-                    raise
-                raise error from None
-            stamps.t_headers = self._clock()
-            if net.sent is not None:
-                stamps.t0 = net.sent
-            handler = net.handler
-            if handler is not None and net.create_start is not None:
-                net.tcp_connected = handler.tcp_connected
-                if response.url.scheme == "https":
-                    net.tls_done = handler.handshake_done
-            async with response:
-                attempt.status = response.status
-                attempt.headers = response.headers
+            request = protocol.build_request(series, prompt, key, stream_options=stream_options)
+            async with await self._send(series, attempt, request) as response:
                 if response.status >= 300:
                     message = _error_text(await _read_some(response, ERROR_BODY_LIMIT),
                                           self._redact)
@@ -440,12 +443,68 @@ class Prober:
                         self._log.info("stream_options rejected; retrying without it",
                                        target=target.name)
                         continue
-                    retry = parse_retry_after(response.headers.get("Retry-After"), self._wall())
-                    raise HTTPStatusError(response.status, _status_reason(
-                        response.status, message, response.headers.get("Location"),
-                        self._redact), retry)
+                    raise self._status_error(response, message)
                 await self._read_stream(response, protocol, series, attempt)
                 return
+
+    async def _run_embedding(self, series: Series, attempt: _Attempt) -> None:
+        """Send an embeddings request and read its JSON answer into `attempt`."""
+        protocol = embedding_protocol_for(series.target.api)
+        attempt.expect = series.probe.expect
+        nonce = uuid.uuid4().hex[:12] if series.probe.nonce else None
+        text = attempt.prompt_text = embedding_input(series.probe, nonce)
+        request = protocol.build_request(series, text, self._keys.key(series.target))
+        async with await self._send(series, attempt, request) as response:
+            if response.status >= 300:
+                raise self._status_error(response, _error_text(
+                    await _read_some(response, ERROR_BODY_LIMIT), self._redact))
+            body = await self._read_body(response, attempt)
+        # A long body (thousands of floats) is parsed off the loop that stamps other streams.
+        attempt.embedding = (protocol.parse(body) if len(body) < THREAD_ABOVE
+                             else await asyncio.to_thread(protocol.parse, body))
+        attempt.stream_done = True
+
+    async def _send(self, series: Series, attempt: _Attempt,
+                    request: HttpRequest) -> aiohttp.ClientResponse:
+        """Sign (when the target needs it) and send one request; stamp t0 and the headers."""
+        assert self._session is not None
+        target = series.target
+        signer = self._signers(series) if self._signers is not None else None
+        if signer is not None:
+            request = await signer(request)  # before t0: signing is not the server's time
+        stamps = attempt.stamps = measure.Stamps(t0=self._clock())
+        attempt.net = net = _NetStamps(self._clock)
+        _CURRENT_REQUEST.set(net)
+        try:
+            response = await self._session.post(
+                request.url, data=request.body, headers=request.headers,
+                ssl=None if target.tls_verify else False, trace_request_ctx=net,
+                # A redirect would resend the key (x-api-key, custom headers) to wherever it
+                # points and turn the POST into a GET: report it instead.
+                allow_redirects=False,
+            )
+        except Exception as exc:
+            error = _request_error(exc)
+            if error is None:
+                raise
+            raise error from None
+        stamps.t_headers = self._clock()
+        if net.sent is not None:
+            stamps.t0 = net.sent
+        handler = net.handler
+        if handler is not None and net.create_start is not None:
+            net.tcp_connected = handler.tcp_connected
+            if response.url.scheme == "https":
+                net.tls_done = handler.handshake_done
+        attempt.status = response.status
+        attempt.headers = response.headers
+        return response
+
+    def _status_error(self, response: aiohttp.ClientResponse, message: str) -> HTTPStatusError:
+        """The error for a non-2xx answer (`message`: its redacted body text)."""
+        retry = parse_retry_after(response.headers.get("Retry-After"), self._wall())
+        return HTTPStatusError(response.status, _status_reason(
+            response.status, message, response.headers.get("Location"), self._redact), retry)
 
     def _next_case(self, series: Series, attempt: _Attempt) -> Case | None:
         """The golden-set case of this run (round robin per series), and its checks."""
@@ -460,21 +519,26 @@ class Prober:
         attempt.expect = case.expect or series.probe.expect
         return case
 
+    def _wrong_type(self, response: aiohttp.ClientResponse, wanted: str) -> StreamError:
+        """The error for a body that is not what the API answers (`wanted`, in words)."""
+        content_type = response.headers.get("Content-Type", "")
+        return StreamError(f"expected {wanted}, got "
+                           f"{self._redact.clip(content_type, 80) or 'no content type'}")
+
     async def _read_stream(self, response: aiohttp.ClientResponse, protocol: ApiProtocol,
                            series: Series, attempt: _Attempt) -> None:
-        """Read the event stream, stamping every read that carries tokens."""
+        """Read the stream, stamping every read that carries tokens."""
         content_type = response.headers.get("Content-Type", "")
-        if "text/event-stream" not in content_type:
+        if not any(kind in content_type for kind in protocol.content_types):
+            error = self._wrong_type(response, _STREAM_WORDS[protocol.framing])
             body = self._redact.clip(_error_text(await _read_some(response, 2048),
                                                  self._redact), MESSAGE_LIMIT)
-            raise StreamError(f"expected an event stream, got "
-                              f"{self._redact.clip(content_type, 80) or 'no content type'}"
-                              + (f": {body}" if body else ""))
+            raise StreamError(error.reason + (f": {body}" if body else ""))
         clock = self._clock
         stamps = attempt.stamps
         parser = attempt.parser = protocol.new_parser()
         on_event = parser.on_event
-        decoder = SSEDecoder()
+        decoder = new_decoder(protocol.framing)
         limit = self._max_output_bytes
         max_tokens = series.probe.max_tokens
         # Gateways re-chunk (a token may span chunks), so allow well over one chunk per token.
@@ -483,12 +547,7 @@ class Prober:
         event_limit = 8 * max_tokens + 256
         received = token_events = events_seen = 0
         now = clock()
-        handler = attempt.net.handler
-        if handler is not None and (response.content.total_bytes == 0 or (
-                handler.arrived is not None and handler.arrived < stamps.t0)):
-            # Only headers (or an earlier response's bytes) arrived so far: the body's first
-            # bytes must take their own stamp.
-            handler.arrived = None
+        handler = self._fresh_handler(response, attempt)
         try:
             async for data in response.content.iter_any():
                 now = clock()  # stamp first: nothing below may delay it
@@ -537,40 +596,103 @@ class Prober:
             raise _body_error(exc) from None
         stamps.t_end = now
         if not parser.finished:
-            raise StreamError("stream ended without a finish reason or [DONE] (truncated)")
+            raise StreamError("stream ended without a finish reason or end marker (truncated)")
         attempt.stream_done = True
 
-    def _evaluate(self, series: Series, attempt: _Attempt) -> ProbeError | None:
-        """Judge a complete stream: empty output, reasoning-only, answer checks."""
-        parser = attempt.parser
-        assert parser is not None
-        if not parser.answer:
-            if parser.reasoning:
-                if parser.finish_reason in ("length", "max_tokens"):
-                    return CheckFailed("reasoning used the whole budget: no answer before "
-                                       f"max_tokens={series.probe.max_tokens}")
-                return CheckFailed("the model only reasoned and gave no answer")
-            return EmptyOutput("the stream finished without an output token")
+    def _fresh_handler(self, response: aiohttp.ClientResponse,
+                       attempt: _Attempt) -> _StampingHandler | None:
+        """This request's connection protocol, ready to stamp the body's first bytes."""
+        handler = attempt.net.handler
+        if handler is not None and (response.content.total_bytes == 0 or (
+                handler.arrived is not None and handler.arrived < attempt.stamps.t0)):
+            # Only headers (or an earlier response's bytes) arrived so far: the body's first
+            # bytes must take their own stamp.
+            handler.arrived = None
+        return handler
+
+    async def _read_body(self, response: aiohttp.ClientResponse, attempt: _Attempt) -> bytes:
+        """A whole JSON body (an embedding), up to max_output_bytes; t_end when it ended."""
+        if "json" not in response.headers.get("Content-Type", ""):
+            raise self._wrong_type(response, "a JSON body")
+        limit = self._max_output_bytes
+        parts: list[bytes] = []
+        received = 0
+        try:
+            async for data in response.content.iter_any():
+                received += len(data)
+                if received > limit:
+                    raise StreamError(f"body exceeded {limit} bytes; cut")
+                parts.append(data)
+        except (aiohttp.ClientError, HttpProcessingError) as exc:
+            raise _body_error(exc) from None
+        attempt.stamps.t_end = self._clock()
+        return b"".join(parts)
+
+    async def _evaluate(self, series: Series, attempt: _Attempt) -> ProbeError | None:
+        """Judge a complete answer: empty output, reasoning-only, answer checks."""
+        parser, embedding = attempt.parser, attempt.embedding
+        if embedding is not None:
+            if not embedding.dimensions:
+                return EmptyOutput("the embedding has no values")
+            observed = Observed(dimensions=embedding.dimensions)
+        else:
+            assert parser is not None
+            calls = parser.tool_calls
+            if not parser.answer and not calls:
+                if parser.reasoning:
+                    if parser.hit_limit:
+                        return CheckFailed("reasoning used the whole budget: no answer before "
+                                           f"max_tokens={series.probe.max_tokens}")
+                    return CheckFailed("the model only reasoned and gave no answer")
+                return EmptyOutput("the stream finished without an output token")
+            observed = Observed("".join(parser.answer), self._output_tokens(parser)[0],
+                                parser.finish_reason, calls)
         expect = attempt.expect
-        if expect is not None:
-            failure = run_checks(expect, "".join(parser.answer), self._output_tokens(parser)[0],
-                                 parser.finish_reason)
-            attempt.checked = failure is None
-            if failure:
-                self._log.debug("answer check failed", target=series.target.name,
-                                model=series.model, probe=series.probe_name, check=failure,
-                                answer=self._redact.clip("".join(parser.answer), ANSWER_LIMIT))
-                return CheckFailed(failure)
+        if expect is None:
+            return None
+        # Long answers are matched and validated off the loop that stamps other streams.
+        failure = (run_checks(expect, observed) if observed.size < THREAD_ABOVE
+                   else await asyncio.to_thread(run_checks, expect, observed))
+        attempt.checked = failure is None
+        if failure:
+            self._log.debug("answer check failed", target=series.target.name,
+                            model=series.model, probe=series.probe_name, check=failure,
+                            answer=self._redact.clip(observed.answer, ANSWER_LIMIT))
+            return CheckFailed(failure)
         return None
 
-    def _output_tokens(self, parser: StreamParser) -> tuple[int, TokenSource]:
-        """N: the server's completion_tokens when given, else an offline estimate."""
-        if parser.usage is not None and parser.usage.completion is not None:
-            return parser.usage.completion, TokenSource.USAGE
-        text = "".join(parser.answer) + "".join(parser.reasoning)
+    def _output_tokens(self, parser: StreamParser[Any]) -> tuple[int, TokenSource]:
+        """N, the tokens that streamed: the server's completion tokens when given (less
+        reasoning it reported but never showed: that was spent before the first streamed
+        token), else an offline estimate of the streamed text."""
+        usage = parser.usage
+        if usage is not None and usage.completion is not None:
+            hidden = usage.reasoning if usage.reasoning and not parser.reasoning else 0
+            return max(0, usage.completion - hidden), TokenSource.USAGE
+        text = "".join(parser.answer) + "".join(parser.reasoning) + parser.tool_arguments_text()
         if not text:
             return 0, TokenSource.NONE
         return estimate_tokens(text), TokenSource.ESTIMATE
+
+    def _usage(self, series: Series, attempt: _Attempt, n_tokens: int) -> Usage:
+        """Token counts of a complete answer: the server's, estimated only where it said
+        nothing (OpenAI's convention: prompt includes cached, completion reasoning)."""
+        parser, embedding = attempt.parser, attempt.embedding
+        if embedding is not None:
+            prompt = embedding.prompt_tokens
+            return Usage(prompt=estimate_tokens(attempt.prompt_text) if prompt is None
+                         else prompt, completion=0)
+        assert parser is not None
+        server = parser.usage or Usage()
+        completion = server.completion
+        reasoning = server.reasoning
+        if reasoning is None and parser.reasoning:
+            reasoning = _reasoning_share(parser, completion)
+        return Usage(
+            prompt=server.prompt if server.prompt is not None
+            else estimate_tokens(attempt.prompt_text),
+            completion=n_tokens if completion is None else completion,
+            reasoning=reasoning, cached=server.cached)
 
     def _result(self, series: Series, attempt: _Attempt, error: ProbeError | None,
                 started: float) -> ProbeResult:
@@ -596,18 +718,11 @@ class Prober:
         timings = measure.timings(stamps, n_tokens, network)
         usage = Usage()
         cost = currency = None
-        if parser is not None and attempt.stream_done:
-            server = parser.usage or Usage()
-            reasoning = server.reasoning
-            if reasoning is None and parser.reasoning:
-                reasoning = estimate_tokens("".join(parser.reasoning))
-            usage = Usage(
-                prompt=server.prompt if server.prompt is not None
-                else estimate_tokens(attempt.prompt_text),
-                completion=n_tokens, reasoning=reasoning, cached=server.cached)
+        if attempt.stream_done and (parser is not None or attempt.embedding is not None):
+            usage = self._usage(series, attempt, n_tokens)
             price = series.price
             if price is not None:
-                cost = measure.cost(usage.prompt or 0, n_tokens, usage.cached or 0,
+                cost = measure.cost(usage.prompt or 0, usage.completion or 0, usage.cached or 0,
                                     input_price=price.input, output_price=price.output,
                                     cached_price=price.cached_input)
                 currency = price.currency
@@ -620,8 +735,9 @@ class Prober:
         answer = "".join(parser.answer) if parser is not None else ""
         clip = self._redact.clip
         finish_reason = parser.finish_reason if parser else None
-        response_id = (parser.response_id if parser else None) or attempt.headers.get(
-            "x-request-id")
+        response_id = (parser.response_id if parser else None) or next(
+            (attempt.headers[h] for h in REQUEST_ID_HEADERS if h in attempt.headers), None)
+        calls = parser.tool_calls if parser is not None else ()
         # Every string that came from the server is redacted before it is cut.
         return ProbeResult(
             target=series.target.name, model=series.model, probe=series.probe_name,
@@ -633,5 +749,22 @@ class Prober:
             status=attempt.status, ratelimit=ratelimit, case=attempt.case,
             checked=attempt.checked,
             retry_after=error.retry_after if isinstance(error, HTTPStatusError) else None,
+            tool_calls=tuple(ToolCall(clip(c.name, FIELD_LIMIT), clip(c.arguments, ANSWER_LIMIT))
+                             for c in calls[:MAX_RESULT_TOOL_CALLS]),
+            server_timings=dict(parser.server_timings) if parser is not None else {},
+            dimensions=attempt.embedding.dimensions if attempt.embedding else None,
             started_at=started, finished_at=self._wall(),
         )
+
+
+def _reasoning_share(parser: StreamParser[Any], completion: int | None) -> int:
+    """Reasoning tokens the server did not report: estimated from the reasoning text, and
+    when it reported the completion (which includes them), that completion split in the
+    proportion of the estimates — never more than the completion itself."""
+    thinking = estimate_tokens("".join(parser.reasoning))
+    if completion is None:
+        return thinking
+    answer = estimate_tokens("".join(parser.answer) + parser.tool_arguments_text())
+    if not thinking + answer:
+        return 0
+    return min(completion, round(completion * thinking / (thinking + answer)))

@@ -20,6 +20,14 @@ class Phase(StrEnum):
     GENERATE = "generate"
 
 
+class ServerPhase(StrEnum):
+    """The server's own timings, where it reports them (`llm_probe_server_duration_seconds`)."""
+
+    PREFILL = "prefill"  # reading the prompt, up to the first token
+    DECODE = "decode"    # generating, first token to last
+    TOTAL = "total"      # the whole request as the server saw it
+
+
 class TokenSource(StrEnum):
     """Where the output token count N came from."""
 
@@ -30,12 +38,21 @@ class TokenSource(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class Usage:
-    """Token counts of one probe (server-reported or estimated)."""
+    """Token counts of one probe (server-reported or estimated), in OpenAI's convention:
+    `prompt` includes `cached`, `completion` includes `reasoning` (and tool-call tokens)."""
 
     prompt: int | None = None
     completion: int | None = None
     reasoning: int | None = None
     cached: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """A tool call the model made: the tool's name and its arguments as JSON text."""
+
+    name: str
+    arguments: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +91,9 @@ class ProbeResult:
     retry_after: float | None = None
     case: int | None = None       # golden-set case index, when the probe has `cases`
     checked: bool | None = None   # answer checks ran and passed (True) or failed (False)
+    tool_calls: tuple[ToolCall, ...] = ()  # the calls the model made, in order
+    server_timings: Mapping[ServerPhase, float] = field(default_factory=dict)
+    dimensions: int | None = None  # embedding probes: the size of the returned vector
     started_at: float = 0.0   # unix time the request was sent
     finished_at: float = 0.0  # unix time the probe ended
 

@@ -392,6 +392,11 @@ def result_json(result: ProbeResult) -> dict[str, Any]:
         "finish_reason": result.finish_reason and redact(result.finish_reason),
         "response_id": result.response_id and redact(result.response_id),
         "answer": redact(result.answer), "ratelimit_remaining": dict(result.ratelimit),
+        "tool_calls": [{"name": redact(call.name), "arguments": redact(call.arguments)}
+                       for call in result.tool_calls],
+        "server_timings": {phase.value: seconds
+                           for phase, seconds in result.server_timings.items()},
+        "dimensions": result.dimensions,
     }
 
 

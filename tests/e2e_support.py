@@ -57,6 +57,8 @@ def shipped_config(tmp: Path, *, interval: str = "1s", models: dict | None = Non
         data["targets"][0]["models"] = list(models)
         data["targets"][0]["prices"] = {
             m: {"input": 0.5, "output": 1.5, "currency": "USD"} for m in models}
+        for target in data["targets"][1:]:  # the demo's other API styles probe one model
+            target["models"] = list(models)[:1]
     data["global"]["interval"] = interval
     data["global"]["allow_short_intervals"] = True  # tests probe faster than once a second
     for target in data["targets"]:

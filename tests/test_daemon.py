@@ -135,6 +135,9 @@ def test_auto_reload_picks_up_a_rotated_key_file(tmp_path) -> None:
         key_file.write_text("sk-new-valid-key\n")
         wait_for(lambda: daemon.sample("llm_probe_requests_total", model="a",
                                        result="success"), 20, "success after the rotation")
+        # The prober re-reads a changed key file at once; the reload follows on its own.
+        wait_for(lambda: "config changed on disk; reloading" in daemon.output(), 20,
+                 "the reload")
     finally:
         assert daemon.stop() == 0
     assert "config changed on disk; reloading" in daemon.output()

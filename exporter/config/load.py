@@ -125,9 +125,7 @@ def _resolve_key(raw: Mapping[str, Any], index: int, env: Mapping[str, str], bas
         source = f"env:{env_name}"
     elif isinstance(file_name, str) and file_name:
         source = f"file:{file_name}"
-        path = Path(file_name)
-        if not path.is_absolute():
-            path = base / path
+        path = key_file_path(file_name, base)
         try:
             content = read_limited(path, MAX_KEY_BYTES)
             value = content.decode("utf-8-sig")
@@ -146,19 +144,33 @@ def _resolve_key(raw: Mapping[str, Any], index: int, env: Mapping[str, str], bas
         value, source = inline, "inline"
     else:
         return None, "none"
-    stripped = value.strip()
-    if not stripped:
-        problems.append(_problem(where, f"the API key from {source} is empty"))
+    try:
+        key = clean_key(value)
+    except ValueError as exc:
+        problems.append(_problem(where, f"the API key from {source} {exc}"))
         return None, source
-    if not _KEY_CHARACTERS.match(stripped):
-        # Two lines, a space or a control character: never a key an HTTP header can carry.
-        problems.append(_problem(where, f"the API key from {source} must be one line of "
-                                 "printable ASCII without spaces"))
-        return None, source
-    if stripped != value:
+    if key != value:
         # The most common cause of a 401: a trailing newline from `echo` or a secret file.
         source += " (whitespace stripped)"
-    return Secret(stripped), source
+    return Secret(key), source
+
+
+def clean_key(value: str) -> str:
+    """An API key without surrounding whitespace; ValueError (words to follow "the API key
+    from …") when no HTTP header can carry it."""
+    stripped = value.strip()
+    if not stripped:
+        raise ValueError("is empty")
+    if not _KEY_CHARACTERS.match(stripped):
+        # Two lines, a space or a control character: never a key an HTTP header can carry.
+        raise ValueError("must be one line of printable ASCII without spaces")
+    return stripped
+
+
+def key_file_path(file_name: str, base: Path) -> Path:
+    """Where `api_key_file` points (relative to the config's directory)."""
+    path = Path(file_name)
+    return path if path.is_absolute() else base / path
 
 
 def _check_image(probe: ProbeConfig, name: str, base: Path,
@@ -297,6 +309,8 @@ def _parse(data: Any, env: Mapping[str, str], base_dir: Path, source: Path | Non
             timeout=target.timeout or global_.timeout,
             jitter=global_.jitter if target.jitter is None else target.jitter,
             prices=dict(target.prices), tls_verify=target.tls_verify, key_source=key_source,
+            key_file=key_file_path(target.api_key_file, base_dir)
+            if target.api_key_file else None,
         ))
     series = tuple(
         Series(target=t, model=m, probe_name=p, probe=resolved_probes[p],
@@ -333,13 +347,20 @@ def _check_target(target: TargetConfig, index: int, probes: Mapping[str, ProbeCo
                   problems: list[ConfigProblem]) -> None:
     """Checks that need the whole (valid) target and the probes."""
     where: Loc = ("targets", index)
-    if target.api is Api.OPENAI_COMPLETIONS:
-        for j, probe_name in enumerate(target.probes or tuple(probes)):
-            probe = probes.get(probe_name)
-            if probe is not None and probe.image is not None:
-                problems.append(_problem(
-                    (*where, "probes", j),
-                    f"probe {probe_name!r} sends an image; openai-completions takes text only"))
+    for j, probe_name in enumerate(target.probes or tuple(probes)):
+        probe = probes.get(probe_name)
+        if probe is None:
+            continue
+        loc = (*where, "probes", j) if target.probes else (*where, "api")
+        for feature in sorted(probe.features - target.api.features):
+            able = ", ".join(api.value for api in Api if feature in api.features)
+            problems.append(_problem(loc, f"probe {probe_name!r} uses {feature.value}, which "
+                                          f"{target.api.value} does not have (it works with "
+                                          f"{able})"))
+        if target.api is Api.BEDROCK_CONVERSE and probe.tool_choice == "none":
+            problems.append(_problem(loc, f"probe {probe_name!r} sets `tool_choice: none`, "
+                                          "which bedrock-converse does not have (leave out "
+                                          "`tools` instead)"))
     for model in target.prices:
         if model not in target.models:
             problems.append(_problem((*where, "prices", model),

@@ -37,6 +37,7 @@ class Target:
     prices: Mapping[str, Price]
     tls_verify: bool
     key_source: str
+    key_file: Path | None = None  # api_key_file, re-read when it changes (a refreshed token)
 
 
 @dataclass(frozen=True)

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import re
 from enum import StrEnum
-from typing import Literal
+from typing import Annotated, Any, Literal
 
+from jsonschema.exceptions import SchemaError
+from jsonschema.validators import validator_for
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -169,6 +172,37 @@ class ImageSpec(_Strict):
     path: str | None = None  # relative to the config file; checked (and resolved) at load
 
 
+def check_json_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    """`schema` when it is a valid JSON Schema (of its own `$schema` draft, else 2020-12)."""
+    try:
+        validator_for(schema).check_schema(schema)
+    except SchemaError as exc:
+        where = "/".join(str(part) for part in exc.path)
+        raise ValueError(f"not a valid JSON Schema{f' at {where}' if where else ''}: "
+                         f"{exc.message}") from None
+    return schema
+
+
+JsonSchema = Annotated[dict[str, Any], AfterValidator(check_json_schema)]
+_TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # what every provider accepts
+
+
+def _check_tool_name(name: str) -> str:
+    if not _TOOL_NAME.match(name):
+        raise ValueError("a tool name is 1-64 letters, digits, _ or -")
+    return name
+
+
+ToolName = Annotated[str, AfterValidator(_check_tool_name)]
+
+
+class ExpectToolCall(_Strict):
+    """The tool the model must call, and what its arguments must satisfy."""
+
+    name: ToolName
+    arguments_schema: JsonSchema | None = None
+
+
 class Expect(_Strict):
     """Answer checks; any failure gives `result="check_failed"`."""
 
@@ -177,6 +211,9 @@ class Expect(_Strict):
     min_output_tokens: int | None = Field(default=None, ge=0)
     finish_reason: str | None = None
     json_: bool = Field(default=False, alias="json")
+    json_schema: JsonSchema | None = None  # the answer parses as JSON and satisfies it
+    tool_call: ExpectToolCall | None = None
+    dimensions: int | None = Field(default=None, ge=1)  # embedding probes: the vector's size
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
@@ -190,6 +227,16 @@ class Expect(_Strict):
                 raise ValueError(f"invalid regular expression: {exc}") from None
         return regex
 
+    @property
+    def answer_checks(self) -> tuple[str, ...]:
+        """The checks set here that read a generated answer (everything but `dimensions`)."""
+        return tuple(name for name, value in (
+            ("regex", self.regex), ("contains", self.contains),
+            ("min_output_tokens", self.min_output_tokens),
+            ("finish_reason", self.finish_reason), ("json", self.json_ or None),
+            ("json_schema", self.json_schema), ("tool_call", self.tool_call))
+            if value is not None)
+
 
 class Case(_Strict):
     """One item of a golden set: a prompt and what its answer must satisfy."""
@@ -198,21 +245,95 @@ class Case(_Strict):
     expect: Expect | None = None
 
 
-class ProbeConfig(_Strict):
-    """What to send: a prompt (or messages, or a rotating golden set of cases) and its limits."""
+class ProbeKind(StrEnum):
+    """What a probe asks for: a generated answer (streamed) or an embedding."""
 
+    CHAT = "chat"
+    EMBEDDING = "embedding"
+
+
+class Feature(StrEnum):
+    """What a probe may need from an API style (see `Api.features`)."""
+
+    IMAGE = "image"
+    TOOLS = "tools"
+    RESPONSE_FORMAT = "response_format"
+    EMBEDDING = "kind: embedding"
+
+
+class Tool(_Strict):
+    """A function the model may call (`tools`)."""
+
+    name: ToolName
+    description: str | None = None
+    parameters: JsonSchema = Field(
+        default_factory=lambda: {"type": "object", "properties": {}})
+
+
+class ToolChoiceName(_Strict):
+    """`tool_choice: {name: X}`: the model must call tool X."""
+
+    name: ToolName
+
+
+ToolChoice = Literal["auto", "required", "none"] | ToolChoiceName
+
+
+class ResponseFormat(_Strict):
+    """Structured output: the answer must be JSON (`json_object`) following `schema`
+    (`json_schema`), enforced by the server."""
+
+    type: Literal["json_schema", "json_object"] = "json_schema"
+    # `schema` is also a (deprecated) BaseModel method: the field is `schema_`, spelled `schema`.
+    schema_: JsonSchema | None = Field(default=None, alias="schema")
+    name: str = Field(default="answer", pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    strict: bool | None = None
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    @model_validator(mode="after")
+    def _schema_for_json_schema(self) -> ResponseFormat:
+        if (self.type == "json_schema") != (self.schema_ is not None):
+            raise ValueError("`type: json_schema` needs a `schema`; `json_object` takes none")
+        return self
+
+    @property
+    def json_schema(self) -> dict[str, Any]:
+        """The schema to enforce (any JSON object for `json_object`), for APIs that need one."""
+        return self.schema_ if self.schema_ is not None else {"type": "object"}
+
+
+# Keys of a chat probe that an embedding probe does not send.
+_CHAT_ONLY = ("prompt", "messages", "cases", "system", "image", "tools", "tool_choice",
+              "response_format", "max_tokens", "temperature")
+
+
+class ProbeConfig(_Strict):
+    """What to send: a prompt (or messages, or a rotating golden set of cases) and its limits;
+    or, with `kind: embedding`, a text to embed."""
+
+    kind: ProbeKind = ProbeKind.CHAT
     prompt: str | None = None
     messages: tuple[Message, ...] | None = None
     system: str | None = None
+    input: str | None = None  # kind: embedding
     max_tokens: int = Field(default=256, ge=1, le=10_000_000)
     temperature: float | None = Field(default=0.2, ge=0.0, le=2.0)
     nonce: bool = True
     image: ImageSpec | None = None
+    tools: tuple[Tool, ...] = Field(default=(), max_length=128)
+    tool_choice: ToolChoice | None = None
+    response_format: ResponseFormat | None = None
     expect: Expect | None = None
     cases: tuple[Case, ...] = ()
 
     @model_validator(mode="after")
     def _prompt_or_messages(self) -> ProbeConfig:
+        if self.kind is ProbeKind.EMBEDDING:
+            return self._check_embedding()
+        if self.input is not None:
+            raise ValueError("`input` is the text of a `kind: embedding` probe; a chat probe "
+                             "sends `prompt`, `messages` or `cases`")
         given = (self.prompt is not None) + (self.messages is not None)
         if self.cases and given:
             raise ValueError("`cases` bring their own prompts: drop `prompt`/`messages`")
@@ -220,7 +341,58 @@ class ProbeConfig(_Strict):
             raise ValueError("set exactly one of `prompt`, `messages` or `cases`")
         if self.messages is not None and not self.messages:
             raise ValueError("`messages` must not be empty")
+        self._check_tools()
         return self
+
+    def _check_tools(self) -> None:
+        names = [tool.name for tool in self.tools]
+        if len(set(names)) != len(names):
+            raise ValueError("`tools` lists a tool name twice")
+        if self.tool_choice is not None and not self.tools:
+            raise ValueError("`tool_choice` needs `tools`")
+        if isinstance(self.tool_choice, ToolChoiceName) and self.tool_choice.name not in names:
+            raise ValueError(f"tool_choice: {self.tool_choice.name!r} is not among the tools")
+        for expect in self.expectations:
+            if expect.dimensions is not None:
+                raise ValueError("expect.dimensions checks an embedding: set `kind: embedding`")
+            if expect.tool_call is None:
+                continue
+            if expect.tool_call.name not in names:
+                raise ValueError(f"expect.tool_call: {expect.tool_call.name!r} is not among the "
+                                 "probe's `tools`")
+            if self.tool_choice == "none":
+                raise ValueError("expect.tool_call with `tool_choice: none` can never pass")
+
+    def _check_embedding(self) -> ProbeConfig:
+        if not self.input:
+            raise ValueError("`kind: embedding` needs `input`, the text to embed")
+        extra = [name for name in _CHAT_ONLY if name in self.model_fields_set
+                 and getattr(self, name) not in (None, ())]
+        if extra:
+            raise ValueError(f"`kind: embedding` sends only `input`; drop {', '.join(extra)}")
+        for expect in self.expectations:
+            if expect.answer_checks:
+                raise ValueError(f"expect.{expect.answer_checks[0]} reads a generated answer; "
+                                 "an embedding probe checks `dimensions` only")
+        return self
+
+    @property
+    def expectations(self) -> tuple[Expect, ...]:
+        """Every `expect` of the probe: its own and its cases'."""
+        found = (self.expect, *(case.expect for case in self.cases))
+        return tuple(expect for expect in found if expect is not None)
+
+    @property
+    def features(self) -> frozenset[Feature]:
+        """What this probe needs from the target's API style."""
+        needs = {Feature.EMBEDDING} if self.kind is ProbeKind.EMBEDDING else set()
+        if self.image is not None:
+            needs.add(Feature.IMAGE)
+        if self.tools:
+            needs.add(Feature.TOOLS)
+        if self.response_format is not None:
+            needs.add(Feature.RESPONSE_FORMAT)
+        return frozenset(needs)
 
 
 class Price(_Strict):
@@ -237,7 +409,27 @@ class Api(StrEnum):
 
     OPENAI_CHAT = "openai-chat"
     OPENAI_COMPLETIONS = "openai-completions"
+    OPENAI_RESPONSES = "openai-responses"
     ANTHROPIC_MESSAGES = "anthropic-messages"
+    GEMINI = "gemini"
+    BEDROCK_CONVERSE = "bedrock-converse"
+    OLLAMA_CHAT = "ollama-chat"
+
+    @property
+    def features(self) -> frozenset[Feature]:
+        """What probes of this API style may ask for."""
+        return _API_FEATURES[self]
+
+
+_API_FEATURES: dict[Api, frozenset[Feature]] = {
+    Api.OPENAI_CHAT: frozenset(Feature),
+    Api.OPENAI_COMPLETIONS: frozenset({Feature.EMBEDDING}),
+    Api.OPENAI_RESPONSES: frozenset(Feature),
+    Api.ANTHROPIC_MESSAGES: frozenset(Feature) - {Feature.EMBEDDING},
+    Api.GEMINI: frozenset(Feature),
+    Api.BEDROCK_CONVERSE: frozenset(Feature) - {Feature.EMBEDDING},
+    Api.OLLAMA_CHAT: frozenset({Feature.IMAGE, Feature.TOOLS, Feature.RESPONSE_FORMAT}),
+}
 
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:/@+-]{0,127}$")

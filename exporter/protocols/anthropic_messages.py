@@ -1,52 +1,56 @@
-"""Anthropic Messages API (`POST {base_url}/messages`, streamed).
+"""Anthropic Messages API (`POST {base_url}/messages`, streamed SSE).
 
-Events: message_start (id, input usage), content_block_start/delta/stop (`text_delta` is answer,
-`thinking_delta` is reasoning), ping, message_delta (stop_reason, output usage), message_stop,
-and `error` (an error inside a 200 stream → `upstream`). `output_tokens` includes thinking.
+Structured output is `output_config.format` (`json_schema`). Events: message_start (id, input
+usage), content_block_start (a `tool_use` block names the tool:
+a tool-call token), content_block_delta (`text_delta` is answer, `thinking_delta` reasoning,
+`input_json_delta` tool-call arguments), content_block_stop, ping, message_delta (stop_reason,
+output usage), message_stop, and `error` (an error inside a 200 stream → `upstream`).
+
+Usage in OpenAI's convention: prompt = `input_tokens` + `cache_read_input_tokens` +
+`cache_creation_input_tokens` (Anthropic counts them apart), cached = `cache_read_input_tokens`,
+completion = `output_tokens` (thinking and tool calls included). Reasoning is not reported on its
+own: the prober estimates it from the thinking text, within `output_tokens`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
-from exporter.config import Series
+from exporter.config import ProbeConfig, Secret, Series, ToolChoiceName
 from exporter.errors import StreamError, UpstreamError
 from exporter.images import image_payload
-from exporter.protocols import (
+from exporter.protocols.base import (
     ANSWER,
     REASONING,
     ApiProtocol,
     HttpRequest,
     Prompt,
     StreamParser,
+    as_object,
+    count,
+    error_message,
+    json_headers,
     load_event,
     quote_event,
+    text_piece,
 )
-from exporter.protocols.openai_chat import error_message
 from exporter.result import Usage
 from exporter.sse import ServerSentEvent
 
 ANTHROPIC_VERSION = "2023-06-01"
 
 
-def _object(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
-
-
-def _int(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
-
-
 @dataclass(slots=True)
-class AnthropicStreamParser(StreamParser):
+class AnthropicStreamParser(StreamParser[ServerSentEvent]):
     """Parser for Messages API stream events."""
 
     prompt_tokens: int | None = None
     cached_tokens: int | None = None
     output_tokens: int | None = None
+    _call_at: dict[Any, int] = field(default_factory=dict)  # tool_use block index → call
 
     def on_event(self, event: ServerSentEvent) -> int:
         """Consume one event; return the kinds of tokens it carried."""
@@ -55,30 +59,19 @@ class AnthropicStreamParser(StreamParser):
         data = load_event(event.data)
         kind = data.get("type") or event.event
         if kind == "content_block_delta":
-            delta = data.get("delta")
-            if not isinstance(delta, dict):
-                raise StreamError(f"content_block_delta without a delta object: "
-                                  f"{quote_event(event.data)}")
-            block = delta.get("type")
-            field = ("text" if block == "text_delta"
-                     else "thinking" if block == "thinking_delta" else None)
-            piece = delta.get(field) if field else None
-            if piece is not None and not isinstance(piece, str):
-                raise StreamError(f"{field} is not a string: {quote_event(event.data)}")
-            if not piece:
-                return 0
-            if field == "text":
-                self.answer.append(piece)
-                return ANSWER
-            self.reasoning.append(piece)
-            return REASONING
-        if kind == "message_start":
-            message = _object(data.get("message"))
+            return self._delta(data, event.data)
+        if kind == "content_block_start":
+            block = as_object(data.get("content_block"))
+            if block.get("type") == "tool_use":
+                self._call_at[_index(data)] = len(self._calls)
+                return self.start_tool_call(block.get("name"))
+        elif kind == "message_start":
+            message = as_object(data.get("message"))
             if isinstance(message.get("id"), str):
                 self.response_id = message["id"]
             self._read_usage(message.get("usage"))
         elif kind == "message_delta":
-            delta = _object(data.get("delta"))
+            delta = as_object(data.get("delta"))
             if delta.get("stop_reason"):
                 self.finish_reason = str(delta["stop_reason"])
             self._read_usage(data.get("usage"))
@@ -88,26 +81,47 @@ class AnthropicStreamParser(StreamParser):
             raise UpstreamError(error_message(data.get("error")))
         return 0
 
+    def _delta(self, data: dict[str, Any], raw: str) -> int:
+        delta = data.get("delta")
+        if not isinstance(delta, dict):
+            raise StreamError(f"content_block_delta without a delta object: {quote_event(raw)}")
+        block = delta.get("type")
+        if block == "text_delta":
+            piece = text_piece(delta.get("text"), "text", raw)
+            if piece:
+                self.answer.append(piece)
+                return ANSWER
+        elif block == "thinking_delta":
+            piece = text_piece(delta.get("thinking"), "thinking", raw)
+            if piece:
+                self.reasoning.append(piece)
+                return REASONING
+        elif block == "input_json_delta":
+            piece = text_piece(delta.get("partial_json"), "partial_json", raw)
+            call = self._call_at.get(_index(data))
+            return self.add_tool_arguments(piece, -1 if call is None else call)
+        return 0
+
     def _read_usage(self, usage: Any) -> None:
         if not isinstance(usage, dict):
             return
-        prompt = _int(usage.get("input_tokens"))
-        cache_read = _int(usage.get("cache_read_input_tokens"))
-        cache_write = _int(usage.get("cache_creation_input_tokens"))
+        prompt = count(usage.get("input_tokens"))
+        cache_read = count(usage.get("cache_read_input_tokens"))
+        cache_write = count(usage.get("cache_creation_input_tokens"))
         if prompt is not None:
             # Anthropic reports cached and uncached input separately; prompt = all input.
             self.prompt_tokens = prompt + (cache_read or 0) + (cache_write or 0)
             self.cached_tokens = cache_read
-        output = _int(usage.get("output_tokens"))
+        output = count(usage.get("output_tokens"))
         if output is not None:
             self.output_tokens = output
         self.usage = Usage(prompt=self.prompt_tokens, completion=self.output_tokens,
                            cached=self.cached_tokens)
 
-    @property
-    def finished(self) -> bool:
-        """Only message_stop (or a stop reason) ends a Messages stream properly."""
-        return self.done or self.finish_reason is not None
+
+def _index(data: dict[str, Any]) -> Any:
+    index = data.get("index")
+    return index if isinstance(index, int | str) else None
 
 
 def anthropic_content(prompt: Prompt) -> list[dict[str, Any]]:
@@ -125,30 +139,50 @@ def anthropic_content(prompt: Prompt) -> list[dict[str, Any]]:
     return messages
 
 
+def anthropic_tools(probe: ProbeConfig) -> dict[str, Any]:
+    """`tools` (with `input_schema`) and `tool_choice` ({type: auto|any|none|tool})."""
+    if not probe.tools:
+        return {}
+    out: dict[str, Any] = {"tools": [
+        {"name": tool.name, "input_schema": tool.parameters,
+         **({"description": tool.description} if tool.description else {})}
+        for tool in probe.tools]}
+    choice = probe.tool_choice
+    if isinstance(choice, ToolChoiceName):
+        out["tool_choice"] = {"type": "tool", "name": choice.name}
+    elif choice is not None:
+        out["tool_choice"] = {"type": {"required": "any"}.get(choice, choice)}
+    return out
+
+
 class AnthropicMessages(ApiProtocol):
     """The Anthropic Messages API."""
 
     default_path = "/messages"
 
-    def build_request(self, series: Series, prompt: Prompt, *,
+    def build_request(self, series: Series, prompt: Prompt, api_key: Secret | None, *,
                       stream_options: bool = True) -> HttpRequest:
         """A streamed Messages request."""
+        probe = series.probe
         body: dict[str, Any] = {
             "model": series.model,
-            "max_tokens": series.probe.max_tokens,
+            "max_tokens": probe.max_tokens,
             "messages": anthropic_content(prompt),
             "stream": True,
+            **anthropic_tools(probe),
         }
         if prompt.system:
             body["system"] = prompt.system
-        if series.probe.temperature is not None:
-            body["temperature"] = min(series.probe.temperature, 1.0)
-        headers = {"Content-Type": "application/json", "Accept": "text/event-stream",
-                   "anthropic-version": ANTHROPIC_VERSION}
-        if series.target.api_key:
-            headers["x-api-key"] = series.target.api_key.reveal()
-        headers.update(series.target.headers)
-        return HttpRequest(self.url(series), headers, orjson.dumps(body))
+        if probe.temperature is not None:
+            body["temperature"] = min(probe.temperature, 1.0)
+        if probe.response_format is not None:
+            body["output_config"] = {"format": {
+                "type": "json_schema", "schema": probe.response_format.json_schema}}
+        auth = {"anthropic-version": ANTHROPIC_VERSION}
+        if api_key:
+            auth["x-api-key"] = api_key.reveal()
+        return HttpRequest(self.url(series), json_headers(series, "text/event-stream", auth),
+                           orjson.dumps(body))
 
     def new_parser(self) -> AnthropicStreamParser:
         """A parser for one Messages stream."""

@@ -1,24 +1,29 @@
-"""OpenAI chat completions (`POST {base_url}/chat/completions`, streamed).
+"""OpenAI chat completions (`POST {base_url}/chat/completions`, streamed SSE).
 
-Tokens come from `delta.content` (answer) and `delta.reasoning_content` / `delta.reasoning`
-(reasoning, as vLLM, DeepSeek and OpenRouter-style gateways send it). A role-only or empty delta
-is not a token. `usage` arrives in a final chunk (usually `choices: []`, some gateways send it with
-a non-empty `choices`) when `stream_options.include_usage` was asked for.
+Tokens come from `delta.content` (answer), `delta.reasoning_content` / `delta.reasoning`
+(reasoning, as vLLM, DeepSeek and OpenRouter-style gateways send it) and `delta.tool_calls`
+(the chunk naming a tool, then `function.arguments` deltas: tool-call tokens). A role-only or
+empty delta is not a token. `usage` arrives in a final chunk (usually `choices: []`, some
+gateways send it with a non-empty `choices`) when `stream_options.include_usage` was asked for.
+llama.cpp's server adds its own `timings` (`prompt_ms`: prefill, `predicted_ms`: decode).
+
+Usage is OpenAI's own convention, read as is: `prompt_tokens` (includes
+`prompt_tokens_details.cached_tokens`), `completion_tokens` (includes
+`completion_tokens_details.reasoning_tokens` and tool-call tokens).
 """
 
 from __future__ import annotations
 
 from abc import abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
-from exporter.config import Series
+from exporter.config import ProbeConfig, ResponseFormat, Secret, Series, ToolChoiceName
 from exporter.errors import StreamError, UpstreamError
 from exporter.images import data_url
-from exporter.log import REDACTOR
-from exporter.protocols import (
+from exporter.protocols.base import (
     ANSWER,
     MAX_CHOICES,
     REASONING,
@@ -26,12 +31,15 @@ from exporter.protocols import (
     HttpRequest,
     Prompt,
     StreamParser,
+    as_object,
+    bearer,
+    count,
+    error_message,
+    json_headers,
     load_event,
 )
-from exporter.result import Usage
+from exporter.result import ServerPhase, Usage
 from exporter.sse import ServerSentEvent
-
-ERROR_LIMIT = 300  # characters of an error object's message kept in the reason
 
 
 def chat_messages(prompt: Prompt) -> list[dict[str, Any]]:
@@ -41,7 +49,7 @@ def chat_messages(prompt: Prompt) -> list[dict[str, Any]]:
         messages.append({"role": "system", "content": prompt.system})
     messages += [{"role": role, "content": content} for role, content in prompt.messages]
     if prompt.image is not None:
-        last_user = max(i for i, m in enumerate(messages) if m["role"] == "user")
+        last_user = len(messages) - len(prompt.messages) + prompt.last_user()
         text = messages[last_user]["content"]
         messages[last_user]["content"] = [
             {"type": "image_url", "image_url": {"url": data_url(prompt.image)}},
@@ -50,33 +58,43 @@ def chat_messages(prompt: Prompt) -> list[dict[str, Any]]:
     return messages
 
 
+def chat_tools(probe: ProbeConfig) -> dict[str, Any]:
+    """`tools` and `tool_choice` in chat completions form (nothing when the probe has none)."""
+    if not probe.tools:
+        return {}
+    out: dict[str, Any] = {"tools": [
+        {"type": "function", "function": {
+            "name": tool.name, "parameters": tool.parameters,
+            **({"description": tool.description} if tool.description else {})}}
+        for tool in probe.tools]}
+    choice = probe.tool_choice
+    if isinstance(choice, ToolChoiceName):
+        out["tool_choice"] = {"type": "function", "function": {"name": choice.name}}
+    elif choice is not None:
+        out["tool_choice"] = choice
+    return out
+
+
+def json_schema_format(fmt: ResponseFormat) -> dict[str, Any]:
+    """An OpenAI `json_schema` / `json_object` format object (chat's `response_format`)."""
+    if fmt.type == "json_object":
+        return {"type": "json_object"}
+    spec: dict[str, Any] = {"name": fmt.name, "schema": fmt.schema_}
+    if fmt.strict is not None:
+        spec["strict"] = fmt.strict
+    return {"type": "json_schema", "json_schema": spec}
+
+
 def parse_usage(usage: Any) -> Usage | None:
     """Read an OpenAI `usage` object (None when absent or malformed)."""
     if not isinstance(usage, dict):
         return None
-    details = usage.get("completion_tokens_details") or {}
-    prompt_details = usage.get("prompt_tokens_details") or {}
-    return Usage(
-        prompt=_int(usage.get("prompt_tokens")),
-        completion=_int(usage.get("completion_tokens")),
-        reasoning=_int(details.get("reasoning_tokens")) if isinstance(details, dict) else None,
-        cached=_int(prompt_details.get("cached_tokens"))
-        if isinstance(prompt_details, dict) else None,
-    )
-
-
-def _int(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
-
-
-def error_message(error: Any) -> str:
-    """A short description of an error object (redacted, then cut)."""
-    if isinstance(error, dict):
-        message = error.get("message") or error.get("type") or error.get("code")
-        if not message:
-            return "error object in stream"
-        error = message
-    return REDACTOR.clip(str(error), ERROR_LIMIT)
+    details = as_object(usage.get("completion_tokens_details"))
+    prompt_details = as_object(usage.get("prompt_tokens_details"))
+    return Usage(prompt=count(usage.get("prompt_tokens")),
+                 completion=count(usage.get("completion_tokens")),
+                 reasoning=count(details.get("reasoning_tokens")),
+                 cached=count(prompt_details.get("cached_tokens")))
 
 
 def load_chunk(data: str) -> dict[str, Any]:
@@ -87,9 +105,15 @@ def load_chunk(data: str) -> dict[str, Any]:
     return chunk
 
 
+def _milliseconds(value: Any) -> float | None:
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return value / 1000
+    return None
+
+
 @dataclass(slots=True)
-class OpenAIStreamParser(StreamParser):
-    """What chat and legacy completion chunks share: [DONE], id, usage, choices."""
+class OpenAIStreamParser(StreamParser[ServerSentEvent]):
+    """What chat and legacy completion chunks share: [DONE], id, usage, timings, choices."""
 
     def on_event(self, event: ServerSentEvent) -> int:
         """Consume one chunk; return the kinds of tokens it carried."""
@@ -104,6 +128,10 @@ class OpenAIStreamParser(StreamParser):
             self.response_id = chunk["id"]
         if chunk.get("usage"):
             self.usage = parse_usage(chunk["usage"]) or self.usage
+        timings = chunk.get("timings")
+        if isinstance(timings, dict):  # llama.cpp's server
+            self.set_timing(ServerPhase.PREFILL, _milliseconds(timings.get("prompt_ms")))
+            self.set_timing(ServerPhase.DECODE, _milliseconds(timings.get("predicted_ms")))
         choices = chunk.get("choices")
         if not choices or not isinstance(choices, list):
             return 0
@@ -128,8 +156,11 @@ class OpenAIStreamParser(StreamParser):
 class ChatStreamParser(OpenAIStreamParser):
     """Parser for `chat.completion.chunk` events."""
 
+    _call_at: dict[Any, int] = field(default_factory=dict)  # tool_calls[].index → call
+
     def read_choice(self, choice: dict[str, Any]) -> int:
-        """`delta.content` is answer; `delta.reasoning_content` / `delta.reasoning` reasoning."""
+        """`delta.content` is answer; `delta.reasoning_content` / `delta.reasoning` reasoning;
+        `delta.tool_calls` tool-call tokens."""
         delta = choice.get("delta")
         if not delta or not isinstance(delta, dict):
             return 0
@@ -142,16 +173,31 @@ class ChatStreamParser(OpenAIStreamParser):
         if thinking and isinstance(thinking, str):
             self.reasoning.append(thinking)
             kinds |= REASONING
+        calls = delta.get("tool_calls")
+        if calls:
+            if not isinstance(calls, list):
+                raise StreamError("delta.tool_calls is not a list")
+            for call in calls:
+                kinds |= self._read_call(as_object(call))
         return kinds
 
+    def _read_call(self, call: dict[str, Any]) -> int:
+        function = as_object(call.get("function"))
+        name, arguments = function.get("name"), function.get("arguments")
+        arguments = arguments if isinstance(arguments, str) else ""
+        if not name and not arguments:
+            return 0  # an empty delta is not a token
+        index = call.get("index", 0)
+        index = index if isinstance(index, int | str) else 0
+        if index not in self._call_at:  # the chunk naming the tool: a token even without args
+            self._call_at[index] = len(self._calls)
+            return self.start_tool_call(name, arguments)
+        return self.add_tool_arguments(arguments, self._call_at[index])
 
-def openai_headers(series: Series) -> dict[str, str]:
+
+def openai_headers(series: Series, api_key: Secret | None) -> dict[str, str]:
     """JSON + SSE headers, bearer auth, then the target's own headers (which may override)."""
-    headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
-    if series.target.api_key:
-        headers["Authorization"] = f"Bearer {series.target.api_key.reveal()}"
-    headers.update(series.target.headers)
-    return headers
+    return json_headers(series, "text/event-stream", bearer(api_key))
 
 
 class OpenAIChat(ApiProtocol):
@@ -159,20 +205,25 @@ class OpenAIChat(ApiProtocol):
 
     default_path = "/chat/completions"
 
-    def build_request(self, series: Series, prompt: Prompt, *,
+    def build_request(self, series: Series, prompt: Prompt, api_key: Secret | None, *,
                       stream_options: bool = True) -> HttpRequest:
         """A streamed chat completion request asking for usage."""
+        probe = series.probe
         body: dict[str, Any] = {
             "model": series.model,
             "messages": chat_messages(prompt),
-            "max_tokens": series.probe.max_tokens,
+            "max_tokens": probe.max_tokens,
             "stream": True,
+            **chat_tools(probe),
         }
-        if series.probe.temperature is not None:
-            body["temperature"] = series.probe.temperature
+        if probe.temperature is not None:
+            body["temperature"] = probe.temperature
+        if probe.response_format is not None:
+            body["response_format"] = json_schema_format(probe.response_format)
         if stream_options:
             body["stream_options"] = {"include_usage": True}
-        return HttpRequest(self.url(series), openai_headers(series), orjson.dumps(body))
+        return HttpRequest(self.url(series), openai_headers(series, api_key),
+                           orjson.dumps(body))
 
     def new_parser(self) -> ChatStreamParser:
         """A parser for one chat stream."""

@@ -1,4 +1,7 @@
-"""Legacy OpenAI completions (`POST {base_url}/completions`, streamed `choices[].text`)."""
+"""Legacy OpenAI completions (`POST {base_url}/completions`, streamed `choices[].text`).
+
+Usage as in chat completions (OpenAI's convention, read as is).
+"""
 
 from __future__ import annotations
 
@@ -7,8 +10,8 @@ from typing import Any
 
 import orjson
 
-from exporter.config import Series
-from exporter.protocols import ANSWER, HttpRequest, Prompt
+from exporter.config import Secret, Series
+from exporter.protocols.base import ANSWER, HttpRequest, Prompt
 from exporter.protocols.openai_chat import OpenAIChat, OpenAIStreamParser, openai_headers
 
 
@@ -37,7 +40,7 @@ class OpenAICompletions(OpenAIChat):
 
     default_path = "/completions"
 
-    def build_request(self, series: Series, prompt: Prompt, *,
+    def build_request(self, series: Series, prompt: Prompt, api_key: Secret | None, *,
                       stream_options: bool = True) -> HttpRequest:
         """A streamed completion request asking for usage."""
         body: dict[str, Any] = {"model": series.model, "prompt": completion_prompt(prompt),
@@ -46,9 +49,9 @@ class OpenAICompletions(OpenAIChat):
             body["temperature"] = series.probe.temperature
         if stream_options:
             body["stream_options"] = {"include_usage": True}
-        return HttpRequest(self.url(series), openai_headers(series), orjson.dumps(body))
+        return HttpRequest(self.url(series), openai_headers(series, api_key),
+                           orjson.dumps(body))
 
     def new_parser(self) -> CompletionStreamParser:
         """A parser for one completion stream."""
         return CompletionStreamParser()
-

@@ -1,0 +1,361 @@
+"""What every API style shares: prompts, requests, framings, token kinds and the parser base.
+
+A protocol declares its framing (SSE, NDJSON or the AWS event stream); the prober feeds the read
+bytes to that framing's sans-IO decoder and each decoded event to the protocol's parser, which
+returns which kinds of token the event carried (`ANSWER`, `REASONING`, `TOOL_CALL`), so the
+prober can stamp them. Every parser reports usage in OpenAI's convention (`prompt` includes
+cached tokens, `completion` includes reasoning and tool-call tokens).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
+from urllib.parse import urlencode
+
+import orjson
+
+from exporter.config import Case, ImageSpec, ProbeConfig, Secret, Series
+from exporter.errors import StreamError
+from exporter.eventstream import EventStreamDecoder
+from exporter.log import REDACTOR
+from exporter.ndjson import NDJSONDecoder
+from exporter.result import ServerPhase, ToolCall, Usage
+from exporter.sse import SSEDecoder
+
+# Kinds of generated token an event carries (a bitmask). A tool call's name and every argument
+# delta are generated output like answer text: they set the first-token and first-answer stamps.
+ANSWER = 1
+REASONING = 2
+TOOL_CALL = 4
+OUTPUT = ANSWER | TOOL_CALL  # what the user waits for: t_a
+# Parsing one event must stay cheap, whatever the server sends: a real chunk holds a handful of
+# JSON values, while 1 MB of tiny ones costs ~20 ms of the loop that stamps every stream.
+MAX_EVENT_VALUES = 4096  # commas, brackets and braces in one event's data
+MAX_CHOICES = 16  # a probe asks for one completion
+MAX_TOOL_CALLS = 64  # a probe offers a few tools; more calls than this is a broken stream
+QUOTE_LIMIT = 80  # characters of a bad event quoted in a reason
+ERROR_LIMIT = 300  # characters of an error object's message kept in the reason
+# An NDJSON line is one small object (Ollama's are under 1 KB); a longer one is cut before the
+# decoder parses it, which bounds the parse like MAX_EVENT_VALUES does for the other framings.
+MAX_NDJSON_LINE = 64 * 1024
+# Finish reasons meaning "max_tokens was reached", as each API spells it.
+LIMIT_REASONS = frozenset({"length", "max_tokens", "MAX_TOKENS", "max_output_tokens"})
+
+E = TypeVar("E")
+
+
+def quote_event(data: str) -> str:
+    """A bad event's data for a reason: redacted, then cut, then quoted."""
+    return repr(REDACTOR.clip(data, QUOTE_LIMIT))
+
+
+def load_event(data: str | bytes) -> dict[str, Any]:
+    """One event's data as a JSON object; `StreamError` with a plain reason otherwise."""
+    # Short data cannot hold too many values, so the counting costs real chunks nothing.
+    if len(data) > MAX_EVENT_VALUES and _values(data) > MAX_EVENT_VALUES:
+        raise StreamError(f"an event holds more than {MAX_EVENT_VALUES} JSON values; cut")
+    try:
+        value = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        raise StreamError(f"data line is not JSON: {quote_event(_text(data))}") from None
+    if not isinstance(value, dict):
+        raise StreamError(f"data line is not a JSON object: {quote_event(_text(data))}")
+    return value
+
+
+def _values(data: str | bytes) -> int:
+    if isinstance(data, bytes):
+        return data.count(b",") + data.count(b"{") + data.count(b"[")
+    return data.count(",") + data.count("{") + data.count("[")
+
+
+def _text(data: str | bytes) -> str:
+    return data.decode("utf-8", "replace") if isinstance(data, bytes) else data
+
+
+def as_object(value: Any) -> dict[str, Any]:
+    """`value` when it is a JSON object, else an empty one."""
+    return value if isinstance(value, dict) else {}
+
+
+def count(value: Any) -> int | None:
+    """A token count: a non-negative integer, else None (absent or malformed)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def text_piece(value: Any, name: str, data: str | bytes = "") -> str:
+    """A streamed text field: "" when absent, StreamError (quoting the event's `data`) when
+    it is not a string."""
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        quoted = f": {quote_event(_text(data))}" if data else ""
+        raise StreamError(f"{name} is not a string{quoted}")
+    return value
+
+
+def error_message(error: Any) -> str:
+    """A short description of an error object (redacted, then cut)."""
+    if isinstance(error, dict):
+        message = error.get("message") or error.get("type") or error.get("code")
+        if not message:
+            return "error object in stream"
+        error = message
+    return REDACTOR.clip(str(error), ERROR_LIMIT)
+
+
+def dumps(value: Any) -> str:
+    """JSON text of a value that arrived parsed (a tool call's arguments object)."""
+    try:
+        return orjson.dumps(value).decode()
+    except TypeError:  # an integer beyond 64 bits: orjson refuses it
+        return str(value)
+
+
+@dataclass(frozen=True, slots=True)
+class Prompt:
+    """What one run sends, independent of the API style (nonce already applied)."""
+
+    system: str | None
+    messages: tuple[tuple[str, str], ...]  # (role, content)
+    image: ImageSpec | None = None  # attached to the last user message
+
+    def last_user(self) -> int:
+        """Index of the last user message (an image is attached to it)."""
+        return max((i for i, (role, _) in enumerate(self.messages) if role == "user"),
+                   default=len(self.messages) - 1)
+
+
+def make_prompt(probe: ProbeConfig, case: Case | None, nonce: str | None) -> Prompt:
+    """The prompt of one run: the probe's (or the case's) messages, nonce in front of the first
+    user message — prefix caches match prefixes, so a suffix would not defeat them."""
+    if case is not None:
+        messages = [("user", case.prompt)]
+    elif probe.messages is not None:
+        messages = [(m.role, m.content) for m in probe.messages]
+    else:
+        messages = [("user", probe.prompt or "")]
+    system = probe.system
+    if messages and messages[0][0] == "system":
+        system = messages.pop(0)[1] if system is None else system
+    if nonce:
+        for i, (role, content) in enumerate(messages):
+            if role == "user":
+                messages[i] = (role, f"[{nonce}] {content}")
+                break
+    return Prompt(system, tuple(messages), probe.image)
+
+
+def embedding_input(probe: ProbeConfig, nonce: str | None) -> str:
+    """The text an embedding probe sends (a nonce in front, as for prompts: caches exist)."""
+    text = probe.input or ""
+    return f"[{nonce}] {text}" if nonce else text
+
+
+@dataclass(frozen=True, slots=True)
+class HttpRequest:
+    """A ready-to-send probe request; a signer may return a copy with more headers."""
+
+    url: str
+    headers: dict[str, str]
+    body: bytes
+
+    def with_headers(self, headers: dict[str, str]) -> HttpRequest:
+        """A copy with `headers` added (replacing those of the same name)."""
+        return replace(self, headers={**self.headers, **headers})
+
+
+class RequestSigner(Protocol):
+    """Adds authentication computed over the whole request (AWS SigV4) just before sending."""
+
+    def __call__(self, request: HttpRequest) -> Awaitable[HttpRequest]:
+        """The request with its signature headers added."""
+        ...
+
+
+SignerFactory = Callable[[Series], RequestSigner | None]
+
+
+class Framing(StrEnum):
+    """How a response stream is framed into events."""
+
+    SSE = "sse"                  # text/event-stream
+    NDJSON = "ndjson"            # one JSON object per line (Ollama)
+    EVENTSTREAM = "eventstream"  # AWS binary event stream (Bedrock)
+
+
+class Decoder(Protocol[E]):
+    """A sans-IO stream decoder: `feed(bytes) -> events`, then `flush()` at end of stream."""
+
+    def feed(self, chunk: bytes) -> list[E]:
+        """Consume one read; return the events it completed."""
+        ...
+
+    def flush(self) -> list[E]:
+        """At end of stream: the events still pending (or StreamError for a cut frame)."""
+        ...
+
+
+def new_decoder(framing: Framing) -> Decoder[Any]:
+    """A fresh decoder for one response of this framing."""
+    if framing is Framing.NDJSON:
+        return NDJSONDecoder(MAX_NDJSON_LINE)
+    if framing is Framing.EVENTSTREAM:
+        return EventStreamDecoder()
+    return SSEDecoder()
+
+
+@dataclass(slots=True)
+class _ToolCallParts:
+    name: str
+    arguments: list[str] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class StreamParser(ABC, Generic[E]):
+    """Reads one response's events; collects text, tool calls, usage and the finish reason."""
+
+    answer: list[str] = field(default_factory=list)
+    reasoning: list[str] = field(default_factory=list)
+    usage: Usage | None = None
+    finish_reason: str | None = None
+    response_id: str | None = None
+    done: bool = False  # an explicit end-of-stream marker was seen
+    server_timings: dict[ServerPhase, float] = field(default_factory=dict)
+    _calls: list[_ToolCallParts] = field(default_factory=list)
+
+    @abstractmethod
+    def on_event(self, event: E) -> int:
+        """Consume one event; return a bitmask of ANSWER / REASONING / TOOL_CALL tokens."""
+
+    @property
+    def finished(self) -> bool:
+        """Whether the stream ended properly (end marker or finish reason seen)."""
+        return self.done or self.finish_reason is not None
+
+    @property
+    def hit_limit(self) -> bool:
+        """Whether generation stopped at max_tokens."""
+        return self.finish_reason in LIMIT_REASONS
+
+    @property
+    def tool_calls(self) -> tuple[ToolCall, ...]:
+        """The tool calls seen so far, arguments joined."""
+        return tuple(ToolCall(c.name, "".join(c.arguments)) for c in self._calls)
+
+    def tool_arguments_text(self) -> str:
+        """Every tool call's name and arguments (for estimating their tokens)."""
+        return "".join(c.name + "".join(c.arguments) for c in self._calls)
+
+    def start_tool_call(self, name: Any, arguments: str = "") -> int:
+        """A new tool call naming `name` (a generated token); returns TOOL_CALL."""
+        if len(self._calls) >= MAX_TOOL_CALLS:
+            raise StreamError(f"more than {MAX_TOOL_CALLS} tool calls in one answer; cut")
+        self._calls.append(_ToolCallParts(str(name) if name is not None else ""))
+        if arguments:
+            self._calls[-1].arguments.append(arguments)
+        return TOOL_CALL
+
+    def add_tool_arguments(self, piece: str, call: int = -1) -> int:
+        """An argument delta of a tool call (the last one by default); TOOL_CALL, or 0 when
+        the delta is empty (not a token)."""
+        if not piece:
+            return 0
+        if not self._calls:
+            self.start_tool_call("")
+        self._calls[call].arguments.append(piece)
+        return TOOL_CALL
+
+    def set_tool_arguments(self, arguments: str, call: int = -1) -> None:
+        """The whole arguments of a call as the server restates them at its end."""
+        if self._calls:
+            self._calls[call].arguments[:] = [arguments]
+
+    def set_timing(self, phase: ServerPhase, seconds: Any) -> None:
+        """One of the server's own durations, when it is a sane number of seconds."""
+        if (isinstance(seconds, int | float) and not isinstance(seconds, bool)
+                and 0 <= seconds < 86400):
+            self.server_timings[phase] = float(seconds)
+
+
+class ApiProtocol(ABC):
+    """How one API style is spoken."""
+
+    default_path: ClassVar[str]
+    framing: ClassVar[Framing] = Framing.SSE
+    content_types: ClassVar[tuple[str, ...]] = ("text/event-stream",)
+
+    @abstractmethod
+    def build_request(self, series: Series, prompt: Prompt, api_key: Secret | None, *,
+                      stream_options: bool = True) -> HttpRequest:
+        """The HTTP request for one run of this series."""
+
+    @abstractmethod
+    def new_parser(self) -> StreamParser[Any]:
+        """A parser for one response stream."""
+
+    def rejects_stream_options(self, status: int, body: str) -> bool:
+        """Whether a 4xx answer means the server does not know `stream_options`."""
+        return False
+
+    def path(self, series: Series) -> str:
+        """The endpoint path appended to base_url (the model is in it for some APIs)."""
+        return self.default_path
+
+    def url(self, series: Series) -> str:
+        """The endpoint URL: base_url + path (+ query)."""
+        return endpoint_url(series, self.path(series))
+
+
+def endpoint_url(series: Series, path: str) -> str:
+    """base_url + (the target's `path`, else `path`) + the target's query."""
+    target = series.target
+    url = target.base_url + (target.path or path)
+    if target.query:
+        url += ("&" if "?" in url else "?") + urlencode(target.query)
+    return url
+
+
+def json_headers(series: Series, accept: str, auth: dict[str, str]) -> dict[str, str]:
+    """JSON request headers, the API's auth, then the target's own headers (which win)."""
+    return {"Content-Type": "application/json", "Accept": accept, **auth,
+            **series.target.headers}
+
+
+def bearer(api_key: Secret | None) -> dict[str, str]:
+    """`Authorization: Bearer <key>` when there is a key."""
+    return {"Authorization": f"Bearer {api_key.reveal()}"} if api_key else {}
+
+
+@dataclass(frozen=True, slots=True)
+class Embedding:
+    """What an embeddings response said: the vector's size and the tokens read."""
+
+    dimensions: int
+    prompt_tokens: int | None = None
+
+
+class EmbeddingProtocol(ABC):
+    """How one API style asks for an embedding (a plain JSON request and response)."""
+
+    default_path: ClassVar[str]
+
+    @abstractmethod
+    def build_request(self, series: Series, text: str, api_key: Secret | None) -> HttpRequest:
+        """The HTTP request embedding `text`."""
+
+    @abstractmethod
+    def parse(self, body: bytes) -> Embedding:
+        """Read the response body; StreamError / UpstreamError when it is not an embedding."""
+
+    def path(self, series: Series) -> str:
+        """The endpoint path appended to base_url."""
+        return self.default_path
+
+    def url(self, series: Series) -> str:
+        """The endpoint URL."""
+        return endpoint_url(series, self.path(series))
