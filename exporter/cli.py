@@ -95,6 +95,11 @@ def build_parser() -> argparse.ArgumentParser:
                             "(default 50%%)")
     bench.add_argument("--seed", type=int, default=None,
                        help="seed for the Poisson arrivals of --rate")
+    bench.add_argument("--connections", choices=("reuse", "fresh"), default="reuse",
+                       help="reuse: keep-alive pool, as real clients (default); fresh: a new "
+                            "TCP/TLS connection per request, as the daemon's probes")
+    bench.add_argument("--workers", type=int, default=1, metavar="N",
+                       help="run each level in N processes (past one CPU core), merged as one")
     bench.add_argument("--output", type=Path, default=None, metavar="run.json",
                        help="write config, raw records and summaries as JSON")
     bench.add_argument("--csv", type=Path, default=None, metavar="run.csv",
@@ -212,6 +217,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         DEFAULT_REQUESTS,
         BenchOptions,
         BenchOutputs,
+        Connections,
         Level,
         parse_levels,
         parse_slo,
@@ -233,11 +239,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
             requests=args.requests if args.requests is not None or duration else
             DEFAULT_REQUESTS,
             duration=duration, warmup=args.warmup, slo=parse_slo(args.slo),
-            knee_threshold=threshold, seed=args.seed)
+            knee_threshold=threshold, seed=args.seed,
+            connections=Connections(args.connections), workers=args.workers)
         if (options.requests is not None and options.requests < 1) or options.warmup < 0 \
-                or threshold <= 0 or duration == 0:
-            raise ValueError("--requests, --duration and --knee-threshold must be positive, "
-                             "--warmup zero or more")
+                or threshold <= 0 or duration == 0 or options.workers < 1:
+            raise ValueError("--requests, --duration, --workers and --knee-threshold must be "
+                             "positive, --warmup zero or more")
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -14,6 +14,7 @@ import email.utils
 import functools
 import math
 import re
+import select
 import ssl
 import time
 import uuid
@@ -42,7 +43,7 @@ from exporter.errors import (
 )
 from exporter.log import REDACTOR, Redactor, get_logger
 from exporter.protocols import ANSWER, ApiProtocol, StreamParser, make_prompt, protocol_for
-from exporter.result import Phase, ProbeResult, TokenSource, Usage
+from exporter.result import Phase, ProbeResult, ProbeStamps, TokenSource, Usage
 from exporter.sse import SSEDecoder
 from exporter.tokens import estimate_tokens
 
@@ -73,6 +74,8 @@ class _NetStamps:
     tls_done: float | None = None  # https only
     sent: float | None = None  # request (headers, then body) written
     handler: _StampingHandler | None = None  # this request's connection protocol
+    reused: bool = False  # the connection came from the pool (reuse_connections)
+    stale: bool = False  # the pooled connection was found closed before anything was written
 
 
 @dataclass(slots=True)
@@ -127,6 +130,44 @@ class _StampingHandler(ResponseHandler):
             self.arrived = self._clock()
         super().data_received(data)
 
+    def peer_gone(self) -> bool:
+        """Whether the server closed this idle connection or wrote to it out of turn.
+
+        Between requests nothing may be readable: a pending EOF (or stray bytes) that the loop
+        has not processed yet shows here, before a request is written into a dead socket.
+        """
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            return True
+        sock = transport.get_extra_info("socket")
+        if sock is None:
+            return False
+        poller = select.poll()
+        poller.register(sock.fileno(), select.POLLIN)
+        return bool(poller.poll(0))
+
+
+class _StaleConnection(ConnectionError):
+    """A pooled connection was closed by the server; raised before the request is written."""
+
+
+class _Connector(aiohttp.TCPConnector):
+    """Tells each request which connection it got, skipping pooled ones the server closed."""
+
+    async def connect(self, req: Any, traces: Any,
+                      timeout: aiohttp.ClientTimeout) -> Any:  # noqa: ASYNC109 (aiohttp API)
+        net = _CURRENT_REQUEST.get()
+        while True:
+            conn = await super().connect(req, traces, timeout)
+            handler = conn.protocol
+            if (net is None or not isinstance(handler, _StampingHandler)
+                    or handler is net.handler):  # a new connection (it registered itself)
+                return conn
+            if not handler.peer_gone():
+                net.handler, net.reused = handler, True
+                return conn
+            conn.close()  # closed by the server behind the loop's back: take the next one
+
 
 def _trace_config() -> aiohttp.TraceConfig:
     """Trace callbacks that stamp DNS, connection set-up and the request write."""
@@ -143,8 +184,20 @@ def _trace_config() -> aiohttp.TraceConfig:
     trace.on_dns_resolvehost_end.append(stamp("dns_end"))
     trace.on_connection_create_start.append(stamp("create_start"))
     trace.on_connection_create_end.append(stamp("create_end"))
+
+    async def on_write(session: Any, ctx: SimpleNamespace, params: Any) -> None:
+        # Runs right before the request's bytes are written. The last chance to find that the
+        # server closed a pooled connection: raising here writes nothing, so the request can
+        # go out again on another connection without ever reaching the server twice.
+        net = ctx.trace_request_ctx
+        if isinstance(net, _NetStamps):
+            if net.reused and net.handler is not None and net.handler.peer_gone():
+                net.stale = True
+                raise _StaleConnection("pooled connection closed by the server")
+            net.sent = net.clock()
+
     trace.on_request_headers_sent.append(stamp("sent"))
-    trace.on_request_chunk_sent.append(stamp("sent"))
+    trace.on_request_chunk_sent.append(on_write)
     return trace
 
 
@@ -222,8 +275,10 @@ class Prober:
 
     def __init__(self, *, max_output_bytes: int = 4 * 1024 * 1024,
                  redactor: Redactor = REDACTOR, clock: Clock = time.perf_counter,
-                 wall_clock: Clock = time.time, logger: Any = None) -> None:
+                 wall_clock: Clock = time.time, logger: Any = None,
+                 reuse_connections: bool = False) -> None:
         self._max_output_bytes = max_output_bytes
+        self._reuse_connections = reuse_connections
         self._redact = redactor
         self._clock = clock
         self._wall = wall_clock
@@ -243,10 +298,12 @@ class Prober:
     async def start(self) -> None:
         """Open the shared HTTP session."""
         if self._session is None:
-            # A fresh connection per probe, as blackbox_exporter does: every probe sees the
-            # connect phase, and a server that closes after each stream despite announcing
-            # keep-alive (llama-server does) cannot fail the next probe on a dead socket.
-            connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, force_close=True)
+            # By default a fresh connection per probe, as blackbox_exporter does: every probe
+            # sees the connect phase. With reuse_connections (bench: what real clients do)
+            # connections are pooled, and one the server closed (llama-server closes after each
+            # stream despite announcing keep-alive) is skipped before a request is written.
+            connector = _Connector(limit=0, ttl_dns_cache=300,
+                                   force_close=not self._reuse_connections)
             # Stamp bytes where they arrive (see _StampingHandler); without the private hook
             # (another aiohttp) reads fall back to stamping when iter_any() returns.
             if hasattr(connector, "_factory"):
@@ -315,17 +372,8 @@ class Prober:
         stream_options = target.name not in self._no_stream_options
         for _ in range(2):
             request = protocol.build_request(series, prompt, stream_options=stream_options)
-            stamps = attempt.stamps = measure.Stamps(t0=self._clock())
-            attempt.net = net = _NetStamps(self._clock)
-            _CURRENT_REQUEST.set(net)
             try:
-                response = await self._session.post(
-                    request.url, data=request.body, headers=request.headers,
-                    ssl=None if target.tls_verify else False, trace_request_ctx=net,
-                    # A redirect would resend the key (x-api-key, custom headers) to wherever it
-                    # points and turn the POST into a GET: report it instead.
-                    allow_redirects=False,
-                )
+                response = await self._send(request, series, attempt)
             except (aiohttp.ClientConnectorCertificateError, aiohttp.ClientConnectorSSLError,
                     aiohttp.ClientSSLError, ssl.SSLError) as exc:
                 raise TLSFailed(f"TLS failed: {exc}") from None
@@ -335,6 +383,7 @@ class Prober:
             except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as exc:
                 raise ConnectFailed(f"connection failed before response headers: "
                                     f"{type(exc).__name__}: {exc}") from None
+            stamps, net = attempt.stamps, attempt.net
             stamps.t_headers = self._clock()
             if net.sent is not None:
                 stamps.t0 = net.sent
@@ -362,6 +411,27 @@ class Prober:
                         response.status, message, response.headers.get("Location")), retry)
                 await self._read_stream(response, protocol, series, attempt)
                 return
+
+    async def _send(self, request: Any, series: Series,
+                    attempt: _Attempt) -> aiohttp.ClientResponse:
+        """POST the request; once more if a pooled connection died before anything was written."""
+        assert self._session is not None
+        for last_try in (False, True):
+            attempt.stamps = measure.Stamps(t0=self._clock())
+            attempt.net = net = _NetStamps(self._clock)
+            _CURRENT_REQUEST.set(net)
+            try:
+                return await self._session.post(
+                    request.url, data=request.body, headers=request.headers,
+                    ssl=None if series.target.tls_verify else False, trace_request_ctx=net,
+                    # A redirect would resend the key (x-api-key, custom headers) to wherever it
+                    # points and turn the POST into a GET: report it instead.
+                    allow_redirects=False,
+                )
+            except aiohttp.ClientConnectionError:
+                if last_try or not net.stale:
+                    raise
+        raise AssertionError("unreachable")
 
     def _next_case(self, series: Series, attempt: _Attempt) -> Case | None:
         """The golden-set case of this run (round robin per series), and its checks."""
@@ -496,6 +566,8 @@ class Prober:
             else:
                 network[Phase.CONNECT] = max(0.0, net.create_end - net.create_start - dns)
         timings = measure.timings(stamps, n_tokens, network)
+        clocks = ProbeStamps(stamps.t0, stamps.t_headers, stamps.t_first, stamps.t_answer,
+                             stamps.t_last, stamps.t_end, unix_offset=self._wall() - self._clock())
         usage = Usage()
         cost = currency = None
         if parser is not None and attempt.stream_done:
@@ -531,5 +603,5 @@ class Prober:
             status=attempt.status, ratelimit=ratelimit, case=attempt.case,
             checked=attempt.checked,
             retry_after=error.retry_after if isinstance(error, HTTPStatusError) else None,
-            started_at=started, finished_at=self._wall(),
+            started_at=started, finished_at=self._wall(), stamps=clocks,
         )

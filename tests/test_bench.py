@@ -23,10 +23,11 @@ import pytest
 import yaml
 from prometheus_client import CollectorRegistry
 
-from exporter.bench import Level, LevelRunner, find_knee, flat_metrics, parse_slo, summarize
+from exporter.bench import find_knee, flat_metrics, parse_slo, summarize
 from exporter.cli import main
 from exporter.compare import compare, parse_fail_on
 from exporter.config import SimulatorConfig
+from exporter.loadgen import Level, LevelRunner
 from exporter.metrics import ExporterMetrics
 from exporter.oneshot import fmt_ms
 from exporter.prober import Prober
