@@ -155,11 +155,12 @@ class BenchOptions:
     seed: int | None = None
     connections: Connections = Connections.REUSE
     workers: int = 1
+    ramp: float | None = None  # seconds; None: the warm-up's mean request duration
 
     @property
     def plan(self) -> LevelPlan:
         """How much of each level to run."""
-        return LevelPlan(self.requests, self.duration, self.warmup)
+        return LevelPlan(self.requests, self.duration, self.warmup, self.ramp)
 
     def as_json(self) -> dict[str, Any]:
         """The options as stored in run.json."""
@@ -167,7 +168,8 @@ class BenchOptions:
                 "requests": self.requests, "duration": self.duration, "warmup": self.warmup,
                 "slo": {k: v for k, v in asdict(self.slo).items() if v is not None},
                 "knee_threshold": self.knee_threshold, "seed": self.seed,
-                "connections": self.connections.value, "workers": self.workers}
+                "connections": self.connections.value, "workers": self.workers,
+                "ramp": "auto" if self.ramp is None else self.ramp}
 
 
 # ---------------------------------------------------------------------------------------------

@@ -68,15 +68,22 @@ class LevelRunner:
         self._rng = rng or random.Random()
 
     async def closed_loop(self, concurrency: int, count: int | None, duration: float | None,
-                          on_done: Done) -> None:
-        """Keep `concurrency` requests in flight until `count` started or `duration` passed."""
+                          on_done: Done, ramp: float = 0.0, phase: float = 0.0) -> None:
+        """Keep `concurrency` requests in flight until `count` started or `duration` passed.
+
+        Stream k starts `(k + phase) · ramp / concurrency` late: equal-length streams started
+        together stay in lock-step and hit the server with K-wide bursts for good.
+        """
         origin = self._clock()
         deadline = None if duration is None else origin + duration
         issued = itertools.count()
         started = 0
 
-        async def worker() -> None:
+        async def worker(k: int) -> None:
             nonlocal started
+            delay = origin + (k + phase) * ramp / concurrency - self._clock()
+            if delay > 0:
+                await asyncio.sleep(delay)
             while True:
                 if count is not None and started >= count:
                     return
@@ -89,8 +96,8 @@ class LevelRunner:
                 on_done(index, result, t_start, self._clock() - origin)
 
         async with asyncio.TaskGroup() as group:
-            for _ in range(concurrency):
-                group.create_task(worker())
+            for k in range(concurrency):
+                group.create_task(worker(k))
 
     async def open_loop(self, rate: float, count: int | None, duration: float | None,
                         on_done: Done) -> None:
@@ -116,21 +123,36 @@ class LevelRunner:
         on_done(index, result, t_start, self._clock() - origin)
 
     async def run(self, level: Level, count: int | None, duration: float | None,
-                  on_done: Done) -> None:
-        """Run `level` for `count` requests or `duration` seconds."""
+                  on_done: Done, ramp: float = 0.0, phase: float = 0.0) -> None:
+        """Run `level` for `count` requests or `duration` seconds (a closed loop ramps up)."""
         if level.mode == "concurrency":
-            await self.closed_loop(int(level.value), count, duration, on_done)
+            await self.closed_loop(int(level.value), count, duration, on_done, ramp, phase)
         else:
             await self.open_loop(level.value, count, duration, on_done)
 
 
 @dataclass(frozen=True)
 class LevelPlan:
-    """How much of a level to run: `requests` (or for `duration`), after `warmup` uncounted."""
+    """How much of a level to run: `requests` (or for `duration`), after `warmup` uncounted;
+    a closed loop's streams start spread over `ramp` seconds (None: the warm-up's mean request
+    duration), this worker's shifted by `phase` of a slot."""
 
     requests: int | None
     duration: float | None
     warmup: int
+    ramp: float | None = None
+    phase: float = 0.0
+
+
+async def warm_up(runner: LevelRunner, level: Level, plan: LevelPlan) -> float:
+    """Run the plan's warm-up requests; the ramp to use (see LevelPlan)."""
+    durations: list[float] = []
+    if plan.warmup:
+        await runner.run(warmup_level(level, plan.warmup), plan.warmup, None,
+                         lambda _i, _r, start, end: durations.append(end - start))
+    if plan.ramp is not None:
+        return plan.ramp
+    return sum(durations) / len(durations) if durations else 0.0
 
 
 def warmup_level(level: Level, warmup: int) -> Level:
@@ -161,11 +183,9 @@ class LocalDriver:
                         measuring: Callable[[], None]) -> None:
         """Warm up, call `measuring()`, then run the level; results reach `on_done`."""
         runner = LevelRunner(self._prober, series, clock=self._clock, rng=self._rng)
-        if plan.warmup:
-            await runner.run(warmup_level(level, plan.warmup), plan.warmup, None,
-                             lambda *_: None)
+        ramp = await warm_up(runner, level, plan)
         measuring()
-        await runner.run(level, plan.requests, plan.duration, on_done)
+        await runner.run(level, plan.requests, plan.duration, on_done, ramp, plan.phase)
 
 
 def shares(total: int, weights: Sequence[int]) -> list[int]:
@@ -189,8 +209,10 @@ def split_level(level: Level, plan: LevelPlan, workers: int) -> list[tuple[Level
         parts = [Level("rate", level.value / workers)] * workers
     requests = shares(plan.requests, weights) if plan.requests is not None else None
     warmup = shares(plan.warmup, weights)
+    # Worker i's streams take every len(parts)-th start slot of the ramp, shifted by i.
     return [(part, LevelPlan(None if requests is None else requests[i], plan.duration,
-                             max(1, warmup[i]) if plan.warmup else 0))
+                             max(1, warmup[i]) if plan.warmup else 0, plan.ramp,
+                             i / len(parts)))
             for i, part in enumerate(parts)]
 
 
@@ -249,9 +271,7 @@ class _Worker:
     async def _level(self, prober: Prober, key: tuple[str, str, str], level: Level,
                      plan: LevelPlan, seed: int) -> None:
         runner = LevelRunner(prober, self._series[key], rng=random.Random(seed))
-        if plan.warmup:
-            await runner.run(warmup_level(level, plan.warmup), plan.warmup, None,
-                             lambda *_: None)
+        ramp = await warm_up(runner, level, plan)
         await self._send(("warm",))
         if (await self._inbox.get()) != ("go",):
             return
@@ -272,7 +292,8 @@ class _Worker:
                 await asyncio.sleep(FLUSH_INTERVAL)
                 await flush()
 
-        running = asyncio.create_task(runner.run(level, plan.requests, plan.duration, on_done))
+        running = asyncio.create_task(runner.run(level, plan.requests, plan.duration, on_done,
+                                                 ramp, plan.phase))
         stop = asyncio.create_task(self._inbox.get())
         flushing = asyncio.create_task(flusher())
         try:
