@@ -38,7 +38,14 @@ from rich.table import Table
 from exporter import __version__
 from exporter.config import Config, Series, parse_duration, redacted
 from exporter.hints import hint_for
-from exporter.loadgen import Level, LevelDriver, LevelPlan, LocalDriver, WorkerPool
+from exporter.loadgen import (
+    Level,
+    LevelDriver,
+    LevelPlan,
+    LocalDriver,
+    WorkerPool,
+    steady_gc,
+)
 from exporter.log import REDACTOR
 from exporter.measure import percentile
 from exporter.oneshot import fmt_cost, fmt_ms, make_console, probing, select_series
@@ -707,6 +714,7 @@ async def run_bench(config: Config, series: Sequence[Series], options: BenchOpti
                     probing(config, reuse_connections=reuse))
                 driver = LocalDriver(prober, rng=rng)
             bench = Bench(driver, options, reporter)
+            stack.enter_context(steady_gc())
             handled = False
             with contextlib.suppress(ValueError, RuntimeError, NotImplementedError):
                 loop.add_signal_handler(signal.SIGINT, bench.interrupt)

@@ -13,13 +13,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import itertools
 import multiprocessing
 import random
 import signal
+import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any, Protocol
@@ -36,6 +38,26 @@ Clock = Callable[[], float]
 STOP_GRACE = 10.0
 # How often a worker sends the results that finished meanwhile.
 FLUSH_INTERVAL = 0.2
+SWITCH_INTERVAL = 0.0005
+# Full collections only when asked (between warm-up and measurement), never on their own.
+NO_AUTOMATIC_FULL_GC = 1 << 30
+
+
+@contextlib.contextmanager
+def steady_gc() -> Iterator[None]:
+    """While load runs: everything loaded so far frozen out of collections, and no automatic
+    full collection. A full collection scans the whole heap and holds the loop that stamps
+    tokens for tens of milliseconds (measured at K = 200); young ones stay short and still run.
+    Each level takes its full collection after warm-up, before timing starts."""
+    thresholds = gc.get_threshold()
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(thresholds[0], thresholds[1], NO_AUTOMATIC_FULL_GC)
+    try:
+        yield
+    finally:
+        gc.set_threshold(*thresholds)
+        gc.unfreeze()
 
 
 @dataclass(frozen=True)
@@ -184,6 +206,7 @@ class LocalDriver:
         """Warm up, call `measuring()`, then run the level; results reach `on_done`."""
         runner = LevelRunner(self._prober, series, clock=self._clock, rng=self._rng)
         ramp = await warm_up(runner, level, plan)
+        gc.collect()  # see steady_gc
         measuring()
         await runner.run(level, plan.requests, plan.duration, on_done, ramp, plan.phase)
 
@@ -257,21 +280,27 @@ class _Worker:
         async with Prober(max_output_bytes=self._config.global_.max_output_bytes,
                           reuse_connections=self._reuse) as prober:
             await self._send(("ready",))
-            while True:
-                message = await self._inbox.get()
-                if message is None or message[0] == "exit":
-                    return
-                if message[0] == "level":
-                    try:
-                        await self._level(prober, *message[1:])
-                    except Exception as exc:  # reported, never a silent hang of the parent
-                        await self._send(("error", f"{type(exc).__name__}: {exc}"))
-                    await self._send(("end",))
+            with steady_gc():
+                await self._serve_levels(prober)
+
+    async def _serve_levels(self, prober: Prober) -> None:
+        """Run each `level` message until `exit`."""
+        while True:
+            message = await self._inbox.get()
+            if message is None or message[0] == "exit":
+                return
+            if message[0] == "level":
+                try:
+                    await self._level(prober, *message[1:])
+                except Exception as exc:  # reported, never a silent hang of the parent
+                    await self._send(("error", f"{type(exc).__name__}: {exc}"))
+                await self._send(("end",))
 
     async def _level(self, prober: Prober, key: tuple[str, str, str], level: Level,
                      plan: LevelPlan, seed: int) -> None:
         runner = LevelRunner(prober, self._series[key], rng=random.Random(seed))
         ramp = await warm_up(runner, level, plan)
+        gc.collect()  # see steady_gc
         await self._send(("warm",))
         if (await self._inbox.get()) != ("go",):
             return
@@ -310,6 +339,9 @@ class _Worker:
 def _worker_main(conn: Connection, config: Config, reuse_connections: bool) -> None:
     """Entry point of a worker process."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the parent, which stops us
+    # Results are pickled and sent from threads: let the loop that stamps take the GIL back
+    # within 0.5 ms (default 5 ms), as the daemon does for its render threads.
+    sys.setswitchinterval(SWITCH_INTERVAL)
     asyncio.run(_Worker(conn, config, reuse_connections).serve())
 
 

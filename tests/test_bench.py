@@ -143,6 +143,24 @@ async def test_closed_loop_keeps_k_in_flight() -> None:
         assert others == min(n, 2)  # the first three ramp up, then always 2 others in flight
 
 
+async def test_closed_loop_ramp_spreads_the_first_starts() -> None:
+    """With a ramp, stream k starts no earlier than k·ramp/K: no K-wide burst at the start."""
+    # Requests outlast the ramp, so each of the four starts is a different stream's first.
+    models = {"m": {"ttft": "300ms", "tpot": "1ms", "output_tokens": 3, "jitter": 0}}
+    simulator = await start_simulator(SimulatorConfig(listen="127.0.0.1:0", models=models))
+    try:
+        config = make_config(simulator.url)
+        starts: list[float] = []
+        async with Prober() as prober:
+            runner = LevelRunner(prober, config.series[0])
+            await runner.closed_loop(4, 4, None, lambda _i, _r, start, _e: starts.append(start),
+                                     ramp=0.2, phase=0.5)
+    finally:
+        await simulator.close()
+    for k, start in enumerate(sorted(starts)):
+        assert start >= (k + 0.5) * 0.05 - 1e-3, starts
+
+
 async def test_open_loop_starts_on_schedule_regardless_of_in_flight() -> None:
     models = {"m": {"ttft": "50ms", "tpot": "2ms", "output_tokens": 4, "jitter": 0}}
     simulator = await start_simulator(SimulatorConfig(listen="127.0.0.1:0", models=models))
