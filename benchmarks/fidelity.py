@@ -269,14 +269,15 @@ def make_columns(args: argparse.Namespace, server: TruthProcess,
             continue
         columns.append(in_process(clients[-1], spread))
     tools: list[Tool] = []
+    tty = args.bench_tty
     if "bench" in args.clients:
-        tools.append(BenchTool())
+        tools.append(BenchTool(tty=tty))
     for variant in args.bench_variant:
         label, _, extra = variant.partition("=")
-        tools.append(BenchTool(name=f"bench {label}", args=extra.split()))
+        tools.append(BenchTool(name=f"bench {label}", args=extra.split(), tty=tty))
     for tree in args.bench_tree:
         label, _, path = tree.partition("=")
-        tools.append(BenchTool(name=f"bench@{label}", tree=Path(path).resolve()))
+        tools.append(BenchTool(name=f"bench@{label}", tree=Path(path).resolve(), tty=tty))
     tools += [tool for tool in peers(args.tokens) if tool.name in args.clients]
     columns += [as_process(tool, server.base_url, workdir) for tool in tools]
     return columns, clients
@@ -387,6 +388,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--bench-tree", action="append", default=[], metavar="NAME=DIR",
                         help="another bench column run from another source tree (A/B against "
                              "older code: `git worktree add` or `git archive` it) (repeatable)")
+    parser.add_argument("--bench-tty", action="store_true",
+                        help="run the bench columns under a pseudo-terminal (live progress bar, "
+                             "as from a shell)")
     parser.add_argument("--ttft", type=float, default=0.2)
     parser.add_argument("--tpot", type=float, default=0.02)
     parser.add_argument("--tokens", type=int, default=20)

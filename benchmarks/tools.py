@@ -23,6 +23,7 @@ import asyncio
 import os
 import re
 import resource
+import shlex
 import sys
 import time
 from collections.abc import Sequence
@@ -102,6 +103,7 @@ class BenchTool(Tool):
     name: str = "bench"
     tree: Path = ROOT
     args: Sequence[str] = ()
+    tty: bool = False  # under a pseudo-terminal, as from a shell: with the live progress bar
 
     def command(self, base_url: str, concurrency: int, count: int,
                 out: Path) -> tuple[list[str], dict[str, str]]:
@@ -114,6 +116,8 @@ class BenchTool(Tool):
         argv = [sys.executable, "-m", "exporter", "bench", "--config.file", str(config),
                 "--concurrency", str(concurrency), "--requests", str(count),
                 "--warmup", str(concurrency), "--output", str(out / "run.json"), *self.args]
+        if self.tty:
+            argv = ["script", "--quiet", "--return", "--command", shlex.join(argv), "/dev/null"]
         return argv, {**os.environ, "PYTHONPATH": str(self.tree)}
 
     def parse(self, out: Path, concurrency: int) -> list[Measured]:
