@@ -63,6 +63,7 @@ class Samples:
     request_leg: list[float] = field(default_factory=list)  # server arrival − client t0
     response_leg: list[float] = field(default_factory=list)  # client t_first − server write
     connections: set[int] = field(default_factory=set)  # server connection serials used
+    rounds: list[list[float]] = field(default_factory=list)  # TTFT errors of each run
     cpu_seconds: float = 0.0
     requests: int = 0
     failed: int = 0
@@ -84,6 +85,7 @@ def match(measured: Sequence[Measured], records: dict[str, dict[str, Any]],
           into: Samples) -> None:
     """Pair each measurement with the server's record (by response id or X-Request-ID)."""
     into.requests += len(measured)
+    into.rounds.append([])
     for m in measured:
         record = records.get(m.rid or "")
         if not m.ok or m.ttft is None:
@@ -100,6 +102,7 @@ def match(measured: Sequence[Measured], records: dict[str, dict[str, Any]],
         into.ttft.append(m.ttft)
         into.true_ttft.append(true_ttft)
         into.ttft_err.append(m.ttft - true_ttft)
+        into.rounds[-1].append(m.ttft - true_ttft)
         if m.t0 is not None and m.t_first is not None:
             into.request_leg.append(record["arrived"] - m.t0)
             into.response_leg.append(m.t_first - record["writes"][0])
@@ -205,42 +208,49 @@ FIDELITY_HEADERS = ["K", "client", "n", "TTFT err p50 ms", "p99", "mean", "max",
                     "failed"]
 
 
+def round_medians(s: Samples | None) -> tuple[float, float, float] | None:
+    """p50, p99 and mean of the TTFT error, each the median over the rounds (A B A B: one
+    round disturbed by the machine moves a pooled p99, not the median of the rounds')."""
+    runs = [r for r in (s.rounds if s else []) if r]
+    if not runs:
+        return None
+    stats = [_three(r) for r in runs]
+    return (statistics.median(x[0] for x in stats), statistics.median(x[1] for x in stats),
+            statistics.median(x[2] for x in stats))
+
+
 def standings(by_level: dict[int, dict[str, Samples]], ours: str, others: Sequence[str],
               rivals: Sequence[str]) -> tuple[str, list[str]]:
-    """The per-tool summary (p50 / p99 / mean per level, CPU) and a goal line per level:
-    `ours` below every one of `rivals`."""
+    """The per-tool summary (p50 / p99 / mean per level, medians over rounds; CPU) and a goal
+    line per level: `ours` below every one of `rivals`."""
     levels = sorted(by_level)
     rows, goals = [], []
     for name in [ours, *others]:
         cells: list[Any] = [name]
         for level in levels:
-            s = by_level[level].get(name)
-            err = s.ttft_err if s else []
-            cells.append(f"{ms(pct(err, 50))} / {ms(pct(err, 99))} / "
-                         f"{ms(statistics.fmean(err) if err else None)}")
+            three = round_medians(by_level[level].get(name))
+            cells.append(" / ".join(ms(x) for x in three) if three else "–")
         cpu = [by_level[level][name].cpu_seconds / by_level[level][name].requests
                if name in by_level[level] and by_level[level][name].requests else None
                for level in levels]
         cells.append(" / ".join(ms(c) for c in cpu))
         rows.append(cells)
     for level in levels:
-        mine = by_level[level].get(ours)
-        if mine is None or not mine.ttft_err:
+        stats = round_medians(by_level[level].get(ours))
+        if stats is None:
             continue
-        stats = _three(mine.ttft_err)
         behind = []
         for name in rivals:
-            theirs = by_level[level].get(name)
-            if theirs is None or not theirs.ttft_err:
+            theirs = round_medians(by_level[level].get(name))
+            if theirs is None:
                 continue
-            for label, a, b in zip(("p50", "p99", "mean"), stats, _three(theirs.ttft_err),
-                                   strict=True):
+            for label, a, b in zip(("p50", "p99", "mean"), stats, theirs, strict=True):
                 if a >= b:
                     behind.append(f"{label} vs {name} ({ms(a)} ≥ {ms(b)})")
         verdict = "met" if not behind else "MISSED: " + ", ".join(behind)
         goals.append(f"goal at K = {level}: {ours} TTFT error p50, p99 and mean below every "
                      f"peer's and the SDK's: {verdict}")
-    headers = ["client", *(f"K = {lv} err p50 / p99 / mean ms" for lv in levels),
+    headers = ["client", *(f"K = {lv} TTFT err p50 / p99 / mean ms" for lv in levels),
                "CPU ms/req at K = " + " / ".join(str(lv) for lv in levels)]
     return table(headers, rows), goals
 
@@ -331,6 +341,7 @@ async def fidelity(args: argparse.Namespace) -> None:
         rivals = [name for name in others if name == SDKClient.name
                   or name in {tool.name for tool in peers(args.tokens)}]
         summary, goals = standings(by_level, "bench", others, rivals)
+        print("## Standings: TTFT error, each statistic the median over the rounds\n")
         print(summary)
         print()
         print("\n".join(goals))
