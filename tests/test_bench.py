@@ -315,13 +315,14 @@ def test_compare_matches_a_single_other_series_by_level() -> None:
 # Ctrl-C
 
 
-def test_ctrl_c_stops_cleanly_and_keeps_finished_results(tmp_path: Path) -> None:
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_ctrl_c_stops_cleanly_and_keeps_finished_results(tmp_path: Path, workers: str) -> None:
     config = sim_config(tmp_path)
     out_json, out_csv = tmp_path / "run.json", tmp_path / "run.csv"
     process = subprocess.Popen(
         [sys.executable, "-c", "import sys; from exporter.cli import main; sys.exit(main())",
          "bench", "--config.file", str(config), "--concurrency", "2", "--requests", "100000",
-         "--output", str(out_json), "--csv", str(out_csv)],
+         "--workers", workers, "--output", str(out_json), "--csv", str(out_csv)],
         cwd=Path(__file__).parent.parent, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     started = threading.Event()
