@@ -4,7 +4,9 @@ Closed loop (`--concurrency 1,2,4`): K requests stay in flight; a new one starts
 ends (never lock-step rounds, which would measure a K-wide burst each time). Open loop
 (`--rate 2,4`): requests start at Poisson arrival times whatever is still in flight. Each level
 runs `--requests N` requests (or for `--duration`), after `--warmup K` uncounted ones run the same
-way (they open the connections the level will use).
+way (they open the connections the level will use). How levels run — the loops, the ramp, the
+`--workers` processes — lives in `exporter.loadgen`; connections are pooled unless
+`--connections fresh`.
 
 Every number comes from `Prober.probe` and `measure.percentile`: the definitions are the daemon's.
 Raw per-request records are kept; summaries, the knee, CSV, the HTML report and baseline
