@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import itertools
 import resource
 import statistics
 import tempfile
@@ -146,7 +147,7 @@ def in_process(client: Any, spread: float) -> Column:
 
 def as_process(tool: Tool, base_url: str, workdir: Path) -> Column:
     """A tool run as its own process; every run in its own folder."""
-    runs = iter(range(1_000_000))
+    runs = itertools.count()
 
     async def run(concurrency: int, count: int) -> tuple[list[Measured], float]:
         done = await tool.run(base_url, concurrency, count, workdir / f"{tool.name}-{next(runs)}")
