@@ -31,7 +31,7 @@ from exporter.errors import Result
 from exporter.loadgen import Level, LevelPlan, LevelRunner, shares, split_level
 from exporter.metrics import ExporterMetrics
 from exporter.oneshot import fmt_ms
-from exporter.prober import Prober
+from exporter.prober import Prober, _StampingHandler
 from exporter.report import render_report
 from exporter.scheduler import Scheduler
 from exporter.simulator import start_simulator
@@ -607,6 +607,22 @@ async def test_reuse_survives_idle_connections_closed_by_the_server() -> None:
         second = await prober.probe(series)
     assert first.success and second.success, (first.reason, second.reason)
     assert server.connections == 2
+
+
+async def test_connection_closed_between_pool_and_write_is_retried_unwritten(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The race no timing reproduces on demand: the pooled connection looks alive when taken
+    and is found closed right before the write. Nothing was written, so the request goes out
+    once on a new connection and the server sees it exactly once."""
+    async with KeepAliveServer() as server, Prober(reuse_connections=True) as prober:
+        series = make_config(server.url).series[0]
+        assert (await prober.probe(series)).success  # opens the pooled connection
+        checks = iter([False, True])  # alive when taken from the pool, gone at the write
+        monkeypatch.setattr(_StampingHandler, "peer_gone", lambda self: next(checks, False))
+        result = await prober.probe(series)
+    assert result.success, result.reason
+    assert server.requests == 2 and server.connections == 2
+    assert "connect" in result.timings.phases  # the retry's new connection
 
 
 def test_bench_connections_option_reaches_the_prober(tmp_path: Path, capsys) -> None:
