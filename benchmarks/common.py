@@ -119,38 +119,14 @@ def series_for(base_url: str, *, max_tokens: int = 256, timeout: float = 120.0) 
     return config.series[0]
 
 
-_last_stamps: list[Any] = [None]
-
-
-def _keep_stamps() -> None:
-    """Let OursClient see each probe's absolute stamps (t0, t_first) without touching the prober.
-
-    `measure.timings` runs synchronously at the end of `Prober.probe`, and nothing else runs
-    between it and the return to the caller, so the last stamps seen belong to that probe.
-    """
-    from exporter import prober
-
-    timings = prober.measure.timings
-    if getattr(timings, "_bench_wrapped", False):
-        return
-
-    def keep(stamps: Any, *args: Any, **kwargs: Any) -> Any:
-        _last_stamps[0] = stamps
-        return timings(stamps, *args, **kwargs)
-
-    keep._bench_wrapped = True  # type: ignore[attr-defined]
-    prober.measure.timings = keep  # type: ignore[assignment]
-
-
 class OursClient:
-    """Our `Prober.probe`, exactly as the daemon calls it."""
+    """Our `Prober.probe`, exactly as the daemon calls it (a fresh connection per probe)."""
 
     name = "ours (Prober)"
 
-    def __init__(self, base_url: str) -> None:
+    def __init__(self, base_url: str, *, reuse_connections: bool = False) -> None:
         self.series = series_for(base_url)
-        self.prober = Prober()
-        _keep_stamps()
+        self.prober = Prober(reuse_connections=reuse_connections)
 
     async def start(self) -> None:
         await self.prober.start()
@@ -160,12 +136,12 @@ class OursClient:
 
     async def one(self) -> Measured:
         result = await self.prober.probe(self.series)
-        stamps = _last_stamps[0]
+        stamps = result.stamps
         t = result.timings
         gaps = t.inter_chunk
         return Measured(result.response_id, t.ttft, t.tpot,
                         sum(gaps) / len(gaps) if gaps else None, result.success,
-                        stamps.t0, stamps.t_first)
+                        stamps.t0 if stamps else None, stamps.t_first if stamps else None)
 
 
 class SDKClient:

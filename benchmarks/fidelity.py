@@ -1,12 +1,17 @@
 """Fidelity: how far each client's TTFT and TPOT are from the server's truth, side by side.
 
 The truth server (a separate process) records on CLOCK_MONOTONIC when each request arrived and
-when each token chunk was written. Each client — the floor (raw asyncio socket, stamps in
-`data_received`, parses nothing), our `Prober.probe`, and the official `openai` SDK loop — runs
-the same closed loop (K requests in flight) against it, in alternating order (A B C, B C A, …),
-and every measured request is matched with the server's record by response id.
+when each token chunk was written. The clients run one at a time against it, each the same closed
+loop (K requests in flight), in rotating order (A B C, B C A, …), and every measured request is
+paired with the server's record of it:
 
-    python -m benchmarks.fidelity [--levels 1,50,200,500] [--rounds 2] [--smoke]
+- in this process: the floor (raw asyncio socket, stamps in `data_received`, parses nothing),
+  our `Prober.probe` as the daemon calls it, and the official `openai` SDK loop;
+- as separate processes, the way users run them: our `bench` command (with `--bench-variant` /
+  `--bench-tree` columns for A/B comparisons against other options or older code) and the peers
+  aiperf, guidellm and inference-perf when installed (`benchmarks/peers/install`).
+
+    python -m benchmarks.fidelity [--levels 1,40,200] [--rounds 2] [--clients ...] [--smoke]
 
 Error = measured − true (positive: the client saw it late). Excess = client TTFT − floor TTFT at
 the same level (what the client itself adds, whatever the server and the machine did).
@@ -17,11 +22,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import itertools
+import resource
 import statistics
+import tempfile
 import time
-from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from benchmarks.common import (
@@ -38,6 +46,7 @@ from benchmarks.common import (
     table,
     truth_server,
 )
+from benchmarks.tools import BenchTool, Tool, describe_missing, peers
 
 
 @dataclass
@@ -54,6 +63,10 @@ class Samples:
     gap: list[float] = field(default_factory=list)
     request_leg: list[float] = field(default_factory=list)  # server arrival − client t0
     response_leg: list[float] = field(default_factory=list)  # client t_first − server write
+    connections: set[int] = field(default_factory=set)  # server connection serials used
+    rounds: list[list[float]] = field(default_factory=list)  # TTFT errors of each run
+    cpu_seconds: float = 0.0
+    requests: int = 0
     failed: int = 0
     unmatched: int = 0
 
@@ -71,7 +84,9 @@ def true_times(record: dict[str, Any]) -> tuple[float | None, float | None]:
 
 def match(measured: Sequence[Measured], records: dict[str, dict[str, Any]],
           into: Samples) -> None:
-    """Pair each measurement with the server's record of the same response id."""
+    """Pair each measurement with the server's record (by response id or X-Request-ID)."""
+    into.requests += len(measured)
+    into.rounds.append([])
     for m in measured:
         record = records.get(m.rid or "")
         if not m.ok or m.ttft is None:
@@ -84,9 +99,11 @@ def match(measured: Sequence[Measured], records: dict[str, dict[str, Any]],
         if true_ttft is None:
             into.failed += 1
             continue
+        into.connections.add(record["connection"])
         into.ttft.append(m.ttft)
         into.true_ttft.append(true_ttft)
         into.ttft_err.append(m.ttft - true_ttft)
+        into.rounds[-1].append(m.ttft - true_ttft)
         if m.t0 is not None and m.t_first is not None:
             into.request_leg.append(record["arrived"] - m.t0)
             into.response_leg.append(m.t_first - record["writes"][0])
@@ -99,19 +116,62 @@ def match(measured: Sequence[Measured], records: dict[str, dict[str, Any]],
             into.gap_err.append(m.chunk_gap_mean - true_tpot)
 
 
-async def run_level(server: TruthProcess, clients: Sequence[Any], concurrency: int,
-                    count: int, rounds: int, spread: float) -> dict[str, Samples]:
-    """Every client, `rounds` times in rotating order, `count` requests with K in flight."""
-    samples: dict[str, Samples] = defaultdict(Samples)
-    for client in clients:  # warm-up: open the connections this level uses
+def _self_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+# One column of the table: run K in flight for `count` requests → (measured, CPU seconds).
+Runner = Callable[[int, int], Awaitable[tuple[list[Measured], float]]]
+
+
+@dataclass
+class Column:
+    """A client under test and how to run one closed loop of it."""
+
+    name: str
+    run: Runner
+    startup_cpu: float = 0.0  # CPU of starting the tool once (subtracted per run)
+
+
+def in_process(client: Any, spread: float) -> Column:
+    """A client of this process: warm up K, then the closed loop; CPU of this process."""
+    async def run(concurrency: int, count: int) -> tuple[list[Measured], float]:
         await closed_loop(client.one, concurrency, concurrency, spread)
+        gc.collect()
+        cpu = _self_cpu()
+        measured = await closed_loop(client.one, concurrency, count, spread)
+        return measured, _self_cpu() - cpu
+    return Column(client.name, run)
+
+
+def as_process(tool: Tool, base_url: str, workdir: Path) -> Column:
+    """A tool run as its own process; every run in its own folder."""
+    runs = itertools.count()
+
+    async def run(concurrency: int, count: int) -> tuple[list[Measured], float]:
+        done = await tool.run(base_url, concurrency, count, workdir / f"{tool.name}-{next(runs)}")
+        return done.measured, done.cpu_seconds
+    return Column(tool.name, run)
+
+
+async def run_level(server: TruthProcess, columns: Sequence[Column], concurrency: int,
+                    count: int, rounds: int) -> dict[str, Samples]:
+    """Every column, `rounds` times in rotating order, `count` requests with K in flight."""
+    samples: dict[str, Samples] = {c.name: Samples() for c in columns}
     await server.records()
     for r in range(rounds):
-        order = [*clients[r % len(clients):], *clients[:r % len(clients)]]
-        for client in order:
-            gc.collect()
-            measured = await closed_loop(client.one, concurrency, count, spread)
-            match(measured, await server.records(), samples[client.name])
+        order = [*columns[r % len(columns):], *columns[:r % len(columns)]]
+        for column in order:
+            measured, cpu = await column.run(concurrency, count)
+            records = {}
+            for record in (await server.records()).values():
+                records[record["id"]] = record
+                if record["request_id"]:
+                    records[record["request_id"]] = record
+            into = samples[column.name]
+            match(measured, records, into)
+            into.cpu_seconds += max(0.0, cpu - column.startup_cpu)
     return samples
 
 
@@ -126,81 +186,171 @@ def fidelity_rows(level: int, samples: dict[str, Samples], floor_name: str) -> l
         excess = (f"{ms(mean - floor_mean)} / {ms(pct(s.ttft, 99) - floor_p99)}"
                   if mean is not None and floor_mean is not None and floor_p99 is not None
                   and name != floor_name else "–")
+        matched = len(s.ttft)
         rows.append([
-            level, name, len(s.ttft) + s.failed + s.unmatched,
-            ms(pct(s.ttft_err, 50)), ms(pct(s.ttft_err, 99)), ms(max(s.ttft_err, default=None)),
+            level, name, s.requests,
+            ms(pct(s.ttft_err, 50)), ms(pct(s.ttft_err, 99)),
+            ms(statistics.fmean(s.ttft_err) if s.ttft_err else None),
+            ms(max(s.ttft_err, default=None)),
             ms(pct(s.tpot_err, 50), 3), ms(pct(s.tpot_err, 99), 3),
-            ms(max(s.tpot_err, default=None), 3),
             ms(pct(s.request_leg, 50)), ms(pct(s.request_leg, 99)),
             ms(pct(s.response_leg, 50)), ms(pct(s.response_leg, 99)),
-            ms(mean, 1), ms(statistics.fmean(s.true_ttft) if s.true_ttft else None, 1), excess,
+            ms(mean, 1), excess,
+            ms(s.cpu_seconds / s.requests if s.requests else None),
+            f"{len(s.connections) / matched:.2f}" if matched else "–",
             s.failed + s.unmatched,
         ])
     return rows
 
 
-FIDELITY_HEADERS = ["K", "client", "n", "TTFT err p50 ms", "p99", "max", "TPOT err p50 ms",
-                    "p99", "max", "req leg p50", "p99", "resp leg p50", "p99", "mean TTFT ms",
-                    "true TTFT ms", "excess vs floor mean/p99 ms", "failed"]
+FIDELITY_HEADERS = ["K", "client", "n", "TTFT err p50 ms", "p99", "mean", "max",
+                    "TPOT err p50 ms", "p99", "req leg p50", "p99", "resp leg p50", "p99",
+                    "mean TTFT ms", "excess vs floor mean/p99 ms", "CPU ms/req", "conns/req",
+                    "failed"]
+
+
+def round_medians(s: Samples | None) -> tuple[float, float, float] | None:
+    """p50, p99 and mean of the TTFT error, each the median over the rounds (A B A B: one
+    round disturbed by the machine moves a pooled p99, not the median of the rounds')."""
+    runs = [r for r in (s.rounds if s else []) if r]
+    if not runs:
+        return None
+    stats = [_three(r) for r in runs]
+    return (statistics.median(x[0] for x in stats), statistics.median(x[1] for x in stats),
+            statistics.median(x[2] for x in stats))
+
+
+def standings(by_level: dict[int, dict[str, Samples]], ours: str, others: Sequence[str],
+              rivals: Sequence[str]) -> tuple[str, list[str]]:
+    """The per-tool summary (p50 / p99 / mean per level, medians over rounds; CPU) and a goal
+    line per level: `ours` below every one of `rivals`."""
+    levels = sorted(by_level)
+    rows, goals = [], []
+    for name in [ours, *others]:
+        cells: list[Any] = [name]
+        for level in levels:
+            three = round_medians(by_level[level].get(name))
+            cells.append(" / ".join(ms(x) for x in three) if three else "–")
+        cpu = [by_level[level][name].cpu_seconds / by_level[level][name].requests
+               if name in by_level[level] and by_level[level][name].requests else None
+               for level in levels]
+        cells.append(" / ".join(ms(c) for c in cpu))
+        rows.append(cells)
+    for level in levels:
+        stats = round_medians(by_level[level].get(ours))
+        if stats is None:
+            continue
+        behind = []
+        for name in rivals:
+            theirs = round_medians(by_level[level].get(name))
+            if theirs is None:
+                continue
+            for label, a, b in zip(("p50", "p99", "mean"), stats, theirs, strict=True):
+                if a >= b:
+                    behind.append(f"{label} vs {name} ({ms(a)} ≥ {ms(b)})")
+        verdict = "met" if not behind else "MISSED: " + ", ".join(behind)
+        goals.append(f"goal at K = {level}: {ours} TTFT error p50, p99 and mean below every "
+                     f"peer's and the SDK's: {verdict}")
+    headers = ["client", *(f"K = {lv} TTFT err p50 / p99 / mean ms" for lv in levels),
+               "CPU ms/req at K = " + " / ".join(str(lv) for lv in levels)]
+    return table(headers, rows), goals
+
+
+def _three(values: Sequence[float]) -> tuple[float, float, float]:
+    return pct(values, 50) or 0.0, pct(values, 99) or 0.0, statistics.fmean(values)
+
+
+def make_columns(args: argparse.Namespace, server: TruthProcess,
+                 workdir: Path) -> tuple[list[Column], list[Any]]:
+    """The columns asked for, and the in-process clients to start and close."""
+    spread = args.ttft + args.tokens * args.tpot
+    clients: list[Any] = []
+    columns: list[Column] = []
+    for name in args.clients:
+        if name == "floor":
+            clients.append(FloorClient(server.base_url))
+        elif name == "ours":
+            clients.append(OursClient(server.base_url))
+        elif name == "sdk":
+            if not sdk_available():
+                print("(openai not installed: the SDK column is skipped; `pip install openai`)\n")
+                continue
+            clients.append(SDKClient(server.base_url))
+        else:
+            continue
+        columns.append(in_process(clients[-1], spread))
+    tools: list[Tool] = []
+    tty = args.bench_tty
+    if "bench" in args.clients:
+        tools.append(BenchTool(tty=tty))
+    for variant in args.bench_variant:
+        label, _, extra = variant.partition("=")
+        tools.append(BenchTool(name=f"bench {label}", args=extra.split(), tty=tty))
+    for tree in args.bench_tree:
+        label, _, path = tree.partition("=")
+        tools.append(BenchTool(name=f"bench@{label}", tree=Path(path).resolve(), tty=tty))
+    tools += [tool for tool in peers(args.tokens) if tool.name in args.clients]
+    columns += [as_process(tool, server.base_url, workdir) for tool in tools]
+    return columns, clients
 
 
 async def fidelity(args: argparse.Namespace) -> None:
-    """The main table, then the chunk-batching table."""
+    """The main table, the standings of the tools, then the chunk-batching table."""
     scenario = {"ttft": args.ttft, "tpot": args.tpot, "tokens": args.tokens}
     print(f"# fidelity — {machine_line()}")
     print(f"scenario: first token {args.ttft * 1000:g} ms after the request, then "
           f"{args.tokens - 1} more tokens {args.tpot * 1000:g} ms apart, one per chunk; "
           f"{args.rounds} round(s) of max({args.requests}, 2K) requests per client per level, "
-          "closed loop (K in flight)\n")
-    if not sdk_available():
-        print("(openai not installed: the SDK column is skipped; `pip install openai`)\n")
+          "closed loop (K in flight), after a warm-up of K\n")
+    note = describe_missing()
+    if note and not args.smoke:
+        print(note + "\n")
     all_rows: list[list[str]] = []
-    summary: list[list[str]] = []
-    async with truth_server(**scenario) as server:
-        kinds = [FloorClient, OursClient] + ([SDKClient] if sdk_available() else [])
-        clients = [kind(server.base_url) for kind in kinds]
-        for client in clients:
-            await client.start()
-        try:
-            for level in args.levels:
-                count = max(args.requests, 2 * level)
-                started = time.perf_counter()
-                samples = await run_level(server, clients, level, count, args.rounds,
-                                          args.ttft + args.tokens * args.tpot)
-                rows = fidelity_rows(level, samples, FloorClient.name)
-                all_rows += rows
-                print(table(FIDELITY_HEADERS, rows), flush=True)
-                print(f"({time.perf_counter() - started:.1f} s)\n", flush=True)
-                ours = samples[OursClient.name]
-                sdk = samples.get(SDKClient.name)
-                ours_p99 = pct(ours.ttft_err, 99)
-                sdk_p99 = pct(sdk.ttft_err, 99) if sdk and sdk.ttft_err else None
-                ratio = (f"{ours_p99 / sdk_p99:.2f}" if ours_p99 is not None and sdk_p99
-                         else "–")
-                summary.append([level, ms(ours_p99), ms(sdk_p99), ratio])
-            batching = await chunk_batching(server, clients, args)
-        finally:
+    by_level: dict[int, dict[str, Samples]] = {}
+    with tempfile.TemporaryDirectory(prefix="fidelity-") as tmp:
+        async with truth_server(**scenario) as server:
+            columns, clients = make_columns(args, server, Path(tmp))
             for client in clients:
-                await client.close()
+                await client.start()
+            try:
+                for column in columns[len(clients):]:  # start-up cost of each tool, once
+                    _, column.startup_cpu = await column.run(1, 1)
+                await server.records()
+                for level in args.levels:
+                    count = max(args.requests, 2 * level)
+                    started = time.perf_counter()
+                    samples = await run_level(server, columns, level, count, args.rounds)
+                    by_level[level] = samples
+                    rows = fidelity_rows(level, samples, FloorClient.name)
+                    all_rows += rows
+                    print(table(FIDELITY_HEADERS, rows), flush=True)
+                    print(f"({time.perf_counter() - started:.1f} s, {machine_line()})\n",
+                          flush=True)
+                batching = await chunk_batching(server, columns[:len(clients)], args)
+            finally:
+                for client in clients:
+                    await client.close()
     print("## TTFT error, all levels\n")
     print(table(FIDELITY_HEADERS, all_rows))
     print()
-    print(table(["K", "ours TTFT err p99 ms", "SDK TTFT err p99 ms", "ours / SDK"], summary))
-    print()
-    goals = {1: 0.001, 200: 0.003}
-    for level, ours_p99, _sdk, ratio in summary:
-        if level in goals:
-            met = float(ours_p99) <= goals[level] * 1000
-            print(f"goal TTFT err p99 ≤ {goals[level] * 1000:g} ms at {level}: "
-                  f"{'met' if met else 'MISSED'} ({ours_p99} ms)")
-        if ratio != "–":
-            print(f"goal lower than the SDK at {level}: "
-                  f"{'met' if float(ratio) < 1 else 'MISSED'} (ratio {ratio})")
-    print()
+    startup = {c.name: c.startup_cpu for c in columns if c.startup_cpu}
+    if startup:
+        print("start-up CPU (one run of one request): " + ", ".join(
+            f"{name} {cpu:.1f} s" for name, cpu in startup.items()) + "\n")
+    if any(c.name == "bench" for c in columns):
+        others = [c.name for c in columns if c.name not in ("bench", FloorClient.name)]
+        rivals = [name for name in others if name == SDKClient.name
+                  or name in {tool.name for tool in peers(args.tokens)}]
+        summary, goals = standings(by_level, "bench", others, rivals)
+        print("## Standings: TTFT error, each statistic the median over the rounds\n")
+        print(summary)
+        print()
+        print("\n".join(goals))
+        print()
     print(batching)
 
 
-async def chunk_batching(server: TruthProcess, clients: Sequence[Any],
+async def chunk_batching(server: TruthProcess, columns: Sequence[Column],
                          args: argparse.Namespace) -> str:
     """Several tokens per chunk: TPOT by tokens (ours) vs the mean gap between chunks."""
     per_chunk = args.batch
@@ -209,8 +359,7 @@ async def chunk_batching(server: TruthProcess, clients: Sequence[Any],
     rows = []
     try:
         for level in args.batch_levels:
-            samples = await run_level(server, clients, level, max(args.requests, 2 * level), 1,
-                                      args.ttft + args.batch_tokens * args.tpot)
+            samples = await run_level(server, columns, level, max(args.requests, 2 * level), 1)
             for name, s in samples.items():
                 rows.append([
                     level, name, len(s.tpot),
@@ -232,27 +381,45 @@ async def chunk_batching(server: TruthProcess, clients: Sequence[Any],
                          "by-tokens err p99 ms", "by chunks ms", "by chunks / true"], rows)
 
 
+ALL_CLIENTS = "floor,ours,sdk,bench,aiperf,guidellm,inference-perf"
+
+
 def main(argv: list[str] | None = None) -> None:
     """Command line entry point."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--levels", default="1,50,200,500")
+    parser.add_argument("--levels", default="1,40,200")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--requests", type=int, default=30,
                         help="requests per client per round (at least 2K)")
+    parser.add_argument("--clients", default=ALL_CLIENTS,
+                        help=f"columns, comma-separated (default: {ALL_CLIENTS}; peers that "
+                             "are not installed are skipped)")
+    parser.add_argument("--bench-variant", action="append", default=[], metavar="NAME=ARGS",
+                        help="another bench column with extra arguments, e.g. "
+                             "'fresh=--connections fresh' (repeatable)")
+    parser.add_argument("--bench-tree", action="append", default=[], metavar="NAME=DIR",
+                        help="another bench column run from another source tree (A/B against "
+                             "older code: `git worktree add` or `git archive` it) (repeatable)")
+    parser.add_argument("--bench-tty", action="store_true",
+                        help="run the bench columns under a pseudo-terminal (live progress bar, "
+                             "as from a shell)")
     parser.add_argument("--ttft", type=float, default=0.2)
     parser.add_argument("--tpot", type=float, default=0.02)
     parser.add_argument("--tokens", type=int, default=20)
     parser.add_argument("--batch", type=int, default=4, help="tokens per chunk when batching")
     parser.add_argument("--batch-tokens", type=int, default=20)
-    parser.add_argument("--batch-levels", default="1,50")
+    parser.add_argument("--batch-levels", default="1,40")
     parser.add_argument("--smoke", action="store_true", help="tiny CI run (seconds)")
     args = parser.parse_args(argv)
     if args.smoke:
         args.levels, args.rounds, args.requests = "1,4", 1, 4
         args.ttft, args.tpot, args.tokens = 0.02, 0.002, 5
         args.batch_tokens, args.batch_levels = 8, "1"
+        if args.clients == ALL_CLIENTS:
+            args.clients = "floor,ours,bench"
     args.levels = [int(x) for x in args.levels.split(",")]
     args.batch_levels = [int(x) for x in args.batch_levels.split(",")]
+    args.clients = [x.strip() for x in args.clients.split(",")]
     asyncio.run(fidelity(args))
 
 

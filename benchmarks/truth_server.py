@@ -8,7 +8,8 @@ last token is due), then the finish chunk, the usage chunk and `[DONE]`.
 It records, on CLOCK_MONOTONIC — the clock `time.monotonic()` and `time.perf_counter()` read in
 the client process too (checked at start-up) — when each request arrived (the read that completed
 it) and when each token chunk was written (stamped just before the write, so no client can see a
-token before its stamp). Control endpoints:
+token before its stamp), with the response id it gave, the client's `X-Request-ID` (aiperf sends
+one) and the connection it came on. Control endpoints:
 
     GET  /control/records     the records since the last call, as JSON (and forgets them)
     POST /control/scenario    {"ttft": s, "tpot": s, "tokens": n, "tokens_per_chunk": k}
@@ -62,6 +63,8 @@ class Record:
 
     id: str
     arrived: float
+    request_id: str | None  # the client's X-Request-ID header, when it sent one
+    connection: int  # serial number of the connection it came on (how many a client opened)
     tokens: int
     tokens_per_chunk: int
     ttft_scheduled: float
@@ -85,6 +88,10 @@ class TruthServer:
         self.scenario = scenario
         self.records: list[Record] = []
         self._ids = itertools.count(1)
+        self._connections = itertools.count(1)
+
+    def new_connection(self) -> int:
+        return next(self._connections)
 
     def new_id(self) -> str:
         return f"chatcmpl-{next(self._ids):08d}"
@@ -99,6 +106,7 @@ class _Connection(asyncio.Protocol):
         self.buffer = b""
         self.busy = False
         self.handle: asyncio.TimerHandle | None = None
+        self.serial = server.new_connection()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
@@ -119,17 +127,21 @@ class _Connection(asyncio.Protocol):
                 return
             head = self.buffer[:end].decode("latin-1")
             length = 0
+            request_id = None
             for line in head.split("\r\n")[1:]:
                 name, _, value = line.partition(":")
-                if name.strip().lower() == "content-length":
+                name = name.strip().lower()
+                if name == "content-length":
                     length = int(value)
+                elif name == "x-request-id":
+                    request_id = value.strip()
             total = end + 4 + length
             if len(self.buffer) < total:
                 return
             body = self.buffer[end + 4:total]
             self.buffer = self.buffer[total:]
             method, path = [*head.split(" ", 2), "", ""][:2]
-            self._route(method, path, body, now)
+            self._route(method, path, body, now, request_id)
 
     def _reply(self, status: str, body: bytes, content_type: str = "application/json") -> None:
         assert self.transport is not None
@@ -137,9 +149,10 @@ class _Connection(asyncio.Protocol):
             f"HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\n"
             f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
 
-    def _route(self, method: str, path: str, body: bytes, now: float) -> None:
+    def _route(self, method: str, path: str, body: bytes, now: float,
+               request_id: str | None) -> None:
         if method == "POST" and path.endswith("/chat/completions"):
-            self._stream(now)
+            self._stream(now, request_id)
         elif path.startswith("/control/records"):
             records, self.server.records = self.server.records, []
             self._reply("200 OK", orjson.dumps([asdict(r) for r in records]))
@@ -152,11 +165,12 @@ class _Connection(asyncio.Protocol):
         else:
             self._reply("404 Not Found", b'{"error":{"message":"not found"}}')
 
-    def _stream(self, arrived: float) -> None:
+    def _stream(self, arrived: float, request_id: str | None) -> None:
         assert self.transport is not None
         sc = self.server.scenario
         rid = self.server.new_id()
-        record = Record(rid, arrived, sc.tokens, sc.tokens_per_chunk, sc.ttft, sc.tpot)
+        record = Record(rid, arrived, request_id, self.serial, sc.tokens, sc.tokens_per_chunk,
+                        sc.ttft, sc.tpot)
         self.server.records.append(record)
         base = {"id": rid, "object": "chat.completion.chunk", "created": 1700000000,
                 "model": "bench", "system_fingerprint": "fp_truth"}

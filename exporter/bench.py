@@ -4,7 +4,9 @@ Closed loop (`--concurrency 1,2,4`): K requests stay in flight; a new one starts
 ends (never lock-step rounds, which would measure a K-wide burst each time). Open loop
 (`--rate 2,4`): requests start at Poisson arrival times whatever is still in flight. Each level
 runs `--requests N` requests (or for `--duration`), after `--warmup K` uncounted ones run the same
-way (they open the connections the level will use).
+way (they open the connections the level will use). How levels run — the loops, the ramp, the
+`--workers` processes — lives in `exporter.loadgen`; connections are pooled unless
+`--connections fresh`.
 
 Every number comes from `Prober.probe` and `measure.percentile`: the definitions are the daemon's.
 Raw per-request records are kept; summaries, the knee, CSV, the HTML report and baseline
@@ -23,9 +25,10 @@ import random
 import signal
 import sys
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -38,11 +41,19 @@ from rich.table import Table
 from exporter import __version__
 from exporter.config import Config, Series, parse_duration, redacted
 from exporter.hints import hint_for
+from exporter.loadgen import (
+    SWITCH_INTERVAL,
+    Level,
+    LevelDriver,
+    LevelPlan,
+    LocalDriver,
+    WorkerPool,
+    steady_gc,
+)
 from exporter.log import REDACTOR
 from exporter.measure import percentile
 from exporter.oneshot import fmt_cost, fmt_ms, make_console, probing, select_series
-from exporter.prober import Prober
-from exporter.result import ProbeResult
+from exporter.result import ProbeResult, ProbeStamps
 from exporter.server import result_json
 
 DEFAULT_REQUESTS = 20
@@ -135,24 +146,16 @@ def parse_levels(text: str, *, integer: bool) -> tuple[float, ...]:
     return tuple(levels)
 
 
-@dataclass(frozen=True)
-class Level:
-    """One load level: `concurrency` K in flight, or `rate` R arrivals per second."""
+class Connections(StrEnum):
+    """How bench's requests get their connections (`--connections`)."""
 
-    mode: str
-    value: float
-
-    @property
-    def label(self) -> str:
-        """`c=4` or `r=2/s`."""
-        if self.mode == "concurrency":
-            return f"c={self.value:g}"
-        return f"r={self.value:g}/s"
+    REUSE = "reuse"  # a keep-alive pool, as real clients do
+    FRESH = "fresh"  # a new TCP (+TLS) connection per request, as the daemon's probes do
 
 
 @dataclass(frozen=True)
 class BenchOptions:
-    """What to run: the levels, how many requests, warm-up, SLOs and the knee threshold."""
+    """What to run: levels, requests, warm-up, SLOs, the knee threshold, connections, workers."""
 
     levels: tuple[Level, ...] = (Level("concurrency", 1),)
     requests: int | None = DEFAULT_REQUESTS
@@ -161,13 +164,23 @@ class BenchOptions:
     slo: Slo = field(default_factory=Slo)
     knee_threshold: float = 0.5
     seed: int | None = None
+    connections: Connections = Connections.REUSE
+    workers: int = 1
+    ramp: float | None = None  # seconds; None: the warm-up's mean request duration
+
+    @property
+    def plan(self) -> LevelPlan:
+        """How much of each level to run."""
+        return LevelPlan(self.requests, self.duration, self.warmup, self.ramp)
 
     def as_json(self) -> dict[str, Any]:
         """The options as stored in run.json."""
         return {"levels": [{"mode": lv.mode, "value": lv.value} for lv in self.levels],
                 "requests": self.requests, "duration": self.duration, "warmup": self.warmup,
                 "slo": {k: v for k, v in asdict(self.slo).items() if v is not None},
-                "knee_threshold": self.knee_threshold, "seed": self.seed}
+                "knee_threshold": self.knee_threshold, "seed": self.seed,
+                "connections": self.connections.value, "workers": self.workers,
+                "ramp": "auto" if self.ramp is None else self.ramp}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -181,6 +194,25 @@ def series_name(series: Series | Mapping[str, Any]) -> str:
     return f"{series['target']}/{series['model']}/{series['probe']}"
 
 
+# The stamps of a record, by their names in DESIGN.md (t_h, t_f, t_a, t_L).
+STAMPS = {"t0": "t0", "t_h": "t_headers", "t_f": "t_first", "t_a": "t_answer", "t_L": "t_last",
+          "t_end": "t_end"}
+# What the `monotonic` stamps are: `time.perf_counter`, system-wide on Linux.
+CLOCK = {"monotonic": "clock_gettime(CLOCK_MONOTONIC), seconds (Python time.perf_counter: "
+                      f"{time.get_clock_info('perf_counter').implementation})",
+         "unix": "wall time, seconds since the epoch (read with the monotonic clock once per "
+                 "request)"}
+
+
+def stamps_json(stamps: ProbeStamps | None) -> dict[str, dict[str, float | None]]:
+    """`{"monotonic": {"t0": …, "t_h": …}, "unix": {…}}`; a stamp never taken is null."""
+    if stamps is None:
+        return {"monotonic": dict.fromkeys(STAMPS), "unix": dict.fromkeys(STAMPS)}
+    monotonic = {name: getattr(stamps, attr) for name, attr in STAMPS.items()}
+    return {"monotonic": monotonic,
+            "unix": {name: stamps.unix(value) for name, value in monotonic.items()}}
+
+
 def make_record(result: ProbeResult, level: Level, index: int, start: float, end: float,
                 slo: Slo) -> dict[str, Any]:
     """One raw per-request record: the daemon's result fields plus where it ran in the level."""
@@ -189,80 +221,10 @@ def make_record(result: ProbeResult, level: Level, index: int, start: float, end
         mode=level.mode, level=level.value, index=index,
         offset_start=start, offset_end=end,  # seconds since the level began (monotonic clock)
         inter_chunk_seconds=list(result.timings.inter_chunk),
+        stamps=stamps_json(result.stamps),
     )
     record["slo_met"] = slo.met(record) if slo else None
     return record
-
-
-Done = Callable[[int, ProbeResult, float, float], None]
-
-
-class LevelRunner:
-    """Drives one level against one series; results reach `on_done` as they finish."""
-
-    def __init__(self, prober: Prober, series: Series, *,
-                 clock: Callable[[], float] = time.perf_counter,
-                 rng: random.Random | None = None) -> None:
-        self._prober = prober
-        self._series = series
-        self._clock = clock
-        self._rng = rng or random.Random()
-
-    async def closed_loop(self, concurrency: int, count: int | None, duration: float | None,
-                          on_done: Done) -> None:
-        """Keep `concurrency` requests in flight until `count` started or `duration` passed."""
-        origin = self._clock()
-        deadline = None if duration is None else origin + duration
-        issued = itertools.count()
-        started = 0
-
-        async def worker() -> None:
-            nonlocal started
-            while True:
-                if count is not None and started >= count:
-                    return
-                if deadline is not None and self._clock() >= deadline:
-                    return
-                index = next(issued)
-                started += 1
-                t_start = self._clock() - origin
-                result = await self._prober.probe(self._series)
-                on_done(index, result, t_start, self._clock() - origin)
-
-        async with asyncio.TaskGroup() as group:
-            for _ in range(concurrency):
-                group.create_task(worker())
-
-    async def open_loop(self, rate: float, count: int | None, duration: float | None,
-                        on_done: Done) -> None:
-        """Start requests at Poisson arrivals of `rate`/s until `count` or `duration`."""
-        origin = self._clock()
-        loop_sleep = asyncio.sleep
-        next_at = 0.0
-        async with asyncio.TaskGroup() as group:
-            for index in itertools.count():
-                if count is not None and index >= count:
-                    break
-                if duration is not None and next_at >= duration:
-                    break
-                delay = next_at - (self._clock() - origin)
-                if delay > 0:
-                    await loop_sleep(delay)
-                group.create_task(self._one(index, origin, on_done))
-                next_at += self._rng.expovariate(rate)
-
-    async def _one(self, index: int, origin: float, on_done: Done) -> None:
-        t_start = self._clock() - origin
-        result = await self._prober.probe(self._series)
-        on_done(index, result, t_start, self._clock() - origin)
-
-    async def run(self, level: Level, count: int | None, duration: float | None,
-                  on_done: Done) -> None:
-        """Run `level` for `count` requests or `duration` seconds."""
-        if level.mode == "concurrency":
-            await self.closed_loop(int(level.value), count, duration, on_done)
-        else:
-            await self.open_loop(level.value, count, duration, on_done)
 
 
 @dataclass
@@ -339,15 +301,14 @@ class _Reporter:
 class Bench:
     """Runs every (series × level) and keeps what finished, also when interrupted."""
 
-    def __init__(self, prober: Prober, options: BenchOptions, reporter: _Reporter, *,
+    def __init__(self, driver: LevelDriver, options: BenchOptions, reporter: _Reporter, *,
                  clock: Callable[[], float] = time.perf_counter,
                  wall_clock: Callable[[], float] = time.time) -> None:
-        self._prober = prober
+        self._driver = driver
         self._options = options
         self._reporter = reporter
         self._clock = clock
         self._wall = wall_clock
-        self._rng = random.Random(options.seed)
         self.runs: list[LevelRun] = []
         self.interrupted = False
         self._current: asyncio.Task[None] | None = None
@@ -368,7 +329,6 @@ class Bench:
 
     async def _level(self, series: Series, level: Level) -> None:
         options = self._options
-        runner = LevelRunner(self._prober, series, clock=self._clock, rng=self._rng)
         run = LevelRun(series, level, warmup=options.warmup)
         self.runs.append(run)
         self._reporter.start(series_name(series), level, options.requests, options.warmup)
@@ -380,19 +340,20 @@ class Bench:
             ok += result.success
             self._reporter.advance(len(run.records), ok)
 
-        async def body() -> None:
+        origin = 0.0
+
+        def measuring() -> None:
+            nonlocal origin
             if options.warmup:
-                warm = level if level.mode == "concurrency" else Level("concurrency", 1)
-                if warm.value > options.warmup:
-                    warm = Level("concurrency", options.warmup)
-                await runner.run(warm, options.warmup, None, lambda *_: None)
                 self._reporter.measuring()
             run.started_at = self._wall()
             origin = self._clock()
+
+        async def body() -> None:
             try:
-                await runner.run(level, options.requests, options.duration, on_done)
+                await self._driver.run_level(series, level, options.plan, on_done, measuring)
             finally:
-                run.wall_seconds = self._clock() - origin
+                run.wall_seconds = self._clock() - origin if origin else 0.0
 
         self._current = asyncio.create_task(body())
         await asyncio.wait([self._current])
@@ -400,7 +361,10 @@ class Bench:
         if not task.cancelled() and task.exception() is not None:
             raise task.exception()  # type: ignore[misc]
         run.complete = not task.cancelled()
-        run.records.sort(key=lambda r: r["index"])
+        # In start order (several workers report as they finish, each counting on its own).
+        run.records.sort(key=lambda r: (r["offset_start"], r["index"]))
+        for index, record in enumerate(run.records):
+            record["index"] = index
         self._reporter.finish(run, interrupted=task.cancelled())
 
 
@@ -555,7 +519,7 @@ def build_document(config: Config, options: BenchOptions, runs: Sequence[LevelRu
         "kind": "llm-probe-exporter bench", "version": __version__,
         "started_at": started_at, "finished_at": finished_at,
         "started": _iso(started_at), "finished": _iso(finished_at),
-        "interrupted": interrupted, "options": options.as_json(),
+        "interrupted": interrupted, "options": options.as_json(), "clock": CLOCK,
         "config": redacted(config), "summaries": summaries, "knees": knees,
         "records": records,
     }
@@ -576,6 +540,7 @@ CSV_FIELDS = (
     "inter_chunk_max_seconds", "output_tokens", "token_source", "prompt_tokens",
     "completion_tokens", "reasoning_tokens", "cached_tokens", "cost", "currency", "slo_met",
     "finish_reason", "response_id",
+    *(f"{name}_{clock}" for clock in ("monotonic", "unix") for name in STAMPS),
 )
 
 
@@ -587,7 +552,9 @@ def write_csv(path: Path, records: Sequence[Mapping[str, Any]]) -> None:
     for r in records:
         gaps = r["inter_chunk_seconds"]
         row = {**r, "inter_chunk_max_seconds": max(gaps) if gaps else None,
-               **{f"{k}_tokens": v for k, v in r["tokens"].items()}}
+               **{f"{k}_tokens": v for k, v in r["tokens"].items()},
+               **{f"{name}_{clock}": value for clock, values in r["stamps"].items()
+                  for name, value in values.items()}}
         writer.writerow({k: REDACTOR(v) if isinstance(v, str) else v
                          for k, v in row.items() if k in CSV_FIELDS})
     path.write_text(REDACTOR.net(out.getvalue()), encoding="utf-8", newline="")
@@ -738,6 +705,18 @@ class BenchOutputs:
     fail_on: str | None = None
 
 
+@contextlib.contextmanager
+def _short_switch_interval() -> Iterator[None]:
+    """The progress bar redraws from a thread: let the loop that stamps tokens take the GIL back
+    within 0.5 ms (default 5 ms), as the daemon does for its render threads."""
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(SWITCH_INTERVAL)
+    try:
+        yield
+    finally:
+        sys.setswitchinterval(interval)
+
+
 async def run_bench(config: Config, series: Sequence[Series], options: BenchOptions, *,
                     console: Console | None = None,
                     progress_console: Console | None = None) -> dict[str, Any]:
@@ -747,8 +726,20 @@ async def run_bench(config: Config, series: Sequence[Series], options: BenchOpti
     loop = asyncio.get_running_loop()
     started = time.time()
     with _Reporter(progress_console) as reporter:
-        async with probing(config) as prober:
-            bench = Bench(prober, options, reporter)
+        async with contextlib.AsyncExitStack() as stack:
+            reuse = options.connections is Connections.REUSE
+            rng = random.Random(options.seed)
+            driver: LevelDriver
+            if options.workers > 1:
+                driver = await stack.enter_async_context(
+                    WorkerPool(config, options.workers, reuse_connections=reuse, rng=rng))
+            else:
+                prober = await stack.enter_async_context(
+                    probing(config, reuse_connections=reuse))
+                driver = LocalDriver(prober, rng=rng)
+            bench = Bench(driver, options, reporter)
+            stack.enter_context(steady_gc())
+            stack.enter_context(_short_switch_interval())
             handled = False
             with contextlib.suppress(ValueError, RuntimeError, NotImplementedError):
                 loop.add_signal_handler(signal.SIGINT, bench.interrupt)

@@ -104,6 +104,14 @@ def build_parser() -> argparse.ArgumentParser:
                             "(default 50%%)")
     bench.add_argument("--seed", type=int, default=None,
                        help="seed for the Poisson arrivals of --rate")
+    bench.add_argument("--connections", choices=("reuse", "fresh"), default="reuse",
+                       help="reuse: keep-alive pool, as real clients (default); fresh: a new "
+                            "TCP/TLS connection per request, as the daemon's probes")
+    bench.add_argument("--workers", type=int, default=1, metavar="N",
+                       help="run each level in N processes (past one CPU core), merged as one")
+    bench.add_argument("--ramp", default="auto", metavar="auto|0|D",
+                       help="spread the start of a closed loop's K streams over D (auto: one "
+                            "warm-up request's mean duration; 0: all at once)")
     bench.add_argument("--output", type=Path, default=None, metavar="run.json",
                        help="write config, raw records and summaries as JSON")
     bench.add_argument("--csv", type=Path, default=None, metavar="run.csv",
@@ -253,6 +261,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         DEFAULT_REQUESTS,
         BenchOptions,
         BenchOutputs,
+        Connections,
         Level,
         parse_levels,
         parse_slo,
@@ -269,16 +278,19 @@ def cmd_bench(args: argparse.Namespace) -> int:
         threshold = (float(threshold_text[:-1]) / 100 if threshold_text.endswith("%")
                      else float(threshold_text))
         duration = parse_duration(args.duration) if args.duration else None
+        ramp = None if args.ramp == "auto" else parse_duration(args.ramp)
         options = BenchOptions(
             levels=tuple(levels) or (Level("concurrency", 1),),
             requests=args.requests if args.requests is not None or duration else
             DEFAULT_REQUESTS,
             duration=duration, warmup=args.warmup, slo=parse_slo(args.slo),
-            knee_threshold=threshold, seed=args.seed)
+            knee_threshold=threshold, seed=args.seed,
+            connections=Connections(args.connections), workers=args.workers, ramp=ramp)
         if (options.requests is not None and options.requests < 1) or options.warmup < 0 \
-                or threshold <= 0 or duration == 0:
-            raise ValueError("--requests, --duration and --knee-threshold must be positive, "
-                             "--warmup zero or more")
+                or threshold <= 0 or duration == 0 or options.workers < 1 \
+                or (ramp is not None and ramp < 0):
+            raise ValueError("--requests, --duration, --workers and --knee-threshold must be "
+                             "positive, --warmup zero or more")
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

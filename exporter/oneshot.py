@@ -39,7 +39,7 @@ def select_series(config: Config, target: str | None, model: str | None,
 
 
 @asynccontextmanager
-async def probing(config: Config) -> AsyncIterator[Prober]:
+async def probing(config: Config, *, reuse_connections: bool = False) -> AsyncIterator[Prober]:
     """A started prober, with the embedded simulator running when the config has one."""
     from exporter.simulator import start_simulator
 
@@ -48,7 +48,8 @@ async def probing(config: Config) -> AsyncIterator[Prober]:
     simulator = (await start_simulator(config.simulator, api_key=config.simulator.api_key)
                  if config.simulator else None)
     try:
-        async with Prober(max_output_bytes=config.global_.max_output_bytes) as prober:
+        async with Prober(max_output_bytes=config.global_.max_output_bytes,
+                          reuse_connections=reuse_connections) as prober:
             yield prober
     finally:
         if simulator is not None:

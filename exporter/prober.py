@@ -13,6 +13,7 @@ import contextvars
 import email.utils
 import functools
 import math
+import select
 import ssl
 import time
 import uuid
@@ -56,7 +57,7 @@ from exporter.protocols import (
     new_decoder,
     protocol_for,
 )
-from exporter.result import Phase, ProbeResult, TokenSource, ToolCall, Usage
+from exporter.result import Phase, ProbeResult, ProbeStamps, TokenSource, ToolCall, Usage
 from exporter.tokens import estimate_tokens
 
 Clock = Callable[[], float]
@@ -103,6 +104,8 @@ class _NetStamps:
     tls_done: float | None = None  # https only
     sent: float | None = None  # request (headers, then body) written
     handler: _StampingHandler | None = None  # this request's connection protocol
+    reused: bool = False  # the connection came from the pool (reuse_connections)
+    stale: bool = False  # the pooled connection was found closed before anything was written
 
 
 @dataclass(slots=True)
@@ -167,6 +170,44 @@ class _StampingHandler(ResponseHandler):
             payload.set_exception(aiohttp.ClientPayloadError(
                 f"{_MALFORMED_BODY}{_http_problem(error) or type(error).__name__}"))
 
+    def peer_gone(self) -> bool:
+        """Whether the server closed this idle connection or wrote to it out of turn.
+
+        Between requests nothing may be readable: a pending EOF (or stray bytes) that the loop
+        has not processed yet shows here, before a request is written into a dead socket.
+        """
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            return True
+        sock = transport.get_extra_info("socket")
+        if sock is None:
+            return False
+        poller = select.poll()
+        poller.register(sock.fileno(), select.POLLIN)
+        return bool(poller.poll(0))
+
+
+class _StaleConnection(ConnectionError):
+    """A pooled connection was closed by the server; raised before the request is written."""
+
+
+class _Connector(aiohttp.TCPConnector):
+    """Tells each request which connection it got, skipping pooled ones the server closed."""
+
+    async def connect(self, req: Any, traces: Any,
+                      timeout: aiohttp.ClientTimeout) -> Any:  # noqa: ASYNC109 (aiohttp API)
+        net = _CURRENT_REQUEST.get()
+        while True:
+            conn = await super().connect(req, traces, timeout)
+            handler = conn.protocol
+            if (net is None or not isinstance(handler, _StampingHandler)
+                    or handler is net.handler):  # a new connection (it registered itself)
+                return conn
+            if not handler.peer_gone():
+                net.handler, net.reused = handler, True
+                return conn
+            conn.close()  # closed by the server behind the loop's back: take the next one
+
 
 def _trace_config() -> aiohttp.TraceConfig:
     """Trace callbacks that stamp DNS, connection set-up and the request write."""
@@ -183,8 +224,20 @@ def _trace_config() -> aiohttp.TraceConfig:
     trace.on_dns_resolvehost_end.append(stamp("dns_end"))
     trace.on_connection_create_start.append(stamp("create_start"))
     trace.on_connection_create_end.append(stamp("create_end"))
+
+    async def on_write(session: Any, ctx: SimpleNamespace, params: Any) -> None:
+        # Runs right before the request's bytes are written. The last chance to find that the
+        # server closed a pooled connection: raising here writes nothing, so the request can
+        # go out again on another connection without ever reaching the server twice.
+        net = ctx.trace_request_ctx
+        if isinstance(net, _NetStamps):
+            if net.reused and net.handler is not None and net.handler.peer_gone():
+                net.stale = True
+                raise _StaleConnection("pooled connection closed by the server")
+            net.sent = net.clock()
+
     trace.on_request_headers_sent.append(stamp("sent"))
-    trace.on_request_chunk_sent.append(stamp("sent"))
+    trace.on_request_chunk_sent.append(on_write)
     return trace
 
 
@@ -329,8 +382,10 @@ class Prober:
     def __init__(self, *, max_output_bytes: int = 4 * 1024 * 1024,
                  redactor: Redactor = REDACTOR, clock: Clock = time.perf_counter,
                  wall_clock: Clock = time.time, logger: Any = None,
-                 signers: SignerFactory | None = None) -> None:
+                 signers: SignerFactory | None = None,
+                 reuse_connections: bool = False) -> None:
         self._max_output_bytes = max_output_bytes
+        self._reuse_connections = reuse_connections
         self._redact = redactor
         self._clock = clock
         self._wall = wall_clock
@@ -353,10 +408,12 @@ class Prober:
     async def start(self) -> None:
         """Open the shared HTTP session."""
         if self._session is None:
-            # A fresh connection per probe, as blackbox_exporter does: every probe sees the
-            # connect phase, and a server that closes after each stream despite announcing
-            # keep-alive (llama-server does) cannot fail the next probe on a dead socket.
-            connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, force_close=True)
+            # By default a fresh connection per probe, as blackbox_exporter does: every probe
+            # sees the connect phase. With reuse_connections (bench: what real clients do)
+            # connections are pooled, and one the server closed (llama-server closes after each
+            # stream despite announcing keep-alive) is skipped before a request is written.
+            connector = _Connector(limit=0, ttl_dns_cache=300,
+                                   force_close=not self._reuse_connections)
             # Stamp bytes where they arrive (see _StampingHandler); without the private hook
             # (another aiohttp) reads fall back to stamping when iter_any() returns.
             if hasattr(connector, "_factory"):
@@ -466,28 +523,38 @@ class Prober:
 
     async def _send(self, series: Series, attempt: _Attempt,
                     request: HttpRequest) -> aiohttp.ClientResponse:
-        """Sign (when the target needs it) and send one request; stamp t0 and the headers."""
+        """Sign (when the target needs it) and send one request; stamp t0 and the headers.
+
+        A pooled connection that the server closed is found before anything is written, and the
+        request then goes once more on a new connection; a request that may have reached the
+        server is never sent twice.
+        """
         assert self._session is not None
         target = series.target
         signer = self._signers(series) if self._signers is not None else None
         if signer is not None:
             request = await signer(request)  # before t0: signing is not the server's time
-        stamps = attempt.stamps = measure.Stamps(t0=self._clock())
-        attempt.net = net = _NetStamps(self._clock)
-        _CURRENT_REQUEST.set(net)
-        try:
-            response = await self._session.post(
-                request.url, data=request.body, headers=request.headers,
-                ssl=None if target.tls_verify else False, trace_request_ctx=net,
-                # A redirect would resend the key (x-api-key, custom headers) to wherever it
-                # points and turn the POST into a GET: report it instead.
-                allow_redirects=False,
-            )
-        except Exception as exc:
-            error = _request_error(exc)
-            if error is None:
-                raise
-            raise error from None
+        for last_try in (False, True):
+            stamps = attempt.stamps = measure.Stamps(t0=self._clock())
+            attempt.net = net = _NetStamps(self._clock)
+            _CURRENT_REQUEST.set(net)
+            try:
+                response = await self._session.post(
+                    request.url, data=request.body, headers=request.headers,
+                    ssl=None if target.tls_verify else False, trace_request_ctx=net,
+                    # A redirect would resend the key (x-api-key, custom headers) to wherever it
+                    # points and turn the POST into a GET: report it instead.
+                    allow_redirects=False,
+                )
+                break
+            except Exception as exc:
+                if (isinstance(exc, aiohttp.ClientConnectionError) and net.stale
+                        and not last_try):
+                    continue
+                error = _request_error(exc)
+                if error is None:
+                    raise
+                raise error from None
         stamps.t_headers = self._clock()
         if net.sent is not None:
             stamps.t0 = net.sent
@@ -716,6 +783,8 @@ class Prober:
             else:
                 network[Phase.CONNECT] = max(0.0, net.create_end - net.create_start - dns)
         timings = measure.timings(stamps, n_tokens, network)
+        clocks = ProbeStamps(stamps.t0, stamps.t_headers, stamps.t_first, stamps.t_answer,
+                             stamps.t_last, stamps.t_end, unix_offset=self._wall() - self._clock())
         usage = Usage()
         cost = currency = None
         if attempt.stream_done and (parser is not None or attempt.embedding is not None):
@@ -753,7 +822,7 @@ class Prober:
                              for c in calls[:MAX_RESULT_TOOL_CALLS]),
             server_timings=dict(parser.server_timings) if parser is not None else {},
             dimensions=attempt.embedding.dimensions if attempt.embedding else None,
-            started_at=started, finished_at=self._wall(),
+            started_at=started, finished_at=self._wall(), stamps=clocks,
         )
 
 

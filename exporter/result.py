@@ -69,6 +69,28 @@ class Timings:
 
 
 @dataclass(frozen=True, slots=True)
+class ProbeStamps:
+    """When things happened, on the prober's monotonic clock (seconds; see `measure.Stamps`).
+
+    `time.perf_counter` is `clock_gettime(CLOCK_MONOTONIC)` on Linux: system-wide, so stamps of
+    several processes and a server's own monotonic log line up. `unix_offset` turns any of them
+    into wall time (unix seconds): both clocks were read together once per probe.
+    """
+
+    t0: float                         # request written
+    t_headers: float | None = None    # t_h: response headers
+    t_first: float | None = None      # t_f: first generated token
+    t_answer: float | None = None     # t_a: first answer token
+    t_last: float | None = None       # t_L: last token
+    t_end: float | None = None        # stream end
+    unix_offset: float = 0.0          # unix time − monotonic time
+
+    def unix(self, stamp: float | None) -> float | None:
+        """A stamp of this probe as unix time."""
+        return None if stamp is None else stamp + self.unix_offset
+
+
+@dataclass(frozen=True, slots=True)
 class ProbeResult:
     """The outcome and measurements of one probe of one (target, model, probe)."""
 
@@ -96,6 +118,7 @@ class ProbeResult:
     dimensions: int | None = None  # embedding probes: the size of the returned vector
     started_at: float = 0.0   # unix time the request was sent
     finished_at: float = 0.0  # unix time the probe ended
+    stamps: ProbeStamps | None = None  # absolute stamps (None for results built elsewhere)
 
     @property
     def success(self) -> bool:

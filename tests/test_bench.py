@@ -23,13 +23,15 @@ import pytest
 import yaml
 from prometheus_client import CollectorRegistry
 
-from exporter.bench import Level, LevelRunner, find_knee, flat_metrics, parse_slo, summarize
+from exporter.bench import find_knee, flat_metrics, parse_slo, summarize
 from exporter.cli import main
 from exporter.compare import compare, parse_fail_on
 from exporter.config import SimulatorConfig
+from exporter.errors import Result
+from exporter.loadgen import Level, LevelPlan, LevelRunner, shares, split_level
 from exporter.metrics import ExporterMetrics
 from exporter.oneshot import fmt_ms
-from exporter.prober import Prober
+from exporter.prober import Prober, _StampingHandler
 from exporter.report import render_report
 from exporter.scheduler import Scheduler
 from exporter.simulator import start_simulator
@@ -139,6 +141,24 @@ async def test_closed_loop_keeps_k_in_flight() -> None:
     for n, (start, _) in enumerate(starts):
         others = sum(1 for s, e in spans if s < start and e > start)
         assert others == min(n, 2)  # the first three ramp up, then always 2 others in flight
+
+
+async def test_closed_loop_ramp_spreads_the_first_starts() -> None:
+    """With a ramp, stream k starts no earlier than k·ramp/K: no K-wide burst at the start."""
+    # Requests outlast the ramp, so each of the four starts is a different stream's first.
+    models = {"m": {"ttft": "300ms", "tpot": "1ms", "output_tokens": 3, "jitter": 0}}
+    simulator = await start_simulator(SimulatorConfig(listen="127.0.0.1:0", models=models))
+    try:
+        config = make_config(simulator.url)
+        starts: list[float] = []
+        async with Prober() as prober:
+            runner = LevelRunner(prober, config.series[0])
+            await runner.closed_loop(4, 4, None, lambda _i, _r, start, _e: starts.append(start),
+                                     ramp=0.2, phase=0.5)
+    finally:
+        await simulator.close()
+    for k, start in enumerate(sorted(starts)):
+        assert start >= (k + 0.5) * 0.05 - 1e-3, starts
 
 
 async def test_open_loop_starts_on_schedule_regardless_of_in_flight() -> None:
@@ -295,13 +315,14 @@ def test_compare_matches_a_single_other_series_by_level() -> None:
 # Ctrl-C
 
 
-def test_ctrl_c_stops_cleanly_and_keeps_finished_results(tmp_path: Path) -> None:
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_ctrl_c_stops_cleanly_and_keeps_finished_results(tmp_path: Path, workers: str) -> None:
     config = sim_config(tmp_path)
     out_json, out_csv = tmp_path / "run.json", tmp_path / "run.csv"
     process = subprocess.Popen(
         [sys.executable, "-c", "import sys; from exporter.cli import main; sys.exit(main())",
          "bench", "--config.file", str(config), "--concurrency", "2", "--requests", "100000",
-         "--output", str(out_json), "--csv", str(out_csv)],
+         "--workers", workers, "--output", str(out_json), "--csv", str(out_csv)],
         cwd=Path(__file__).parent.parent, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     started = threading.Event()
@@ -445,4 +466,221 @@ async def test_probe_bench_and_daemon_agree_on_ttft(scripted_server, tmp_path: P
     ttfts = [min(probe_runs), min(bench_runs), min(daemon_runs)]
     assert all(t >= 0.3 for t in ttfts), ttfts
     assert max(ttfts) / min(ttfts) - 1 < 0.01, (probe_runs, bench_runs, daemon_runs)
+    capsys.readouterr()
+
+
+# ---------------------------------------------------------------------------------------------
+# Stamps on one documented clock
+
+
+def test_records_carry_absolute_stamps_on_one_clock(tmp_path: Path, capsys) -> None:
+    out_json, out_csv = tmp_path / "run.json", tmp_path / "run.csv"
+    before_mono, before_unix = time.monotonic(), time.time()
+    assert bench("--config.file", str(sim_config(tmp_path)), "--requests", "3",
+                 "--output", str(out_json), "--csv", str(out_csv)) == 0
+    after_mono, after_unix = time.monotonic(), time.time()
+    doc = load(out_json)
+    assert "CLOCK_MONOTONIC" in doc["clock"]["monotonic"]
+    for r in doc["records"]:
+        mono, unix = r["stamps"]["monotonic"], r["stamps"]["unix"]
+        # CLOCK_MONOTONIC is system-wide: the bench's stamps fall inside this test's window.
+        assert before_mono < mono["t0"] < mono["t_h"] < mono["t_f"] <= mono["t_L"]
+        assert mono["t_L"] <= mono["t_end"] < after_mono
+        assert mono["t_f"] - mono["t0"] == pytest.approx(r["ttft_seconds"], abs=1e-9)
+        assert mono["t_end"] - mono["t0"] == pytest.approx(r["duration_seconds"], abs=1e-9)
+        assert before_unix < unix["t0"] < after_unix
+        offsets = {unix[k] - mono[k] for k in mono}
+        assert max(offsets) - min(offsets) < 1e-6  # one offset per request
+    with out_csv.open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    for row, r in zip(rows, doc["records"], strict=True):
+        for name in ("t0", "t_h", "t_f", "t_a", "t_L", "t_end"):
+            assert float(row[f"{name}_monotonic"]) == r["stamps"]["monotonic"][name]
+            assert float(row[f"{name}_unix"]) == r["stamps"]["unix"][name]
+    capsys.readouterr()
+
+
+# ---------------------------------------------------------------------------------------------
+# Connections: reuse (pooled) and fresh
+
+
+class KeepAliveServer:
+    """A raw HTTP/1.1 chat-stream server that counts connections; it may close each connection
+    after its response while announcing keep-alive (as llama-server does), or close idle ones."""
+
+    def __init__(self, *, close_after_response: bool = False,
+                 idle_timeout: float | None = None) -> None:
+        self.close_after_response = close_after_response
+        self.idle_timeout = idle_timeout
+        self.connections = 0
+        self.requests = 0
+        self._server: asyncio.Server | None = None
+
+    @property
+    def url(self) -> str:
+        assert self._server is not None
+        return f"http://127.0.0.1:{self._server.sockets[0].getsockname()[1]}/v1"
+
+    async def __aenter__(self) -> KeepAliveServer:
+        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._server is not None
+        self._server.close()
+        await self._server.wait_closed()
+
+    @staticmethod
+    def _stream() -> bytes:
+        events = [chat_chunk(role="assistant", content=""), chat_chunk("one"),
+                  chat_chunk(" two"), chat_chunk(finish="stop"),
+                  chat_chunk(usage={"prompt_tokens": 3, "completion_tokens": 2,
+                                    "total_tokens": 5}, choices=False), DONE]
+        body = b"".join(b"%x\r\n%s\r\n" % (len(e), e) for e in events) + b"0\r\n\r\n"
+        return (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                b"Connection: keep-alive\r\nKeep-Alive: timeout=5\r\n"
+                b"Transfer-Encoding: chunked\r\n\r\n" + body)
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        try:
+            while True:
+                async with asyncio.timeout(self.idle_timeout):
+                    head = await reader.readuntil(b"\r\n\r\n")
+                length = int(re.search(rb"(?i)content-length: *(\d+)", head).group(1))
+                await reader.readexactly(length)
+                self.requests += 1
+                writer.write(self._stream())
+                await writer.drain()
+                if self.close_after_response:
+                    break
+        except (asyncio.IncompleteReadError, TimeoutError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+
+async def _probe_back_to_back(url: str, concurrency: int, count: int,
+                              reuse: bool) -> list[Any]:
+    results: list[Any] = []
+    async with Prober(reuse_connections=reuse) as prober:
+        runner = LevelRunner(prober, make_config(url).series[0])
+        await runner.closed_loop(concurrency, count, None,
+                                 lambda _i, result, _s, _e: results.append(result))
+    return results
+
+
+@pytest.mark.parametrize("concurrency", [1, 4])
+async def test_reuse_keeps_one_connection_per_stream_in_flight(concurrency: int) -> None:
+    async with KeepAliveServer() as server:
+        results = await _probe_back_to_back(server.url, concurrency, 24, reuse=True)
+    assert [r.result for r in results] == [Result.SUCCESS] * 24
+    assert server.requests == 24 and server.connections == concurrency
+    # A reused connection has no connect phase: only the first request of each showed one.
+    assert sum("connect" in r.timings.phases for r in results) == concurrency
+
+
+async def test_fresh_opens_a_connection_per_request() -> None:
+    async with KeepAliveServer() as server:
+        results = await _probe_back_to_back(server.url, 2, 10, reuse=False)
+    assert all(r.success for r in results)
+    assert server.connections == 10
+    assert all("connect" in r.timings.phases for r in results)
+
+
+@pytest.mark.parametrize("concurrency", [1, 4])
+async def test_reuse_survives_a_server_closing_after_each_response(concurrency: int) -> None:
+    """The llama-server quirk: keep-alive announced, connection closed after every stream. The
+    pooled connection is found closed before anything is written; no request fails."""
+    async with KeepAliveServer(close_after_response=True) as server:
+        results = await _probe_back_to_back(server.url, concurrency, 40, reuse=True)
+    assert [r.reason for r in results if not r.success] == []
+    assert server.requests == 40 == server.connections
+
+
+async def test_reuse_survives_idle_connections_closed_by_the_server() -> None:
+    async with KeepAliveServer(idle_timeout=0.05) as server, \
+            Prober(reuse_connections=True) as prober:
+        series = make_config(server.url).series[0]
+        first = await prober.probe(series)
+        await asyncio.sleep(0.2)  # the server drops the idle pooled connection
+        second = await prober.probe(series)
+    assert first.success and second.success, (first.reason, second.reason)
+    assert server.connections == 2
+
+
+async def test_connection_closed_between_pool_and_write_is_retried_unwritten(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The race no timing reproduces on demand: the pooled connection looks alive when taken
+    and is found closed right before the write. Nothing was written, so the request goes out
+    once on a new connection and the server sees it exactly once."""
+    async with KeepAliveServer() as server, Prober(reuse_connections=True) as prober:
+        series = make_config(server.url).series[0]
+        assert (await prober.probe(series)).success  # opens the pooled connection
+        checks = iter([False, True])  # alive when taken from the pool, gone at the write
+        monkeypatch.setattr(_StampingHandler, "peer_gone", lambda self: next(checks, False))
+        result = await prober.probe(series)
+    assert result.success, result.reason
+    assert server.requests == 2 and server.connections == 2
+    assert "connect" in result.timings.phases  # the retry's new connection
+
+
+def test_bench_connections_option_reaches_the_prober(tmp_path: Path, capsys) -> None:
+    out_json = tmp_path / "run.json"
+    config = sim_config(tmp_path)
+    for mode in ("fresh", "reuse"):
+        assert bench("--config.file", str(config), "--requests", "4", "--concurrency", "2",
+                     "--warmup", "2", "--connections", mode, "--output", str(out_json)) == 0
+        doc = load(out_json)
+        assert doc["options"]["connections"] == mode
+        with_connect = sum("connect" in r["phases"] for r in doc["records"])
+        # Warm-up opened the two pooled connections: the measured requests reuse them.
+        assert with_connect == (4 if mode == "fresh" else 0)
+    capsys.readouterr()
+
+
+# ---------------------------------------------------------------------------------------------
+# --workers: several processes, one run
+
+
+@pytest.mark.parametrize(("total", "weights", "expected"), [
+    (10, [1, 1], [5, 5]),
+    (7, [1, 1], [4, 3]),
+    (7, [2, 1], [5, 2]),
+    (1, [1, 1, 1], [1, 0, 0]),
+    (0, [1, 1], [0, 0]),
+])
+def test_shares(total: int, weights: list[int], expected: list[int]) -> None:
+    assert shares(total, weights) == expected
+
+
+def test_split_level_over_workers() -> None:
+    plan = LevelPlan(requests=10, duration=None, warmup=3)
+    parts = split_level(Level("concurrency", 3), plan, 2)
+    assert [(p.value, q.requests, q.warmup) for p, q in parts] == [(2, 7, 2), (1, 3, 1)]
+    assert [p.value for p, _ in split_level(Level("concurrency", 1), plan, 4)] == [1]
+    rate = split_level(Level("rate", 8.0), LevelPlan(None, 5.0, 0), 2)
+    assert [(p.mode, p.value, q.requests, q.duration, q.warmup) for p, q in rate] == [
+        ("rate", 4.0, None, 5.0, 0)] * 2
+
+
+def test_workers_merge_into_one_run(tmp_path: Path, capsys) -> None:
+    models = {"m": {"ttft": "30ms", "tpot": "3ms", "output_tokens": 6, "jitter": 0.5}}
+    out_json = tmp_path / "run.json"
+    assert bench("--config.file", str(sim_config(tmp_path, models)), "--concurrency", "4",
+                 "--requests", "24", "--workers", "2", "--output", str(out_json)) == 0
+    doc = load(out_json)
+    records = doc["records"]
+    assert doc["options"]["workers"] == 2 and len(records) == 24
+    assert [r["index"] for r in records] == list(range(24))
+    assert [r["offset_start"] for r in records] == sorted(r["offset_start"] for r in records)
+    # K = 4 in flight across both processes: at each start, at most 3 others are running.
+    spans = [(r["offset_start"], r["offset_end"]) for r in records]
+    in_flight = [sum(1 for s, e in spans if s < start < e) for start, _ in spans]
+    assert max(in_flight) == 3
+    # The summary is computed over every request of both processes.
+    [summary] = doc["summaries"]
+    ttfts = [r["ttft_seconds"] for r in records]
+    assert summary["requests"] == 24
+    assert summary["latency"]["ttft"]["p99"] == pytest.approx(hand_percentile(ttfts, 99))
     capsys.readouterr()

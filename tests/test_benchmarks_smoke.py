@@ -9,6 +9,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import orjson
+import pytest
+
+from benchmarks.tools import UNIX_OFFSET, AiperfTool, BenchTool, GuidellmTool, InferencePerfTool
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -23,7 +28,12 @@ def run_benchmark(name: str) -> str:
 def test_fidelity_smoke() -> None:
     out = run_benchmark("fidelity")
     assert "| K" in out and "ours (Prober)" in out and "floor (raw socket)" in out
-    assert "TTFT err p50 ms" in out
+    assert "TTFT err p50 ms" in out and "req leg p50" in out
+    # The bench command ran as its own process and its records were paired with the server's.
+    bench_rows = [line for line in out.splitlines()
+                  if line.startswith("| 4 ") and "| bench " in line]
+    assert bench_rows and bench_rows[0].split("|")[-2].strip() == "0"  # none failed or unmatched
+    assert "goal at K = 4" in out
     assert "Chunk batching" in out and "by chunks" in out
 
 
@@ -63,6 +73,7 @@ def test_truth_server_records(tmp_path: Path) -> None:
     measured, records = asyncio.run(scenario())
     record = records[measured.rid]  # type: ignore[attr-defined]
     assert len(record["writes"]) == 3
+    assert record["connection"] == 1 and record["request_id"] is None
     assert record["writes"][0] >= record["arrived"] + 0.01
     assert measured.ttft >= record["writes"][0] - record["arrived"]  # type: ignore[attr-defined]
 
@@ -71,3 +82,62 @@ def test_hostile_smoke() -> None:
     out = run_benchmark("hostile")
     assert "| quiet " in out and "| attack on the port " in out and "TTFT err p50 ms" in out
     assert "wrong password → 401" in out and "reload → 200" in out
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading each tool's per-request export (shapes taken from real runs of each version)
+
+
+def test_peer_exports_pair_by_id_and_land_on_the_monotonic_clock(tmp_path: Path) -> None:
+    wall0 = 1_700_000_000.0  # any wall time
+    mono0 = wall0 - UNIX_OFFSET
+    aiperf = tmp_path / "aiperf" / "artifacts"
+    aiperf.mkdir(parents=True)
+    lines = [
+        {"metadata": {"x_request_id": "req-warm", "benchmark_phase": "warmup",
+                      "request_start_ns": int(wall0 * 1e9)}, "metrics": {}},
+        {"metadata": {"x_request_id": "req-1", "benchmark_phase": "profiling",
+                      "request_start_ns": int(wall0 * 1e9)},
+         "metrics": {"time_to_first_token": {"value": 201.5, "unit": "ms"},
+                     "inter_token_latency": {"value": 20.0, "unit": "ms"},
+                     "inter_chunk_latency": {"value": [20.0, 20.0], "unit": "ms"}}},
+    ]
+    (aiperf / "profile_export.jsonl").write_bytes(b"\n".join(orjson.dumps(x) for x in lines))
+    [m] = AiperfTool().parse(tmp_path / "aiperf", 1)
+    assert (m.rid, m.ok) == ("req-1", True)
+    assert m.ttft == pytest.approx(0.2015) and m.tpot == pytest.approx(0.020)
+    assert m.t0 == pytest.approx(mono0, abs=1e-6)
+    assert m.t_first == pytest.approx(mono0 + 0.2015, abs=1e-6)
+
+    guidellm = tmp_path / "guidellm"
+    guidellm.mkdir()
+    request = {"response_id": "chatcmpl-00000007", "time_to_first_token_ms": 201.0,
+               "inter_token_latency_ms": 20.1,
+               "info": {"timings": {"request_start": wall0,
+                                    "first_token_iteration": wall0 + 0.201}}}
+    (guidellm / "guidellm.json").write_bytes(orjson.dumps({"benchmarks": [{"requests": {
+        "successful": [request], "errored": [], "incomplete": None}}]}))
+    [m] = GuidellmTool().parse(guidellm, 1)
+    assert (m.rid, m.ok, m.ttft, m.tpot) == ("chatcmpl-00000007", True, 0.201, 0.0201)
+    assert m.t_first - m.t0 == pytest.approx(0.201, abs=1e-6)
+    assert m.t0 == pytest.approx(mono0, abs=1e-6)
+
+    inference_perf = tmp_path / "ip" / "report"
+    inference_perf.mkdir(parents=True)
+    chunk = '{"id":"chatcmpl-%08d","choices":[{"delta":{"content":" tok0"}}]}'
+    rows = [{"start_time": 100.0 + i, "response": "data: " + chunk % i,
+             "info": {"response_metrics": {"output_tokens": 3, "output_token_times": [
+                 100.2 + i, 100.22 + i, 100.24 + i]}}} for i in (2, 1)]
+    (inference_perf / "per_request_lifecycle_metrics.json").write_bytes(orjson.dumps(rows))
+    [m] = InferencePerfTool().parse(tmp_path / "ip", 1)  # the first by start is warm-up
+    assert m.rid == "chatcmpl-00000002" and m.t0 == 102.0
+    assert m.ttft == pytest.approx(0.2) and m.tpot == pytest.approx(0.02)
+
+    bench = tmp_path / "bench"
+    bench.mkdir()
+    record = {"response_id": "chatcmpl-00000009", "ttft_seconds": 0.2, "tpot_seconds": 0.02,
+              "inter_chunk_seconds": [0.02, 0.02], "result": "success",
+              "stamps": {"monotonic": {"t0": 5.0, "t_f": 5.2}}}
+    (bench / "run.json").write_bytes(orjson.dumps({"records": [record]}))
+    [m] = BenchTool().parse(bench, 1)
+    assert (m.rid, m.t0, m.t_first, m.chunk_gap_mean) == ("chatcmpl-00000009", 5.0, 5.2, 0.02)
