@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
+import regex
 from jsonschema.exceptions import best_match
 from jsonschema.protocols import Validator
 from jsonschema.validators import validator_for
@@ -21,6 +22,9 @@ from exporter.log import REDACTOR
 from exporter.result import ToolCall
 
 QUOTE_LIMIT = 120  # characters of the model's output quoted in a reason
+# A pattern that backtracks catastrophically fails its check after this long instead of holding
+# a thread (and, with the stdlib `re`, the GIL and so the event loop) for minutes.
+REGEX_TIMEOUT = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,8 +60,14 @@ def run_checks(expect: Expect, observed: Observed) -> str | None:
                 f"expected {expect.finish_reason!r}")
     if expect.contains is not None and expect.contains not in answer:
         return f"contains: {expect.contains!r} not in the answer"
-    if expect.regex is not None and not re.search(expect.regex, answer):
-        return f"regex: {expect.regex!r} does not match the answer"
+    if expect.regex is not None:
+        try:
+            matched = regex.search(expect.regex, answer, timeout=REGEX_TIMEOUT, concurrent=True)
+        except TimeoutError:
+            return (f"regex: {expect.regex!r} took over {REGEX_TIMEOUT:g}s on the answer "
+                    "(a pattern that backtracks; simplify it)")
+        if not matched:
+            return f"regex: {expect.regex!r} does not match the answer"
     if expect.json_ or expect.json_schema is not None:
         try:
             value = orjson.loads(_strip_fence(answer))

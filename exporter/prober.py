@@ -717,8 +717,11 @@ class Prober:
         expect = attempt.expect
         if expect is None:
             return None
-        # Long answers are matched and validated off the loop that stamps other streams.
-        failure = (run_checks(expect, observed) if observed.size < THREAD_ABOVE
+        # Long answers, and any regular expression (a pattern can backtrack for long; the match
+        # runs without the GIL, under a time limit), are checked off the loop that stamps
+        # other streams.
+        failure = (run_checks(expect, observed)
+                   if observed.size < THREAD_ABOVE and expect.regex is None
                    else await asyncio.to_thread(run_checks, expect, observed))
         attempt.checked = failure is None
         if failure:

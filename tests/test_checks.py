@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
+
 import pytest
 
-from exporter.checks import Observed, run_checks
+from exporter.checks import REGEX_TIMEOUT, Observed, run_checks
 from exporter.config import Expect
 from exporter.result import ToolCall
 from exporter.tokens import estimate_tokens
@@ -70,3 +73,27 @@ def test_a_long_instance_is_quoted_short_and_redacted() -> None:
     failure = run_checks(Expect.model_validate({"json_schema": {"type": "string"}}),
                          text('{"k": "' + "v" * 10_000 + '"}'))
     assert failure is not None and len(failure) < 300
+
+
+async def test_a_backtracking_regex_fails_its_check_without_stalling_the_loop() -> None:
+    """`^(a|a)*$` on 40 a's and a `!` backtracks for hours: the check gives up after its limit,
+    and the loop keeps running meanwhile (the match runs in a thread without the GIL)."""
+    loop = asyncio.get_running_loop()
+    worst = 0.0
+
+    async def ticker() -> None:
+        nonlocal worst
+        while True:
+            planned = loop.time() + 0.01
+            await asyncio.sleep(0.01)
+            worst = max(worst, loop.time() - planned)
+
+    ticking = asyncio.create_task(ticker())
+    started = time.perf_counter()
+    reason = await asyncio.to_thread(run_checks, Expect(regex=r"^(a|a)*$"),
+                                     text("a" * 40 + "!"))
+    elapsed = time.perf_counter() - started
+    ticking.cancel()
+    assert reason is not None and "took over" in reason
+    assert elapsed < REGEX_TIMEOUT + 3
+    assert worst < 0.25, f"the loop stalled {worst * 1000:.0f} ms"

@@ -6,6 +6,7 @@ import re
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
+import regex as pyregex
 from jsonschema.exceptions import SchemaError
 from jsonschema.validators import validator_for
 from pydantic import (
@@ -222,8 +223,9 @@ class Expect(_Strict):
     def _check_regex(cls, regex: str | None) -> str | None:
         if regex is not None:
             try:
-                re.compile(regex)
-            except re.error as exc:
+                re.compile(regex)  # the stdlib's syntax, which `regex` (used to match) accepts
+                pyregex.compile(regex)
+            except (re.error, pyregex.error) as exc:
                 raise ValueError(f"invalid regular expression: {exc}") from None
         return regex
 
