@@ -15,6 +15,7 @@ from exporter.config import (
     reuse_unchanged,
     sources_digest,
 )
+from tests.conftest import make_config
 
 ROOT = Path(__file__).resolve().parent.parent
 INVALID = Path(__file__).parent / "testdata" / "invalid"
@@ -315,3 +316,13 @@ def test_empty_sections_load_and_show() -> None:
     config = parse_config(data, env={})
     assert config.global_.interval == 60 and config.simulator is None
     assert "global" in redacted(config)
+
+
+def test_values_of_credential_named_variables_are_secrets_wherever_they_land() -> None:
+    token = "tok-" + "q" * 30
+    config = make_config(target={"headers": {"X-Custom": "${MY_TOKEN}"},
+                                 "query": {"tenant": "${TENANT}"}},
+                         env={"MY_TOKEN": token, "TENANT": "acme-corp"})
+    assert token in config.secrets()
+    assert "acme-corp" not in config.secrets()  # a plainly named variable is not a secret
+    assert token not in str(redacted(config))

@@ -34,6 +34,7 @@ from exporter.config.schema import (
     SimulatorConfig,
     TargetConfig,
 )
+from exporter.config.secrets import secret_name
 from exporter.config.types import (
     MAX_PROBE_NAME,
     MIN_INTERVAL,
@@ -67,8 +68,13 @@ def _problem(loc: Loc, error: str) -> ConfigProblem:
 
 
 def _interpolate(node: Any, loc: Loc, env: Mapping[str, str],
-                 problems: list[ConfigProblem]) -> Any:
-    """Replace `${VAR}` (and `${VAR:-default}`) in every string of the YAML tree."""
+                 problems: list[ConfigProblem], secrets: list[str]) -> Any:
+    """Replace `${VAR}` (and `${VAR:-default}`) in every string of the YAML tree.
+
+    The values of variables named like credentials (`*_KEY`, `*TOKEN*`, `*SECRET*`…) are
+    collected in `secrets`: wherever they land (a plainly named header, a URL), they are
+    redacted like keys.
+    """
     if isinstance(node, str):
         if "${" not in node:
             return node
@@ -76,6 +82,8 @@ def _interpolate(node: Any, loc: Loc, env: Mapping[str, str],
         def substitute(match: re.Match[str]) -> str:
             name, default = match.group(1), match.group(2)
             if name in env:
+                if secret_name(name):
+                    secrets.append(env[name])
                 return env[name]
             if default is not None:
                 return default
@@ -83,9 +91,10 @@ def _interpolate(node: Any, loc: Loc, env: Mapping[str, str],
             return ""
         return _VAR.sub(substitute, node)
     if isinstance(node, dict):
-        return {k: _interpolate(v, (*loc, str(k)), env, problems) for k, v in node.items()}
+        return {k: _interpolate(v, (*loc, str(k)), env, problems, secrets)
+                for k, v in node.items()}
     if isinstance(node, list):
-        return [_interpolate(v, (*loc, i), env, problems) for i, v in enumerate(node)]
+        return [_interpolate(v, (*loc, i), env, problems, secrets) for i, v in enumerate(node)]
     return node
 
 
@@ -233,7 +242,8 @@ def _parse(data: Any, env: Mapping[str, str], base_dir: Path, source: Path | Non
     if not isinstance(data, dict):
         raise ConfigError("invalid config", [ConfigProblem("", "the top level must be a mapping")])
     problems: list[ConfigProblem] = []
-    data = _interpolate(data, (), env, problems)
+    interpolated: list[str] = []  # values of credential-named variables
+    data = _interpolate(data, (), env, problems, interpolated)
     if "global" in data and data["global"] is None:  # `global:` with everything commented out
         del data["global"]
     problems += [_problem((str(key),), "unknown key") for key in data if key not in _SECTIONS]
@@ -327,7 +337,8 @@ def _parse(data: Any, env: Mapping[str, str], base_dir: Path, source: Path | Non
         series = tuple(s for s in series if in_shard(s.key, index, count))
     return Config(global_=global_, simulator=simulator, probes=resolved_probes,
                   targets=tuple(built), series=series, source=source, raw=data,
-                  files=tuple(path for path, _ in reads))
+                  files=tuple(path for path, _ in reads),
+                  interpolated_secrets=tuple(dict.fromkeys(interpolated)))
 
 
 def _check_interval(section: Mapping[str, Any], loc: Loc, floor: float,

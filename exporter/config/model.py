@@ -81,6 +81,7 @@ class Config:
     raw: Mapping[str, Any] = field(default_factory=dict, repr=False)
     files: tuple[Path, ...] = ()  # key files the config read (a reload re-reads them)
     digest: str = ""  # sha256 over the config file and those files, as loaded
+    interpolated_secrets: tuple[str, ...] = field(default=(), repr=False)  # `${*_KEY}` values
 
     def secrets(self) -> list[str]:
         """Every secret value in this config, for redaction: API keys, secret-looking headers,
@@ -95,7 +96,7 @@ class Config:
             found += url_secrets(target.base_url + (target.path or ""))
         if self.simulator is not None and self.simulator.api_key:
             found.append(self.simulator.api_key)
-        return found
+        return found + list(self.interpolated_secrets)
 
     def find_series(self, target: str, model: str, probe: str) -> Series | None:
         """The configured series with these names, if any."""

@@ -15,6 +15,11 @@ _SECRET_NAME = re.compile(r"auth|key|token|secret|passw|pwd|sig|credential|cooki
 _CREDENTIAL_VALUE = re.compile(r"^(bearer|basic|token|digest)\s", re.IGNORECASE)
 
 
+def secret_name(name: str) -> bool:
+    """Whether a header, query parameter or environment variable is named like a credential."""
+    return bool(_SECRET_NAME.search(name))
+
+
 def is_secret(name: str, value: str, secrets: Sequence[str]) -> bool:
     """Whether a header or query parameter carries a secret: by its name, by its value's form
     (`Bearer …`), or because it contains a known secret."""
