@@ -20,6 +20,23 @@ class Phase(StrEnum):
     GENERATE = "generate"
 
 
+class ServerPhase(StrEnum):
+    """The server's own timings, where it reports them (`llm_probe_server_duration_seconds`)."""
+
+    PREFILL = "prefill"
+    DECODE = "decode"
+    TOTAL = "total"
+
+
+class TokenType(StrEnum):
+    """Disjoint token types (`llm_probe_tokens_total{type}`): their sum is the billed total."""
+
+    INPUT = "input"                # prompt tokens not served from a cache
+    CACHED_INPUT = "cached_input"  # prompt tokens served from a cache
+    OUTPUT = "output"              # answer and tool-call tokens
+    REASONING = "reasoning"        # thinking tokens (billed as output by providers)
+
+
 class TokenSource(StrEnum):
     """Where the output token count N came from."""
 
@@ -30,12 +47,25 @@ class TokenSource(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class Usage:
-    """Token counts of one probe (server-reported or estimated)."""
+    """Token counts of one probe in OpenAI's convention (server-reported or estimated): `prompt`
+    includes `cached`, `completion` includes `reasoning`."""
 
     prompt: int | None = None
     completion: int | None = None
     reasoning: int | None = None
     cached: int | None = None
+
+    def disjoint(self) -> dict[TokenType, int]:
+        """The counts split into disjoint types that add up to prompt + completion.
+
+        A server that reports more cached than prompt tokens, or more reasoning than completion
+        tokens, is clamped: the parts never exceed their whole.
+        """
+        prompt, completion = self.prompt or 0, self.completion or 0
+        cached = min(self.cached or 0, prompt)
+        reasoning = min(self.reasoning or 0, completion)
+        return {TokenType.INPUT: prompt - cached, TokenType.CACHED_INPUT: cached,
+                TokenType.OUTPUT: completion - reasoning, TokenType.REASONING: reasoning}
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,7 +100,8 @@ class ProbeResult:
     finish_reason: str | None = None
     response_id: str | None = None
     status: int | None = None
-    ratelimit: Mapping[str, float] = field(default_factory=dict)
+    ratelimit: Mapping[str, float] = field(default_factory=dict)  # "requests", "tokens"
+    server_timings: Mapping[ServerPhase, float] = field(default_factory=dict)  # seconds
     retry_after: float | None = None
     case: int | None = None       # golden-set case index, when the probe has `cases`
     checked: bool | None = None   # answer checks ran and passed (True) or failed (False)

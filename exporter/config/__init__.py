@@ -18,14 +18,13 @@ from exporter.config.load import (
     reuse_unchanged,
     sources_digest,
 )
-from exporter.config.model import Config, Series, Target, redacted
+from exporter.config.model import Config, Objectives, Series, Target, redacted
 from exporter.config.schema import (
     CONTROL,
     Api,
     BudgetConfig,
     Case,
     Expect,
-    Family,
     GlobalConfig,
     ImageSpec,
     Message,
@@ -35,6 +34,7 @@ from exporter.config.schema import (
     RawConfig,
     SimulatedModel,
     SimulatorConfig,
+    SloConfig,
     TargetConfig,
 )
 from exporter.config.types import (
@@ -48,9 +48,11 @@ from exporter.config.types import (
     RESERVED_LABELS,
     Duration,
     PositiveDuration,
+    Ratio,
     Secret,
     format_duration,
     parse_duration,
+    parse_ratio,
 )
 
 __all__ = [
@@ -74,20 +76,22 @@ __all__ = [
     "ConfigProblem",
     "Duration",
     "Expect",
-    "Family",
     "GlobalConfig",
     "ImageSpec",
     "Loc",
     "Message",
     "NativeHistogramsConfig",
+    "Objectives",
     "PositiveDuration",
     "Price",
     "ProbeConfig",
+    "Ratio",
     "RawConfig",
     "Secret",
     "Series",
     "SimulatedModel",
     "SimulatorConfig",
+    "SloConfig",
     "Target",
     "TargetConfig",
     "format_duration",
@@ -95,6 +99,7 @@ __all__ = [
     "load_config",
     "parse_config",
     "parse_duration",
+    "parse_ratio",
     "redacted",
     "reuse_unchanged",
     "sources_digest",
