@@ -57,6 +57,10 @@ def shipped_config(tmp: Path, *, interval: str = "1s", models: dict | None = Non
         data["targets"][0]["models"] = list(models)
         data["targets"][0]["prices"] = {
             m: {"input": 0.5, "output": 1.5, "currency": "USD"} for m in models}
+        data["targets"][0]["model_slo"] = {
+            m: slo for m, slo in data["targets"][0].get("model_slo", {}).items() if m in models}
+    if "budget" in data["global"]:  # each run its own day's spend, not the machine's
+        data["global"]["budget"]["state_file"] = str(tmp / "budget.json")
     data["global"]["interval"] = interval
     data["global"]["allow_short_intervals"] = True  # tests probe faster than once a second
     for target in data["targets"]:
