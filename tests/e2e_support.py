@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Sequence
@@ -27,8 +28,12 @@ EXPORTER = [sys.executable, "-m", "exporter"]
 def http_get(url: str, timeout: float = 5.0, headers: dict[str, str] | None = None) -> bytes:
     """GET a URL on loopback and return the body."""
     request = urllib.request.Request(url, headers=headers or {})
-    with urllib.request.urlopen(request, timeout=timeout) as response:
-        return response.read()
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return response.read()
+    except urllib.error.HTTPError as error:
+        error.close()  # it holds the connection; callers that poll would leak one per try
+        raise
 
 
 def wait_for(condition: Callable[[], Any], timeout: float, what: str) -> Any:
