@@ -31,7 +31,8 @@ from prometheus_client import CollectorRegistry
 from benchmarks.common import machine_line, table
 from exporter.config import parse_config
 from exporter.errors import Result
-from exporter.exposition import FamilySpec, SeriesValues
+from exporter.exposition import SeriesValues
+from exporter.families import FamilySpec, MetricType
 from exporter.metrics import ExporterMetrics
 from exporter.nativehist import spans_and_deltas
 from exporter.result import Phase, ProbeResult, Timings, TokenSource, Usage
@@ -109,11 +110,11 @@ def runtime_records(values: SeriesValues, spec: FamilySpec, classic: bool, pb: A
     """The same metric records as `SeriesValues.render_protobuf`, built with the runtime."""
     out = []
     def labels(spec: FamilySpec, extra: str | None) -> list[tuple[str, str]]:
-        extra_pair = [(spec.extra, extra)] if spec.extra and extra is not None else []
+        extra_pair = [(spec.label, extra)] if spec.label and extra is not None else []
         return sorted([*values.label_items, *extra_pair])
 
-    for (attr, extra), hist in list(values.histograms.items()):
-        if attr != spec.attr:
+    for (family, extra), hist in list(values.histograms.items()):
+        if family is not spec.key:
             continue
         metric = pb.Metric()
         for name, value in labels(spec, extra):
@@ -144,14 +145,14 @@ def runtime_records(values: SeriesValues, spec: FamilySpec, classic: bool, pb: A
         h.positive_delta.extend(deltas)
         data = metric.SerializeToString()
         out.append(b"\x22" + _varint(len(data)) + data)
-    for (attr, extra), value in list(values.scalars.items()):
-        if attr != spec.attr:
+    for (family, extra), value in list(values.scalars.items()):
+        if family is not spec.key:
             continue
         metric = pb.Metric()
         for name, label_value in labels(spec, extra):
             pair = metric.label.add()
             pair.name, pair.value = name, label_value
-        (metric.counter if spec.kind == "counter" else metric.gauge).value = value
+        (metric.counter if spec.type is MetricType.COUNTER else metric.gauge).value = value
         data = metric.SerializeToString()
         out.append(b"\x22" + _varint(len(data)) + data)
     return b"".join(out)

@@ -47,6 +47,7 @@ from benchmarks.common import (
     table,
     truth_server,
 )
+from tests.conftest import free_port
 
 USER, PASSWORD = "prometheus", "s3cret"
 HEALTHY = ("truth", "healthy", "short")
@@ -56,13 +57,6 @@ SCRAPE_EVERY = 0.25
 def auth(password: str = PASSWORD) -> dict[str, str]:
     """A basic-auth header."""
     return {"Authorization": "Basic " + base64.b64encode(f"{USER}:{password}".encode()).decode()}
-
-
-def free_port() -> int:
-    """A TCP port nobody listens on right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def more_descriptors() -> None:

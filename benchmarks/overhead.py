@@ -21,8 +21,6 @@ import time
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
-import orjson
-
 from benchmarks.common import (
     FloorClient,
     OursClient,
@@ -37,6 +35,7 @@ from benchmarks.common import (
     us,
 )
 from exporter.prober import Prober
+from exporter.simulator.dialects import openai_chat
 
 CPU = time.process_time  # user + system CPU of this process (the server is another process)
 
@@ -47,18 +46,14 @@ def stream_bytes(tokens: int) -> list[bytes]:
             "created": 1700000000, "model": "gpt-4o-mini-2024-07-18",
             "system_fingerprint": "fp_0123456789"}
 
-    def chunk(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> bytes:
-        body = {**base, "choices": [{"index": 0, "delta": delta, "logprobs": None,
-                                     "finish_reason": finish}], **extra}
-        return b"data: " + orjson.dumps(body) + b"\n\n"
-
-    reads = [chunk({"role": "assistant", "content": "", "refusal": None})]
-    reads += [chunk({"content": f" word{i}"}) for i in range(tokens)]
-    reads.append(chunk({}, "stop"))
-    reads.append(b"data: " + orjson.dumps({**base, "choices": [], "usage": {
+    chunk = openai_chat.chat_chunk
+    reads = [chunk(base, {"role": "assistant", "content": "", "refusal": None})]
+    reads += [chunk(base, {"content": f" word{i}"}) for i in range(tokens)]
+    reads.append(chunk(base, {}, "stop"))
+    reads.append(chunk(base, None, usage={
         "prompt_tokens": 12, "completion_tokens": tokens, "total_tokens": 12 + tokens,
         "prompt_tokens_details": {"cached_tokens": 0},
-        "completion_tokens_details": {"reasoning_tokens": 0}}}) + b"\n\n")
+        "completion_tokens_details": {"reasoning_tokens": 0}}))
     reads.append(b"data: [DONE]\n\n")
     return reads
 

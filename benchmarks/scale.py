@@ -21,7 +21,6 @@ import gzip
 import json
 import os
 import re
-import socket
 import sys
 import tempfile
 import time
@@ -33,18 +32,12 @@ import aiohttp
 import yaml
 
 from benchmarks.common import machine_line, ms, pct, stop_process, table
+from tests.conftest import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = 10
 PROBES = 10
 LOOP_LAG_PERIOD = 0.05
-
-
-def free_port() -> int:
-    """A TCP port nobody listens on right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def write_configs(folder: Path, series: int, interval: float, sim_port: int,

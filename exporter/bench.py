@@ -52,7 +52,7 @@ from exporter.loadgen import (
 )
 from exporter.log import REDACTOR
 from exporter.measure import percentile
-from exporter.oneshot import fmt_cost, fmt_ms, make_console, probing, select_series
+from exporter.oneshot import estimated, fmt_cost, fmt_ms, make_console, probing, select_series
 from exporter.result import ProbeResult, ProbeStamps
 from exporter.server import result_json
 
@@ -408,6 +408,8 @@ def summarize(records: Sequence[Mapping[str, Any]], *, series: Mapping[str, str]
     tokens = {kind: sum((r["tokens"][kind] or 0) for r in ok)
               for kind in ("prompt", "completion", "reasoning", "cached")}
     output_tokens = sum(r["output_tokens"] for r in ok)
+    # Output token counts a server without usage left to our estimate: TPOT and TPS rest on them.
+    estimated_records = sum(r["token_source"] == "estimate" for r in ok)
     costs = [r["cost"] for r in ok if r["cost"] is not None]
     currencies = sorted({r["currency"] for r in ok if r["currency"]})
     wall = wall_seconds if wall_seconds > 0 else None
@@ -422,6 +424,7 @@ def summarize(records: Sequence[Mapping[str, Any]], *, series: Mapping[str, str]
         "request_throughput": len(ok) / wall if wall else None,
         "output_tokens_per_second": output_tokens / wall if wall else None,
         "output_tokens": output_tokens,
+        "estimated_records": estimated_records,
         "tokens": tokens,
         "cost_total": sum(costs) if costs else None,
         "cost_per_call": sum(costs) / len(costs) if costs else None,
@@ -598,15 +601,18 @@ def sweep_table(summaries: Sequence[Mapping[str, Any]], knees: Sequence[Mapping[
         for i, s in enumerate(rows):
             lat = s["latency"]
             mark = " ◆" if (name, s["mode"], s["level"]) in knee_at else ""
+            guess = bool(s.get("estimated_records"))
             table.add_row(
                 s["label"] + mark, str(s["requests"]),
                 _num(None if s["success_rate"] is None else s["success_rate"] * 100, 0),
                 fmt_ms(lat["ttft"]["p50"]), fmt_ms(lat["ttft"]["p95"]),
                 fmt_ms(lat["ttft"]["p99"]), fmt_ms(lat["time_to_first_answer"]["p50"]),
-                fmt_ms(lat["tpot"]["p50"]), fmt_ms(lat["tpot"]["p95"]), _num(lat["tps"]["p50"]),
+                estimated(fmt_ms(lat["tpot"]["p50"]), guess),
+                estimated(fmt_ms(lat["tpot"]["p95"]), guess),
+                estimated(_num(lat["tps"]["p50"]), guess),
                 fmt_ms(lat["e2e"]["p50"]), fmt_ms(lat["e2e"]["p95"]),
                 fmt_ms(lat["inter_chunk"]["p99"]), _num(s["request_throughput"], 2),
-                _num(s["output_tokens_per_second"]), _num(s["goodput"], 2),
+                estimated(_num(s["output_tokens_per_second"]), guess), _num(s["goodput"], 2),
                 fmt_cost(s["cost_per_call"], None), end_section=i == len(rows) - 1)
     if len(names) == 1:
         table.title = f"{table.title} — {names[0]}"
@@ -625,9 +631,10 @@ def distribution_table(summaries: Sequence[Mapping[str, Any]]) -> Table:
         for i, (name, title) in enumerate(names.items()):
             st = s["latency"][name]
             fmt: Callable[[Any], str] = _num if name == "tps" else fmt_ms
-            table.add_row(series_name(s) if i == 0 else "", s["label"] if i == 0 else "", title,
-                          str(st["count"]), *(fmt(st[k]) for k in
-                                              ("p50", "p90", "p95", "p99", "mean", "max")),
+            guess = name in ("tpot", "tps") and bool(s.get("estimated_records"))
+            table.add_row(series_name(s) if i == 0 else "", s["label"] if i == 0 else "",
+                          estimated(title, guess), str(st["count"]),
+                          *(fmt(st[k]) for k in ("p50", "p90", "p95", "p99", "mean", "max")),
                           end_section=i == len(names) - 1)
     return table
 
@@ -643,10 +650,11 @@ def totals_table(summaries: Sequence[Mapping[str, Any]]) -> Table:
     for s in summaries:
         currency = s["currency"] if isinstance(s["currency"], str) else None
         results = ", ".join(f"{k} {v}" for k, v in s["results"].items())
+        guess = bool(s.get("estimated_records"))
         table.add_row(series_name(s), s["label"], results + ("" if s["complete"] else
                                                              " (interrupted)"),
-                      str(s["tokens"]["prompt"]), str(s["tokens"]["completion"]),
-                      str(s["tokens"]["reasoning"]), f"{s['wall_seconds']:.2f}s",
+                      str(s["tokens"]["prompt"]), estimated(str(s["tokens"]["completion"]), guess),
+                      estimated(str(s["tokens"]["reasoning"]), guess), f"{s['wall_seconds']:.2f}s",
                       fmt_cost(s["cost_per_call"], currency), fmt_cost(s["cost_total"], currency))
     return table
 

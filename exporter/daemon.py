@@ -92,6 +92,9 @@ class Daemon:
         self._reload_worker: asyncio.Task[None] | None = None
         self._last_reload_at = -RELOAD_MIN_INTERVAL
         self._reload_after_start = False
+        # Process-wide settings (GIL switch interval, garbage collector) belong to the process
+        # that runs the daemon: `serve()` sets this; a daemon started inside a test leaves them.
+        self.owns_process = False
 
     @property
     def deadline(self) -> float | None:
@@ -121,9 +124,10 @@ class Daemon:
         The port is bound first: if it is taken, nothing else was opened (`shutdown()` closes
         whatever a failed start left).
         """
-        # Rendering runs in worker threads; a short GIL switch interval lets the event loop
-        # take the GIL back within 0.5 ms (default 5 ms) to stamp arriving bytes.
-        sys.setswitchinterval(SWITCH_INTERVAL)
+        if self.owns_process:
+            # Rendering runs in worker threads; a short GIL switch interval lets the event
+            # loop take the GIL back within 0.5 ms (default 5 ms) to stamp arriving bytes.
+            sys.setswitchinterval(SWITCH_INTERVAL)
         REDACTOR.update(config.secrets())
         # The token vocabulary and probe images are built now, off the loop, not in a probe.
         await asyncio.to_thread(_warm_up, config)
@@ -149,13 +153,14 @@ class Daemon:
             self.log.info("simulator started", url=self.simulator.url)
         await self.prober.start()
         self._apply(config)
-        # The objects of thousands of series live as long as the config: keep them out of full
-        # garbage collections, which otherwise pause the loop for hundreds of ms. Once, here:
-        # a reload must not pause the loop for a collection.
-        gc.collect()
-        gc.freeze()
-        # Fewer, not longer, collections: each full one pauses the loop for its whole scan.
-        gc.set_threshold(*GC_THRESHOLDS)
+        if self.owns_process:
+            # The objects of thousands of series live as long as the config: keep them out of
+            # full garbage collections, which otherwise pause the loop for hundreds of ms.
+            # Once, here: a reload must not pause the loop for a collection.
+            gc.collect()
+            gc.freeze()
+            # Fewer, not longer, collections: each full one pauses the loop for its whole scan.
+            gc.set_threshold(*GC_THRESHOLDS)
         self.metrics.reload_status(True, time.time())
         self.state.ready = True
         self._tasks.append(asyncio.create_task(self._watch_loop_lag()))
@@ -232,10 +237,11 @@ class Daemon:
                 if running is not None and running.simulator != config.simulator:
                     self.log.warning("simulator settings changed; restart to apply them")
                 self._apply(config)
-                # Like after start: the new config's objects live until the next reload, so
-                # keep them out of full collections (each would scan them all, ~150 ms at 10k
-                # series, with nothing to free). O(1); no collection runs here.
-                gc.freeze()
+                if self.owns_process:
+                    # Like after start: the new config's objects live until the next reload,
+                    # so keep them out of full collections (each would scan them all, ~150 ms
+                    # at 10k series, with nothing to free). O(1); no collection runs here.
+                    gc.freeze()
         except Exception as exc:
             # A ConfigError names every problem; anything else is a bug, reported by its type
             # only: its text could hold the bytes of a key file.
@@ -366,6 +372,7 @@ def serve(daemon: Daemon, config: Config) -> None:
     the grace (a reload parsing a large file, a DNS lookup that hangs) is left behind, and the
     process exits without it.
     """
+    daemon.owns_process = True
     loop = asyncio.new_event_loop()
     try:
         loop.run_until_complete(daemon.run(config))

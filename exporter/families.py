@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from exporter.errors import Result
-from exporter.result import Phase, ServerPhase
+from exporter.result import Phase, ServerPhase, TokenType
 
 PREFIX = "llm_probe_"
 PROBE_LABELS = ("target", "model", "probe")
@@ -38,15 +38,6 @@ class Scope(StrEnum):
     ONDEMAND = "ondemand"
 
 
-class TokenType(StrEnum):
-    """`llm_probe_tokens_total{type}`: disjoint, so `sum` is the billed total."""
-
-    INPUT = "input"                # prompt tokens not served from a cache
-    CACHED_INPUT = "cached_input"  # prompt tokens served from a cache
-    OUTPUT = "output"              # answer and tool-call tokens
-    REASONING = "reasoning"        # thinking tokens (billed as output by providers)
-
-
 class SkipReason(StrEnum):
     """`llm_probe_skipped_total{reason}`: why a scheduled probe did not run."""
 
@@ -63,7 +54,8 @@ class CheckOutcome(StrEnum):
 
 
 class Objective(StrEnum):
-    """Latency objectives (`slo:`), `llm_probe_objective_seconds{objective}`."""
+    """Latency objectives (`slo:`), `llm_probe_objective_seconds{objective}`; each value is also
+    the key of its histogram family."""
 
     TTFT = "ttft"
     TPOT = "tpot"
@@ -74,6 +66,15 @@ class RatioObjective(StrEnum):
     """Ratio objectives (`slo:`), `llm_probe_objective_ratio{objective}`."""
 
     AVAILABILITY = "availability"
+
+
+class CloseReason(StrEnum):
+    """Why the port's guard closed a connection (`llm_probe_http_connections_closed_total`)."""
+
+    HEADER_TIMEOUT = "header_timeout"
+    IDLE_TIMEOUT = "idle_timeout"
+    EVICTED = "evicted"  # made room at the cap
+    REJECTED = "rejected"  # at the cap with every connection busy
 
 
 class Family(StrEnum):
@@ -111,9 +112,13 @@ class Family(StrEnum):
     BUDGET_LIMIT = "budget_limit"
     RELOAD_OK = "config_last_reload_successful"
     RELOAD_TIME = "config_last_reload_success_timestamp_seconds"
+    HTTP_CONNECTIONS = "http_connections"
+    HTTP_CONNECTIONS_LIMIT = "http_connections_limit"
+    HTTP_CONNECTIONS_CLOSED = "http_connections_closed"
     # /probe
     ONDEMAND_SUCCESS = "ondemand_success"
     ONDEMAND_RESULT = "ondemand_result"
+    ONDEMAND_SKIPPED = "ondemand_skipped"
     ONDEMAND_TTFT = "ondemand_ttft"
     ONDEMAND_TIME_TO_FIRST_ANSWER = "ondemand_time_to_first_answer"
     ONDEMAND_TPOT = "ondemand_tpot"
@@ -124,20 +129,28 @@ class Family(StrEnum):
     ONDEMAND_TOKENS = "ondemand_tokens"
     ONDEMAND_TOKENS_ESTIMATED = "ondemand_tokens_estimated"
     ONDEMAND_COST = "ondemand_cost"
+    ONDEMAND_HTTP_STATUS = "ondemand_http_status_code"
+    ONDEMAND_CHECK_SUCCESS = "ondemand_check_success"
     ONDEMAND_CACHED = "ondemand_cached"
 
 
 @dataclass(frozen=True, slots=True)
 class FamilySpec:
-    """One metric family: its exposition name, type, scope, extra label and help."""
+    """One metric family: its exposition name, type, scope, labels, help and default buckets."""
 
     key: Family
     name: str  # as served; a counter's samples add `_total`
     type: MetricType
     scope: Scope
     help: str
-    label: str | None = None     # the one label beyond the scope's own
-    values: tuple[str, ...] = ()  # that label's fixed values (empty: open set, e.g. currency)
+    labels: tuple[str, ...] = ()   # labels beyond the scope's own
+    values: tuple[str, ...] = ()   # the one extra label's fixed values (empty: an open set)
+    buckets: tuple[float, ...] = ()  # a histogram's default edges (`global.buckets` overrides)
+
+    @property
+    def label(self) -> str | None:
+        """The one extra label of a probe or on-demand family, if it has one."""
+        return self.labels[0] if self.labels else None
 
     @property
     def sample_names(self) -> tuple[str, ...]:
@@ -153,110 +166,143 @@ def _values(enum: type[StrEnum]) -> tuple[str, ...]:
     return tuple(member.value for member in enum)
 
 
+def _spec(key: Family, name: str, type_: MetricType, scope: Scope, help_: str,
+          label: str | None = None, values: type[StrEnum] | None = None,
+          buckets: tuple[float, ...] = ()) -> FamilySpec:
+    return FamilySpec(key, name, type_, scope, help_, (label,) if label else (),
+                      _values(values) if values else (), tuple(float(b) for b in buckets))
+
+
 _P, _E, _O = Scope.PROBE, Scope.EXPORTER, Scope.ONDEMAND
 _H, _C, _G = MetricType.HISTOGRAM, MetricType.COUNTER, MetricType.GAUGE
+# Default edges (seconds unless noted). Compact on purpose: the page grows with
+# families × buckets × series, and a large /metrics page costs the exporter's own timing.
+_FIRST_TOKEN = (0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1, 1.5, 2, 3, 5, 10, 20, 60)
 
 FAMILIES: tuple[FamilySpec, ...] = (
     # -- per probe series ------------------------------------------------------------------
-    FamilySpec(Family.TTFT, "llm_probe_ttft_seconds", _H, _P,
-               "Time to first token (answer or reasoning): t_first - t0."),
-    FamilySpec(Family.TIME_TO_FIRST_ANSWER, "llm_probe_time_to_first_answer_seconds", _H, _P,
-               "Time to the first answer (non-reasoning) token: t_answer - t0."),
-    FamilySpec(Family.TPOT, "llm_probe_tpot_seconds", _H, _P,
-               "Time per output token: (t_last - t_first) / (N - 1)."),
-    FamilySpec(Family.INTER_CHUNK, "llm_probe_inter_chunk_seconds", _H, _P,
-               "Gaps between consecutive token-bearing chunks."),
-    FamilySpec(Family.TPS, "llm_probe_output_tokens_per_second", _H, _P,
-               "Output tokens per second as the user sees it: N / E2E."),
-    FamilySpec(Family.DURATION, "llm_probe_duration_seconds", _H, _P,
-               "End-to-end duration of a probe: t_end - t0."),
-    FamilySpec(Family.PHASE, "llm_probe_phase_seconds", _H, _P,
-               "Probe phases: resolve, connect, tls, wait, first_token, generate.",
-               "phase", _values(Phase)),
-    FamilySpec(Family.SERVER_DURATION, "llm_probe_server_duration_seconds", _H, _P,
-               "The server's own timings where it reports them: prefill, decode, total.",
-               "phase", _values(ServerPhase)),
-    FamilySpec(Family.REQUESTS, "llm_probe_requests", _C, _P,
-               "Finished probes by result.", "result", _values(Result)),
-    FamilySpec(Family.TOKENS, "llm_probe_tokens", _C, _P,
-               "Tokens by disjoint type (input, cached_input, output, reasoning); "
-               "sum is the billed total.", "type", _values(TokenType)),
-    FamilySpec(Family.ESTIMATED_TOKENS, "llm_probe_estimated_tokens", _C, _P,
-               "Output tokens that were estimated because the server sent no usage."),
-    FamilySpec(Family.COST, "llm_probe_cost", _C, _P,
-               "Cost of probes from the configured prices.", "currency"),
-    FamilySpec(Family.SKIPPED, "llm_probe_skipped", _C, _P,
-               "Scheduled probes that did not run, by reason.", "reason", _values(SkipReason)),
-    FamilySpec(Family.CHECKS, "llm_probe_checks", _C, _P,
-               "Answer checks by outcome.", "outcome", _values(CheckOutcome)),
-    FamilySpec(Family.OBJECTIVE_SECONDS, "llm_probe_objective_seconds", _G, _P,
-               "The series' configured latency objective (slo:).", "objective",
-               _values(Objective)),
-    FamilySpec(Family.OBJECTIVE_RATIO, "llm_probe_objective_ratio", _G, _P,
-               "The series' configured availability objective (slo:).", "objective",
-               _values(RatioObjective)),
-    FamilySpec(Family.OBJECTIVE_MET, "llm_probe_objective_met", _C, _P,
-               "Observations at or below the series' latency objective (good events; the "
-               "histogram's _count is the total).", "objective", _values(Objective)),
-    FamilySpec(Family.SUCCESS, "llm_probe_success", _G, _P,
-               "Whether the last probe succeeded (1/0)."),
-    FamilySpec(Family.LAST_RUN, "llm_probe_last_run_timestamp_seconds", _G, _P,
-               "Unix time the last probe ended."),
-    FamilySpec(Family.RATELIMIT_REQUESTS, "llm_probe_ratelimit_remaining_requests", _G, _P,
-               "Requests left in the provider's rate-limit window (from its headers)."),
-    FamilySpec(Family.RATELIMIT_TOKENS, "llm_probe_ratelimit_remaining_tokens", _G, _P,
-               "Tokens left in the provider's rate-limit window (from its headers)."),
-    FamilySpec(Family.INTERVAL, "llm_probe_interval_seconds", _G, _P,
-               "Configured probe interval of the series."),
+    _spec(Family.TTFT, "llm_probe_ttft_seconds", _H, _P,
+          "Time to first token (answer or reasoning): t_first - t0.", buckets=_FIRST_TOKEN),
+    _spec(Family.TIME_TO_FIRST_ANSWER, "llm_probe_time_to_first_answer_seconds", _H, _P,
+          "Time to the first answer (non-reasoning) token: t_answer - t0.",
+          buckets=_FIRST_TOKEN),
+    _spec(Family.TPOT, "llm_probe_tpot_seconds", _H, _P,
+          "Time per output token: (t_last - t_first) / (N - 1).",
+          buckets=(0.005, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075, 0.1, 0.2, 0.5, 1)),
+    _spec(Family.INTER_CHUNK, "llm_probe_inter_chunk_seconds", _H, _P,
+          "Gaps between consecutive token-bearing chunks.",
+          buckets=(0.001, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)),
+    _spec(Family.TPS, "llm_probe_output_tokens_per_second", _H, _P,
+          "Output tokens per second as the user sees it: N / E2E.",
+          buckets=(1, 5, 10, 20, 30, 50, 75, 100, 150, 200, 400)),  # tokens per second
+    _spec(Family.DURATION, "llm_probe_duration_seconds", _H, _P,
+          "End-to-end duration of a probe: t_end - t0.",
+          buckets=(0.25, 0.5, 1, 2, 3, 5, 7.5, 10, 15, 20, 30, 60, 120)),
+    # Six phases per series: fewer edges here keep the page ~15 % smaller.
+    _spec(Family.PHASE, "llm_probe_phase_seconds", _H, _P,
+          "Probe phases: resolve, connect, tls, wait, first_token, generate.", "phase", Phase,
+          buckets=(0.005, 0.025, 0.1, 0.5, 2.5, 10)),
+    _spec(Family.SERVER_DURATION, "llm_probe_server_duration_seconds", _H, _P,
+          "The server's own timings where it reports them: prefill, decode, total.", "phase",
+          ServerPhase, buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)),
+    _spec(Family.REQUESTS, "llm_probe_requests", _C, _P,
+          "Finished probes by result.", "result", Result),
+    _spec(Family.TOKENS, "llm_probe_tokens", _C, _P,
+          "Tokens by disjoint type (input, cached_input, output, reasoning); "
+          "sum is the billed total.", "type", TokenType),
+    _spec(Family.ESTIMATED_TOKENS, "llm_probe_estimated_tokens", _C, _P,
+          "Output tokens that were estimated because the server sent no usage."),
+    _spec(Family.COST, "llm_probe_cost", _C, _P,
+          "Cost of probes from the configured prices.", "currency"),
+    _spec(Family.SKIPPED, "llm_probe_skipped", _C, _P,
+          "Scheduled probes that did not run, by reason.", "reason", SkipReason),
+    _spec(Family.CHECKS, "llm_probe_checks", _C, _P,
+          "Answer checks by outcome.", "outcome", CheckOutcome),
+    _spec(Family.OBJECTIVE_SECONDS, "llm_probe_objective_seconds", _G, _P,
+          "The series' configured latency objective (slo:).", "objective", Objective),
+    _spec(Family.OBJECTIVE_RATIO, "llm_probe_objective_ratio", _G, _P,
+          "The series' configured availability objective (slo:).", "objective",
+          RatioObjective),
+    _spec(Family.OBJECTIVE_MET, "llm_probe_objective_met", _C, _P,
+          "Observations at or below the series' latency objective (good events; the "
+          "histogram's _count is the total).", "objective", Objective),
+    _spec(Family.SUCCESS, "llm_probe_success", _G, _P,
+          "Whether the last probe succeeded (1/0)."),
+    _spec(Family.LAST_RUN, "llm_probe_last_run_timestamp_seconds", _G, _P,
+          "Unix time the last probe ended."),
+    _spec(Family.RATELIMIT_REQUESTS, "llm_probe_ratelimit_remaining_requests", _G, _P,
+          "Requests left in the provider's rate-limit window (from its headers)."),
+    _spec(Family.RATELIMIT_TOKENS, "llm_probe_ratelimit_remaining_tokens", _G, _P,
+          "Tokens left in the provider's rate-limit window (from its headers)."),
+    _spec(Family.INTERVAL, "llm_probe_interval_seconds", _G, _P,
+          "Configured probe interval of the series."),
     # -- the exporter itself ---------------------------------------------------------------
-    FamilySpec(Family.IN_FLIGHT, "llm_probe_in_flight", _G, _E, "Probes in flight now."),
-    FamilySpec(Family.SCHEDULER_LAG, "llm_probe_scheduler_lag_seconds", _H, _E,
-               "How late probes start versus their schedule."),
-    FamilySpec(Family.EVENT_LOOP_LAG, "llm_probe_event_loop_lag_seconds", _H, _E,
-               "How late the event loop wakes a timer; high values mean timings may be "
-               "skewed."),
+    _spec(Family.IN_FLIGHT, "llm_probe_in_flight", _G, _E, "Probes in flight now."),
+    _spec(Family.SCHEDULER_LAG, "llm_probe_scheduler_lag_seconds", _H, _E,
+          "How late probes start versus their schedule.",
+          buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5)),
+    _spec(Family.EVENT_LOOP_LAG, "llm_probe_event_loop_lag_seconds", _H, _E,
+          "How late the event loop wakes a timer; high values mean timings may be skewed.",
+          buckets=(0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1)),
     FamilySpec(Family.BUILD_INFO, "llm_probe_build_info", _G, _E,
-               "Exporter build information."),
-    FamilySpec(Family.BUDGET_SPENT, "llm_probe_budget_spent", _G, _E,
-               "Spent today (UTC) against global.budget.", "currency"),
-    FamilySpec(Family.BUDGET_LIMIT, "llm_probe_budget_limit", _G, _E,
-               "global.budget.max_cost_per_day.", "currency"),
-    FamilySpec(Family.RELOAD_OK, "llm_probe_config_last_reload_successful", _G, _E,
-               "Whether the last config load succeeded."),
-    FamilySpec(Family.RELOAD_TIME, "llm_probe_config_last_reload_success_timestamp_seconds",
-               _G, _E, "Unix time of the last successful config load."),
+               "Exporter build information.", ("version", "python_version")),
+    _spec(Family.BUDGET_SPENT, "llm_probe_budget_spent", _G, _E,
+          "Spent today (UTC) against global.budget.", "currency"),
+    _spec(Family.BUDGET_LIMIT, "llm_probe_budget_limit", _G, _E,
+          "global.budget.max_cost_per_day.", "currency"),
+    _spec(Family.RELOAD_OK, "llm_probe_config_last_reload_successful", _G, _E,
+          "Whether the last config load succeeded."),
+    _spec(Family.RELOAD_TIME, "llm_probe_config_last_reload_success_timestamp_seconds", _G, _E,
+          "Unix time of the last successful config load."),
+    _spec(Family.HTTP_CONNECTIONS, "llm_probe_http_connections", _G, _E,
+          "Connections to the exporter's port held now."),
+    _spec(Family.HTTP_CONNECTIONS_LIMIT, "llm_probe_http_connections_limit", _G, _E,
+          "Connection cap of the exporter's port (below the fd limit)."),
+    _spec(Family.HTTP_CONNECTIONS_CLOSED, "llm_probe_http_connections_closed", _C, _E,
+          "Connections the exporter closed: header_timeout, idle_timeout, evicted (to make "
+          "room at the cap), rejected (at the cap, every connection busy).", "reason",
+          CloseReason),
     # -- /probe (one run, blackbox-style) --------------------------------------------------
-    FamilySpec(Family.ONDEMAND_SUCCESS, "llm_probe_ondemand_success", _G, _O,
-               "Whether this probe succeeded (1/0)."),
-    FamilySpec(Family.ONDEMAND_RESULT, "llm_probe_ondemand_result", _G, _O,
-               "The result of this probe (1 for its value).", "result", _values(Result)),
-    FamilySpec(Family.ONDEMAND_TTFT, "llm_probe_ondemand_ttft_seconds", _G, _O,
-               "Time to first token of this probe."),
-    FamilySpec(Family.ONDEMAND_TIME_TO_FIRST_ANSWER,
-               "llm_probe_ondemand_time_to_first_answer_seconds", _G, _O,
-               "Time to the first answer token of this probe."),
-    FamilySpec(Family.ONDEMAND_TPOT, "llm_probe_ondemand_tpot_seconds", _G, _O,
-               "Time per output token of this probe."),
-    FamilySpec(Family.ONDEMAND_TPS, "llm_probe_ondemand_output_tokens_per_second", _G, _O,
-               "Output tokens per second of this probe (N / E2E)."),
-    FamilySpec(Family.ONDEMAND_DURATION, "llm_probe_ondemand_duration_seconds", _G, _O,
-               "End-to-end duration of this probe."),
-    FamilySpec(Family.ONDEMAND_PHASE, "llm_probe_ondemand_phase_seconds", _G, _O,
-               "Phase durations of this probe.", "phase", _values(Phase)),
-    FamilySpec(Family.ONDEMAND_SERVER_DURATION, "llm_probe_ondemand_server_duration_seconds",
-               _G, _O, "The server's own timings of this probe, where reported.", "phase",
-               _values(ServerPhase)),
-    FamilySpec(Family.ONDEMAND_TOKENS, "llm_probe_ondemand_tokens", _G, _O,
-               "Tokens of this probe by disjoint type.", "type", _values(TokenType)),
-    FamilySpec(Family.ONDEMAND_TOKENS_ESTIMATED, "llm_probe_ondemand_tokens_estimated", _G, _O,
-               "1 when the output token count was estimated (no usage from the server)."),
-    FamilySpec(Family.ONDEMAND_COST, "llm_probe_ondemand_cost", _G, _O,
-               "Cost of this probe from the configured prices.", "currency"),
-    FamilySpec(Family.ONDEMAND_CACHED, "llm_probe_ondemand_cached", _G, _O,
-               "1 when /probe answered from a result younger than its minimum interval."),
+    _spec(Family.ONDEMAND_SUCCESS, "llm_probe_ondemand_success", _G, _O,
+          "Whether this probe succeeded (1/0)."),
+    _spec(Family.ONDEMAND_RESULT, "llm_probe_ondemand_result", _G, _O,
+          "The result of this probe (1 for its value).", "result", Result),
+    _spec(Family.ONDEMAND_SKIPPED, "llm_probe_ondemand_skipped", _G, _O,
+          "1: no request was sent: budget (the daily budget is spent) or rate_limited (the "
+          "provider's Retry-After is running).", "reason", SkipReason),
+    _spec(Family.ONDEMAND_TTFT, "llm_probe_ondemand_ttft_seconds", _G, _O,
+          "Time to first token of this probe."),
+    _spec(Family.ONDEMAND_TIME_TO_FIRST_ANSWER,
+          "llm_probe_ondemand_time_to_first_answer_seconds", _G, _O,
+          "Time to the first answer token of this probe."),
+    _spec(Family.ONDEMAND_TPOT, "llm_probe_ondemand_tpot_seconds", _G, _O,
+          "Time per output token of this probe."),
+    _spec(Family.ONDEMAND_TPS, "llm_probe_ondemand_output_tokens_per_second", _G, _O,
+          "Output tokens per second of this probe (N / E2E)."),
+    _spec(Family.ONDEMAND_DURATION, "llm_probe_ondemand_duration_seconds", _G, _O,
+          "End-to-end duration of this probe."),
+    _spec(Family.ONDEMAND_PHASE, "llm_probe_ondemand_phase_seconds", _G, _O,
+          "Phase durations of this probe.", "phase", Phase),
+    _spec(Family.ONDEMAND_SERVER_DURATION, "llm_probe_ondemand_server_duration_seconds", _G, _O,
+          "The server's own timings of this probe, where reported.", "phase", ServerPhase),
+    _spec(Family.ONDEMAND_TOKENS, "llm_probe_ondemand_tokens", _G, _O,
+          "Tokens of this probe by disjoint type.", "type", TokenType),
+    _spec(Family.ONDEMAND_TOKENS_ESTIMATED, "llm_probe_ondemand_tokens_estimated", _G, _O,
+          "1 when the output token count was estimated (no usage from the server)."),
+    _spec(Family.ONDEMAND_COST, "llm_probe_ondemand_cost", _G, _O,
+          "Cost of this probe from the configured prices.", "currency"),
+    _spec(Family.ONDEMAND_HTTP_STATUS, "llm_probe_ondemand_http_status_code", _G, _O,
+          "HTTP status of the response."),
+    _spec(Family.ONDEMAND_CHECK_SUCCESS, "llm_probe_ondemand_check_success", _G, _O,
+          "Whether the answer checks passed (1/0; only for probes with checks)."),
+    _spec(Family.ONDEMAND_CACHED, "llm_probe_ondemand_cached", _G, _O,
+          "1 when /probe answered from a result younger than its minimum interval."),
 )
 
 BY_KEY: Mapping[Family, FamilySpec] = {spec.key: spec for spec in FAMILIES}
+BY_NAME: Mapping[str, FamilySpec] = {spec.name: spec for spec in FAMILIES}
+# The histogram each latency objective belongs to (and adds an edge to).
+OBJECTIVE_FAMILY: Mapping[Objective, Family] = {o: Family(o.value) for o in Objective}
 # Standard families from prometheus_client's process collector (Linux).
 PROCESS_FAMILIES = (
     "process_cpu_seconds_total", "process_open_fds", "process_max_fds",
@@ -268,6 +314,11 @@ PROCESS_FAMILIES = (
 def families(scope: Scope) -> tuple[FamilySpec, ...]:
     """The families of one scope, in declaration order."""
     return tuple(spec for spec in FAMILIES if spec.scope is scope)
+
+
+def bucket_families() -> tuple[Family, ...]:
+    """The histograms whose edges `global.buckets` may set."""
+    return tuple(spec.key for spec in FAMILIES if spec.type is MetricType.HISTOGRAM)
 
 
 def sample_names(*scopes: Scope) -> frozenset[str]:

@@ -45,6 +45,7 @@ from aiohttp.web_protocol import RequestHandler
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from exporter.families import BY_KEY, CloseReason, Family
 from exporter.log import get_logger
 
 # A soft limit of "unlimited" is read as this many descriptors (select/epoll need a number).
@@ -72,15 +73,6 @@ class ConnectionState(StrEnum):
     READING = "reading"  # TLS handshake or request head in progress
     BUSY = "busy"  # a handler is running
     IDLE = "idle"  # answered; waiting for the next request
-
-
-class CloseReason(StrEnum):
-    """Why the guard closed a connection (`llm_probe_http_connections_closed_total{reason}`)."""
-
-    HEADER_TIMEOUT = "header_timeout"
-    IDLE_TIMEOUT = "idle_timeout"
-    EVICTED = "evicted"  # made room at the cap
-    REJECTED = "rejected"  # at the cap with every connection busy
 
 
 def raise_fd_limit() -> int:
@@ -371,16 +363,11 @@ class _GuardCollector:
 
     def collect(self) -> Iterator[Metric]:
         guard = self._guard
-        yield GaugeMetricFamily("llm_probe_http_connections",
-                                "Connections to the exporter's port held now.", guard.open)
-        yield GaugeMetricFamily("llm_probe_http_connections_limit",
-                                "Connection cap of the exporter's port (below the fd limit).",
-                                guard.cap)
-        closed = CounterMetricFamily(
-            "llm_probe_http_connections_closed",
-            "Connections the exporter closed: header_timeout, idle_timeout, evicted (to make "
-            "room at the cap), rejected (at the cap, every connection busy).",
-            labels=["reason"])
+        held, cap = BY_KEY[Family.HTTP_CONNECTIONS], BY_KEY[Family.HTTP_CONNECTIONS_LIMIT]
+        yield GaugeMetricFamily(held.name, held.help, guard.open)
+        yield GaugeMetricFamily(cap.name, cap.help, guard.cap)
+        spec = BY_KEY[Family.HTTP_CONNECTIONS_CLOSED]
+        closed = CounterMetricFamily(spec.name, spec.help, labels=spec.labels)
         for reason in CloseReason:
             closed.add_metric([reason.value], guard.closed[reason])
         yield closed

@@ -1,58 +1,59 @@
-"""Prometheus metrics: `ExporterMetrics(registry).record(result)`; the one bucket table lives here.
+"""Prometheus metrics: `ExporterMetrics(registry).record(result)`, every family from `families`.
 
 Every probe series' children are created when the config is loaded (so series exist before their
-first probe) and removed when a reload drops the series. Probe families live in a
-`ProbeCollector` (incremental rendering, see `exposition`); the exporter's own few metrics are
-ordinary prometheus_client objects in a small registry of their own.
+first probe) and removed when a reload drops the series; the server's own timings and the
+rate-limit gauges appear once a server reports them. Probe families live in a `ProbeCollector`
+(incremental rendering, see `exposition`); the exporter's own few metrics sit in a small registry
+of their own, with the standard `process_*` metrics.
 """
 
 from __future__ import annotations
 
+import bisect
+import dataclasses
 import platform
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Gauge, Histogram, disable_created_metrics
+from prometheus_client import CollectorRegistry, Gauge, ProcessCollector
 from prometheus_client import generate_latest as text_latest
+from prometheus_client.metrics_core import HistogramMetricFamily, Metric
 from prometheus_client.openmetrics.exposition import generate_latest as openmetrics_latest
+from prometheus_client.utils import floatToGoString
 
 from exporter import __version__, protobuf
-from exporter.config import Config, Family, ProbeKind, Series
+from exporter.config import Config, ProbeKind, Series
 from exporter.errors import Result
-from exporter.exposition import (
+from exporter.exposition import NativeSettings, ProbeCollector, SeriesValues, is_finite
+from exporter.families import (
+    BY_KEY,
+    OBJECTIVE_FAMILY,
+    PROBE_LABELS,
+    CheckOutcome,
+    Family,
     FamilySpec,
-    NativeSettings,
-    ProbeCollector,
-    SeriesValues,
-    is_finite,
+    Objective,
+    RatioObjective,
+    Scope,
+    SkipReason,
+    families,
 )
 from exporter.log import REDACTOR, Redactor
-from exporter.result import Phase, ProbeResult
+from exporter.result import Phase, ProbeResult, TokenSource
 
-# Default bucket edges (seconds unless noted). Compact on purpose: exposition size grows with
-# families × buckets × series, and a large /metrics page costs the exporter's own timing.
-DEFAULT_BUCKETS: Mapping[Family, tuple[float, ...]] = {
-    Family.TTFT: (0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1, 1.5, 2, 3, 5, 10, 20, 60),
-    Family.TIME_TO_FIRST_ANSWER: (0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1, 1.5, 2, 3, 5, 10, 20, 60),
-    Family.TPOT: (0.005, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075, 0.1, 0.2, 0.5, 1),
-    Family.INTER_CHUNK: (0.001, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
-    Family.TPS: (1, 5, 10, 20, 30, 50, 75, 100, 150, 200, 400),  # tokens per second
-    Family.DURATION: (0.25, 0.5, 1, 2, 3, 5, 7.5, 10, 15, 20, 30, 60, 120),
-    # Six phases per series: fewer edges here keep the page ~15 % smaller.
-    Family.PHASE: (0.005, 0.025, 0.1, 0.5, 2.5, 10),
-    Family.SCHEDULER_LAG: (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5),
-}
-EVENT_LOOP_LAG_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1)
+SeriesKey = tuple[str, str, str]
+# Children every series has from the start (each value of a family's fixed label set).
+CREATED_AT_LOAD = (
+    Family.DURATION, Family.PHASE, Family.REQUESTS, Family.TOKENS, Family.ESTIMATED_TOKENS,
+    Family.SKIPPED, Family.SUCCESS, Family.LAST_RUN, Family.INTERVAL,
+)
 # Histograms of streamed answers: an embedding series has none (no zero-filled TTFT).
+STREAM_FAMILIES = (Family.TTFT, Family.TIME_TO_FIRST_ANSWER, Family.TPOT, Family.INTER_CHUNK,
+                   Family.TPS)
 STREAM_PHASES = (Phase.FIRST_TOKEN, Phase.GENERATE)
-STREAM_CHILDREN: tuple[tuple[str, str | None], ...] = (
-    *((attr, None) for attr in ("ttft", "ttfa", "tpot", "inter_chunk", "tps")),
-    *(("phase", phase.value) for phase in STREAM_PHASES))
-TOKEN_TYPES = ("prompt", "completion", "reasoning", "cached")
-SKIP_REASONS = ("budget", "overlap", "rate_limited")
-CHECK_OUTCOMES = ("pass", "fail")
-PROBE_LABELS = ("target", "model", "probe")
+# `ProbeResult.ratelimit` keys (the prober's names for the providers' headers).
+RATELIMIT = {"requests": Family.RATELIMIT_REQUESTS, "tokens": Family.RATELIMIT_TOKENS}
 # An exemplar's value comes from the server and ends up in Prometheus' storage: only an id of a
 # conservative charset and length (OpenMetrics caps exemplar labels at 128 characters) that
 # contains no secret is kept; anything else is dropped, not repaired.
@@ -66,50 +67,15 @@ def exemplar_id(response_id: str | None, redactor: Redactor = REDACTOR) -> str |
     return response_id if redactor(response_id) == response_id else None
 
 
-def probe_families(buckets: Mapping[Family, tuple[float, ...]]) -> list[FamilySpec]:
-    """The probe metric families (DESIGN.md's table), with the configured buckets."""
-    def hist(attr: str, name: str, doc: str, family: Family, extra: str | None = None):
-        return FamilySpec(attr, name, "histogram", doc, extra,
-                          tuple(float(b) for b in buckets[family]))
+def edges(buckets: Mapping[Family, tuple[float, ...]], family: Family) -> tuple[float, ...]:
+    """A histogram's edges in a config (`Config.buckets`), else its declared defaults."""
+    return tuple(buckets.get(family) or BY_KEY[family].buckets)
 
-    return [
-        hist("ttft", "llm_probe_ttft_seconds",
-             "Time to first token (answer or reasoning): t_first - t0.", Family.TTFT),
-        hist("ttfa", "llm_probe_time_to_first_answer_seconds",
-             "Time to the first answer (non-reasoning) token.", Family.TIME_TO_FIRST_ANSWER),
-        hist("tpot", "llm_probe_tpot_seconds",
-             "Time per output token: (t_last - t_first) / (N - 1).", Family.TPOT),
-        hist("inter_chunk", "llm_probe_inter_chunk_seconds",
-             "Gaps between consecutive token-bearing chunks.", Family.INTER_CHUNK),
-        hist("tps", "llm_probe_output_tokens_per_second",
-             "Output tokens per second as the user sees it: N / E2E.", Family.TPS),
-        hist("duration", "llm_probe_duration_seconds",
-             "End-to-end duration of a probe: t_end - t0.", Family.DURATION),
-        hist("phase", "llm_probe_phase_seconds",
-             "Probe phases: resolve, connect, tls, wait, first_token, generate.", Family.PHASE,
-             "phase"),
-        hist("server_duration", "llm_probe_server_duration_seconds",
-             "The server's own timings where it reports them: prefill, decode, total.",
-             Family.PHASE, "phase"),
-        FamilySpec("requests", "llm_probe_requests", "counter", "Finished probes by result.",
-                   "result"),
-        FamilySpec("tokens", "llm_probe_tokens", "counter",
-                   "Tokens by type (from usage, else estimated).", "type"),
-        FamilySpec("cost", "llm_probe_cost", "counter",
-                   "Cost of probes from the configured prices.", "currency"),
-        FamilySpec("skipped", "llm_probe_skipped", "counter", "Probes not run, by reason.",
-                   "reason"),
-        FamilySpec("checks", "llm_probe_checks", "counter",
-                   "Answer checks by outcome (pass, fail).", "outcome"),
-        FamilySpec("success", "llm_probe_success", "gauge",
-                   "Whether the last probe succeeded (1/0)."),
-        FamilySpec("last_run", "llm_probe_last_run_timestamp_seconds", "gauge",
-                   "Unix time the last probe ended."),
-        FamilySpec("ratelimit", "llm_probe_ratelimit_remaining", "gauge",
-                   "Remaining rate limit reported by the server.", "kind"),
-        FamilySpec("interval", "llm_probe_interval_seconds", "gauge",
-                   "Configured probe interval of the series."),
-    ]
+
+def probe_families(buckets: Mapping[Family, tuple[float, ...]]) -> list[FamilySpec]:
+    """The probe families of `families.py`, histograms with the config's edges."""
+    return [dataclasses.replace(spec, buckets=edges(buckets, spec.key)) if spec.buckets
+            else spec for spec in families(Scope.PROBE)]
 
 
 def _native_settings(config: Config) -> NativeSettings:
@@ -121,42 +87,100 @@ def _has_checks(series: Series) -> bool:
     return series.probe.expect is not None or any(c.expect for c in series.probe.cases)
 
 
+class OwnHistogram:
+    """A histogram of the exporter itself: no labels, no `_created`, written on one loop."""
+
+    def __init__(self, spec: FamilySpec, bucket_edges: tuple[float, ...]) -> None:
+        self.spec = spec
+        self.edges = bucket_edges
+        self._counts = [0] * (len(bucket_edges) + 1)
+        self._sum = 0.0
+
+    def observe(self, value: float) -> None:
+        """Add one observation."""
+        self._counts[bisect.bisect_left(self.edges, value)] += 1
+        self._sum += value
+
+    def describe(self) -> list[Metric]:
+        """The family, for registry look-ups by name."""
+        return [HistogramMetricFamily(self.spec.name, self.spec.help)]
+
+    def collect(self) -> Iterator[Metric]:
+        """The family with its buckets (read in one pass: `_count` equals `+Inf`)."""
+        counts, cumulative, buckets = list(self._counts), 0, []
+        for edge, count in zip([*map(floatToGoString, self.edges), "+Inf"], counts,
+                               strict=True):
+            cumulative += count
+            buckets.append((edge, cumulative))
+        yield HistogramMetricFamily(self.spec.name, self.spec.help, buckets=buckets,
+                                    sum_value=self._sum)
+
+
+class _Restricted:
+    """The families of a page that serve one of the given sample names (`name[]`)."""
+
+    def __init__(self, metrics: ExporterMetrics, names: Iterable[str]) -> None:
+        self._metrics = metrics
+        self._names = frozenset(names)
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self._metrics.own.restricted_registry(self._names).collect()
+        if self._metrics.probes is not None:
+            for family in self._metrics.probes.collect(self._names):
+                restricted = family._restricted_metric(self._names)
+                if restricted is not None:
+                    yield restricted
+
+
+def _own_gauge(family: Family, registry: CollectorRegistry) -> Gauge:
+    spec = BY_KEY[family]
+    return Gauge(spec.name, spec.help, spec.labels, registry=registry)
+
+
 class ExporterMetrics:
-    """All metric families of the exporter on one registry."""
+    """All metric families of the exporter on one registry.
+
+    The constructor changes no process-wide state: nothing here emits `_created` series (the
+    probe families and the exporter's own histograms are rendered by this module), so
+    prometheus_client's global switch is not needed.
+    """
 
     def __init__(self, registry: CollectorRegistry, config: Config | None = None, *,
-                 redactor: Redactor = REDACTOR) -> None:
-        # `_created` series double the page for nothing Prometheus needs here.
-        disable_created_metrics()
+                 redactor: Redactor = REDACTOR, process_metrics: bool = True) -> None:
         self.registry = registry
         self._redact = redactor
         self.own = CollectorRegistry(auto_describe=True)  # the exporter's own metrics
         registry.register(self.own)
         self.probes: ProbeCollector | None = None
-        self._layout: tuple[dict, dict, NativeSettings] | None = None
+        self._layout: tuple[Any, ...] | None = None
         self.classic_in_protobuf = True
-        self._applied: dict[tuple[str, str, str], Series] = {}  # series synced by apply()
+        self._applied: dict[SeriesKey, Series] = {}  # series synced by apply()
         own = self.own
-        self.in_flight = Gauge("llm_probe_in_flight", "Probes in flight now.", registry=own)
-        self.scheduler_lag: Histogram | None = None
-        self.event_loop_lag = Histogram(
-            "llm_probe_event_loop_lag_seconds",
-            "How late the event loop wakes a timer; high values mean timings may be skewed.",
-            buckets=EVENT_LOOP_LAG_BUCKETS, registry=own)
-        build = Gauge("llm_probe_build_info", "Exporter build information.",
-                      ["version", "python_version"], registry=own)
+        self.in_flight = _own_gauge(Family.IN_FLIGHT, own)
+        self.scheduler_lag = self._own_histogram(Family.SCHEDULER_LAG, {})
+        self.event_loop_lag = self._own_histogram(Family.EVENT_LOOP_LAG, {})
+        build = _own_gauge(Family.BUILD_INFO, own)
         build.labels(__version__, platform.python_version()).set(1)
-        self.budget_spent = Gauge("llm_probe_budget_spent",
-                                  "Spent today (UTC) against global.budget.", ["currency"],
-                                  registry=own)
-        self.budget_limit = Gauge("llm_probe_budget_limit",
-                                  "global.budget.max_cost_per_day.", ["currency"], registry=own)
-        self.reload_ok = Gauge("llm_probe_config_last_reload_successful",
-                               "Whether the last config load succeeded.", registry=own)
-        self.reload_time = Gauge("llm_probe_config_last_reload_success_timestamp_seconds",
-                                 "Unix time of the last successful config load.", registry=own)
+        self.budget_spent = _own_gauge(Family.BUDGET_SPENT, own)
+        self.budget_limit = _own_gauge(Family.BUDGET_LIMIT, own)
+        self.reload_ok = _own_gauge(Family.RELOAD_OK, own)
+        self.reload_time = _own_gauge(Family.RELOAD_TIME, own)
+        if process_metrics:
+            ProcessCollector(registry=own)
         if config is not None:
             self.apply(config)
+
+    def _own_histogram(self, family: Family, buckets: Mapping[Family, tuple[float, ...]],
+                       previous: OwnHistogram | None = None) -> OwnHistogram:
+        """The exporter's own histogram with the config's edges (kept if they are unchanged)."""
+        wanted = edges(buckets, family)
+        if previous is not None:
+            if previous.edges == wanted:
+                return previous
+            self.own.unregister(previous)
+        histogram = OwnHistogram(BY_KEY[family], wanted)
+        self.own.register(histogram)
+        return histogram
 
     # -- layout --------------------------------------------------------------------------
 
@@ -164,19 +188,16 @@ class ExporterMetrics:
         """(Re)create the probe families for the config's constant labels and buckets."""
         if self.probes is not None:
             self.registry.unregister(self.probes)
-        if self.scheduler_lag is not None:
-            self.own.unregister(self.scheduler_lag)
-        buckets = {**DEFAULT_BUCKETS, **config.global_.buckets}
-        self.probes = ProbeCollector(probe_families(buckets), _native_settings(config))
+        self.probes = ProbeCollector(probe_families(config.buckets), _native_settings(config))
         self.registry.register(self.probes)
-        self.scheduler_lag = Histogram(
-            "llm_probe_scheduler_lag_seconds", "How late probes start versus their schedule.",
-            buckets=buckets[Family.SCHEDULER_LAG], registry=self.own)
+        self.scheduler_lag = self._own_histogram(Family.SCHEDULER_LAG, config.buckets,
+                                                 self.scheduler_lag)
+        self.event_loop_lag = self._own_histogram(Family.EVENT_LOOP_LAG, config.buckets,
+                                                  self.event_loop_lag)
 
     def apply(self, config: Config) -> None:
         """Create children for every configured series; remove those the config dropped."""
-        layout = (dict(config.global_.labels), dict(config.global_.buckets),
-                  _native_settings(config))
+        layout = (dict(config.global_.labels), dict(config.buckets), _native_settings(config))
         if layout != self._layout:
             # Label names, constant values or buckets changed: the families must be rebuilt.
             self._build(config)
@@ -195,92 +216,107 @@ class ExporterMetrics:
             if values is None:
                 values = self.probes.add(key, [*zip(PROBE_LABELS, key, strict=True),
                                                *constant])
-                for attr in ("duration", "success", "last_run", "interval"):
-                    values.create(attr)
-                for phase in Phase:
-                    if phase not in STREAM_PHASES:
-                        values.create("phase", phase.value)
-                for result in Result:
-                    values.create("requests", result.value)
-                for kind in TOKEN_TYPES:
-                    values.create("tokens", kind)
-                for reason in SKIP_REASONS:
-                    values.create("skipped", reason)
+                for family in CREATED_AT_LOAD:
+                    for value in BY_KEY[family].values or (None,):
+                        if value not in STREAM_PHASES:
+                            values.create(family, value)
             self._sync_optional(values, series)
-            values.set("interval", series.interval)
+            values.set(Family.INTERVAL, series.interval)
         self._applied = wanted
 
     def _sync_optional(self, values: SeriesValues, series: Series) -> None:
-        """Children that exist only for some series: the stream histograms (not for
-        embeddings: no zero-filled TTFT), cost (priced models), checks."""
-        streams = series.probe.kind is not ProbeKind.EMBEDDING
-        for attr, extra in STREAM_CHILDREN:
-            if streams:
-                values.create(attr, extra)
+        """Children that exist only for some series: the stream histograms (not for embeddings),
+        cost (priced models), checks, objectives."""
+        streamed = series.probe.kind is not ProbeKind.EMBEDDING
+        children = [*((family, None) for family in STREAM_FAMILIES),
+                    *((Family.PHASE, phase) for phase in STREAM_PHASES)]
+        for family, value in children:
+            if streamed:
+                values.create(family, value)
             else:
-                values.remove(attr, extra)
+                values.remove(family, value)
         price = series.price
-        for (attr, currency) in [k for k in values.scalars if k[0] == "cost"]:
+        for (family, currency) in [k for k in values.scalars if k[0] is Family.COST]:
             if price is None or currency != price.currency:
-                values.remove(attr, currency)
+                values.remove(family, currency)
         if price is not None:
-            values.create("cost", price.currency)
-        for outcome in CHECK_OUTCOMES:
+            values.create(Family.COST, price.currency)
+        for outcome in CheckOutcome:
             if _has_checks(series):
-                values.create("checks", outcome)
+                values.create(Family.CHECKS, outcome)
             else:
-                values.remove("checks", outcome)
+                values.remove(Family.CHECKS, outcome)
+        latency, ratio = series.slo.latency, series.slo.ratio
+        for objective in Objective:
+            if objective in latency:
+                values.set(Family.OBJECTIVE_SECONDS, latency[objective], objective)
+                values.create(Family.OBJECTIVE_MET, objective)
+            else:
+                values.remove(Family.OBJECTIVE_SECONDS, objective)
+                values.remove(Family.OBJECTIVE_MET, objective)
+        for ratio_objective in RatioObjective:
+            if ratio_objective in ratio:
+                values.set(Family.OBJECTIVE_RATIO, ratio[ratio_objective], ratio_objective)
+            else:
+                values.remove(Family.OBJECTIVE_RATIO, ratio_objective)
 
     # -- recording -----------------------------------------------------------------------
 
     def record(self, result: ProbeResult) -> None:
         """Record one finished probe."""
         values = self.probes.series.get(result.key) if self.probes else None
-        if values is None:  # the series was removed by a reload while it ran
+        series = self._applied.get(result.key)
+        if values is None or series is None:  # the series was removed by a reload while it ran
             return
-        values.inc("requests", 1, result.result.value)
-        values.set("success", 1 if result.success else 0)
-        values.set("last_run", result.finished_at)
+        values.inc(Family.REQUESTS, 1, result.result)
+        values.set(Family.SUCCESS, 1 if result.success else 0)
+        values.set(Family.LAST_RUN, result.finished_at)
         for kind, remaining in result.ratelimit.items():
-            values.set("ratelimit", remaining, kind)
-        if result.checked is not None and values.get("checks", "pass") is not None:
-            values.inc("checks", 1, "pass" if result.checked else "fail")
+            family = RATELIMIT.get(kind)
+            if family is not None:
+                values.set(family, remaining)
+        if result.checked is not None and values.get(Family.CHECKS, CheckOutcome.PASS) is not None:
+            values.inc(Family.CHECKS, 1, CheckOutcome.PASS if result.checked else CheckOutcome.FAIL)
         if result.result not in (Result.SUCCESS, Result.CHECK_FAILED):
             return  # latency of a failed probe would pollute the distributions
         t = result.timings
         exemplar = exemplar_id(result.response_id, self._redact)
-        for attr, seconds, ex in (("ttft", t.ttft, exemplar),
-                                  ("ttfa", t.time_to_first_answer, None),
-                                  ("tpot", t.tpot, None), ("tps", t.tps, None),
-                                  ("duration", t.duration, exemplar)):
+        observed = {Family.TTFT: t.ttft, Family.TIME_TO_FIRST_ANSWER: t.time_to_first_answer,
+                    Family.TPOT: t.tpot, Family.TPS: t.tps, Family.DURATION: t.duration}
+        for family, seconds in observed.items():
             if seconds is not None and is_finite(seconds):
-                values.observe(attr, seconds, exemplar=ex)
+                values.observe(family, seconds, exemplar=exemplar if family in (
+                    Family.TTFT, Family.DURATION) else None)
+        # Good events against the series' own objectives, counted with the observation.
+        for objective, limit in series.slo.latency.items():
+            seconds = observed[OBJECTIVE_FAMILY[objective]]
+            if seconds is not None and is_finite(seconds) and seconds <= limit:
+                values.inc(Family.OBJECTIVE_MET, 1, objective)
         if t.inter_chunk:
-            values.observe_many("inter_chunk", t.inter_chunk)
+            values.observe_many(Family.INTER_CHUNK, t.inter_chunk)
         for phase, seconds in t.phases.items():
-            values.observe("phase", seconds, phase.value)
+            values.observe(Family.PHASE, seconds, phase)
         for server_phase, seconds in result.server_timings.items():
-            # Children only where the server reports its timings (most APIs never do).
-            values.create("server_duration", server_phase.value)
-            values.observe("server_duration", seconds, server_phase.value)
-        usage = result.usage
-        for kind, count in (("prompt", usage.prompt), ("completion", usage.completion),
-                            ("reasoning", usage.reasoning), ("cached", usage.cached)):
+            if is_finite(seconds):
+                values.create(Family.SERVER_DURATION, server_phase)  # only where reported
+                values.observe(Family.SERVER_DURATION, seconds, server_phase)
+        for token_type, count in result.usage.disjoint().items():
             if count:
-                values.inc("tokens", count, kind)
-        if result.cost and values.get("cost", result.currency) is not None:
-            values.inc("cost", result.cost, result.currency)
+                values.inc(Family.TOKENS, count, token_type)
+        if result.token_source is TokenSource.ESTIMATE and result.output_tokens:
+            values.inc(Family.ESTIMATED_TOKENS, result.output_tokens)
+        if result.cost and values.get(Family.COST, result.currency) is not None:
+            values.inc(Family.COST, result.cost, result.currency)
 
-    def record_skip(self, key: tuple[str, str, str], reason: str) -> None:
+    def record_skip(self, key: SeriesKey, reason: SkipReason) -> None:
         """Count a probe that was not run."""
         values = self.probes.series.get(key) if self.probes else None
         if values is not None:
-            values.inc("skipped", 1, reason)
+            values.inc(Family.SKIPPED, 1, reason)
 
     def observe_lag(self, seconds: float) -> None:
         """Record how late a probe started."""
-        if self.scheduler_lag is not None:
-            self.scheduler_lag.observe(seconds)
+        self.scheduler_lag.observe(seconds)
 
     def set_budget(self, budget: Any) -> None:
         """Show the daily budget and today's spend (None clears them)."""
@@ -296,11 +332,15 @@ class ExporterMetrics:
         if ok and when is not None:
             self.reload_time.set(when)
 
-    def series_keys(self) -> Iterable[tuple[str, str, str]]:
+    def series_keys(self) -> Iterable[SeriesKey]:
         """Keys of the series that have children now."""
         return self.probes.series.keys() if self.probes else ()
 
     # -- exposition ----------------------------------------------------------------------
+
+    def restricted(self, names: Iterable[str]) -> _Restricted:
+        """A collector of only the families serving these sample names (`/metrics?name[]=`)."""
+        return _Restricted(self, names)
 
     def render(self, openmetrics: bool = False) -> bytes:
         """The whole page: the exporter's own metrics, then the probe families (cached)."""

@@ -7,13 +7,14 @@ carry every probe label (target, model, probe and the global labels).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 
-from prometheus_client import CollectorRegistry, Gauge
+from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 
 from exporter.config import Config, Series
 from exporter.errors import Result
-from exporter.result import ProbeResult, TokenSource
+from exporter.families import PROBE_LABELS, Family, Scope, SkipReason, families
+from exporter.result import ProbeResult, TokenSource, Usage
 from exporter.shard import parse_shard, shard_of
 
 SCRAPE_TIMEOUT_HEADER = "X-Prometheus-Scrape-Timeout-Seconds"
@@ -43,58 +44,71 @@ def owning_shard(config: Config, key: tuple[str, str, str], shard: str | None) -
     return f"{shard_of(key, count)}/{count}"
 
 
-def ondemand_registry(series: Series, constant: Mapping[str, str], result: ProbeResult | None,
-                      *, cached: bool = False, skipped: str | None = None) -> CollectorRegistry:
-    """A one-off registry answering `/probe` (blackbox style): `llm_probe_ondemand_*` gauges.
+class OnDemandAnswer:
+    """`/probe`'s families for one run, as a collector prometheus_client's encoders render."""
+
+    def __init__(self, families: list[Metric]) -> None:
+        self._families = families
+
+    def collect(self) -> Iterator[Metric]:
+        """The answer's families, each with at least one sample."""
+        return iter(self._families)
+
+
+def ondemand_answer(series: Series, constant: Mapping[str, str], result: ProbeResult | None,
+                    *, cached: bool = False, skipped: SkipReason | None = None
+                    ) -> OnDemandAnswer:
+    """`/probe`'s answer (blackbox style): the `llm_probe_ondemand_*` gauges of `families.py`.
 
     Every family carries the probe labels (target, model, probe and the global labels) and a
-    name of its own, so none clashes with a `/metrics` family of another type.
+    name of its own, so none clashes with a `/metrics` family of another type. A value that is
+    undefined for this run (no TPOT of a one-token answer, no checks) leaves its family out.
     """
-    registry = CollectorRegistry()
-    label_names = ["target", "model", "probe", *constant]
+    label_names = [*PROBE_LABELS, *constant]
     label_values = [*series.key, *constant.values()]
+    answer: list[Metric] = []
+    for spec in families(Scope.ONDEMAND):
+        samples = _samples(spec.key, result, cached, skipped)
+        if not samples:
+            continue
+        gauge = GaugeMetricFamily(spec.name, spec.help, labels=[*label_names, *spec.labels])
+        for extra, value in samples.items():
+            gauge.add_metric([*label_values, *([extra] if extra is not None else [])], value)
+        answer.append(gauge)
+    return OnDemandAnswer(answer)
 
-    def put(name: str, doc: str, value: float | None, **extra: str) -> None:
-        if value is None:
-            return
-        gauge = Gauge(f"llm_probe_ondemand_{name}", doc, [*label_names, *extra],
-                      registry=registry)
-        gauge.labels(*label_values, *extra.values()).set(value)
 
-    if skipped is not None:
-        put("skipped", "1: no request was sent: budget (the daily budget is spent) or "
-            "rate_limited (the provider's Retry-After is running).", 1, reason=skipped)
+def _samples(family: Family, result: ProbeResult | None, cached: bool,
+             skipped: SkipReason | None) -> dict[str | None, float]:
+    """One on-demand family's samples by the value of its extra label (None: no label)."""
+    if family is Family.ONDEMAND_SKIPPED:
+        return {skipped: 1} if skipped is not None else {}
     if result is None:
-        return registry
+        return {}
     t = result.timings
-    put("success", "Whether the probe succeeded (1/0).", 1 if result.success else 0)
-    outcome = Gauge("llm_probe_ondemand_result", "The probe's result (1 for its value).",
-                    [*label_names, "result"], registry=registry)
-    for value in Result:
-        outcome.labels(*label_values, value.value).set(1 if value is result.result else 0)
-    put("ttft_seconds", "Time to first token: t_first - t0.", t.ttft)
-    put("time_to_first_answer_seconds", "Time to the first answer (non-reasoning) token.",
-        t.time_to_first_answer)
-    put("tpot_seconds", "Time per output token: (t_last - t_first) / (N - 1).", t.tpot)
-    put("output_tokens_per_second", "Output tokens per second as the user sees it: N / E2E.",
-        t.tps)
-    put("duration_seconds", "End-to-end duration: t_end - t0.", t.duration)
-    if t.phases:
-        phases = Gauge("llm_probe_ondemand_phase_seconds",
-                       "Probe phases: resolve, connect, tls, wait, first_token, generate.",
-                       [*label_names, "phase"], registry=registry)
-        for phase, seconds in t.phases.items():
-            phases.labels(*label_values, phase.value).set(seconds)
-    put("output_tokens", "Output tokens N (server usage, else estimated).", result.output_tokens)
-    put("output_tokens_estimated", "1 when N was estimated (the server sent no usage).",
-        1 if result.token_source is TokenSource.ESTIMATE else 0)
-    if result.cost is not None:
-        put("cost", "Cost of this probe from the configured prices.", result.cost,
-            currency=result.currency or "")
-    put("http_status_code", "HTTP status of the response.", result.status)
-    if result.checked is not None:
-        put("check_success", "Whether the answer checks passed (1/0).",
-            1 if result.checked else 0)
-    put("cached", "1 when this is the series' last result (probed moments ago), not a new call.",
-        1 if cached else 0)
-    return registry
+    one: dict[Family, float | None] = {
+        Family.ONDEMAND_SUCCESS: 1 if result.success else 0,
+        Family.ONDEMAND_TTFT: t.ttft,
+        Family.ONDEMAND_TIME_TO_FIRST_ANSWER: t.time_to_first_answer,
+        Family.ONDEMAND_TPOT: t.tpot,
+        Family.ONDEMAND_TPS: t.tps,
+        Family.ONDEMAND_DURATION: t.duration,
+        Family.ONDEMAND_TOKENS_ESTIMATED: 1 if result.token_source is TokenSource.ESTIMATE else 0,
+        Family.ONDEMAND_HTTP_STATUS: result.status,
+        Family.ONDEMAND_CHECK_SUCCESS: None if result.checked is None else int(result.checked),
+        Family.ONDEMAND_CACHED: 1 if cached else 0,
+    }
+    if family in one:
+        value = one[family]
+        return {} if value is None else {None: value}
+    if family is Family.ONDEMAND_RESULT:
+        return {value: 1 if value is result.result else 0 for value in Result}
+    if family is Family.ONDEMAND_PHASE:
+        return dict(t.phases)
+    if family is Family.ONDEMAND_SERVER_DURATION:
+        return dict(result.server_timings)
+    if family is Family.ONDEMAND_TOKENS:
+        return dict(result.usage.disjoint()) if result.usage != Usage() else {}
+    if family is Family.ONDEMAND_COST:
+        return {} if result.cost is None else {result.currency or "": result.cost}
+    raise AssertionError(f"on-demand family {family} has no value")  # a new family: add it here

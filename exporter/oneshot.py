@@ -25,6 +25,7 @@ from exporter.measure import percentile
 from exporter.prober import Prober
 from exporter.result import ProbeResult, TokenSource
 from exporter.server import result_json
+from exporter.simulator import start_simulator
 
 ANSWER_PREVIEW = 60
 
@@ -41,8 +42,6 @@ def select_series(config: Config, target: str | None, model: str | None,
 @asynccontextmanager
 async def probing(config: Config, *, reuse_connections: bool = False) -> AsyncIterator[Prober]:
     """A started prober, with the embedded simulator running when the config has one."""
-    from exporter.simulator import start_simulator
-
     REDACTOR.update(config.secrets())
     await asyncio.to_thread(tokens.warm_up)
     simulator = (await start_simulator(config.simulator, api_key=config.simulator.api_key)
@@ -82,13 +81,23 @@ def fmt_ms(value: float | None) -> str:
     return f"{ms:.1f} ms" if ms < 10 else f"{ms:.0f} ms"
 
 
+ESTIMATED = " (est.)"  # after a figure that rests on estimated token counts
+
+
+def estimated(text: str, is_estimate: bool) -> str:
+    """A table cell, marked when its figure rests on estimated token counts."""
+    return text + ESTIMATED if is_estimate and text != "–" else text
+
+
 def fmt_tokens(r: ProbeResult) -> str:
     """prompt/completion/reasoning and where the count came from."""
     u = r.usage
     if r.token_source is TokenSource.NONE and u.prompt is None:
         return "–"
-    return (f"{_count(u.prompt)}/{r.output_tokens}/{_count(u.reasoning)} "
-            f"({r.token_source.value})")
+    counts = f"{_count(u.prompt)}/{r.output_tokens}/{_count(u.reasoning)}"
+    if r.token_source is TokenSource.ESTIMATE:
+        return counts + ESTIMATED
+    return f"{counts} ({r.token_source.value})"
 
 
 def _count(value: int | None) -> str:
@@ -139,12 +148,14 @@ def print_table(results: Sequence[ProbeResult], series: Sequence[Series] = (), *
         t = r.timings
         style = "green" if r.success else "red"
         answer = (r.answer if r.success else r.reason).strip().replace("\n", " ")
+        guess = r.token_source is TokenSource.ESTIMATE  # TPOT and TPS divide by N
         table.add_row(
             _cell(r.target), _cell(r.model), _cell(r.probe),
             *([str(runs[r.key])] if repeat > 1 else []),
             f"[{style}]{r.result.value}[/{style}]", fmt_ms(t.ttft),
-            fmt_ms(t.time_to_first_answer), fmt_ms(t.tpot),
-            "–" if t.tps is None else f"{t.tps:.1f}", fmt_ms(t.duration), fmt_tokens(r),
+            fmt_ms(t.time_to_first_answer), estimated(fmt_ms(t.tpot), guess),
+            estimated("–" if t.tps is None else f"{t.tps:.1f}", guess), fmt_ms(t.duration),
+            fmt_tokens(r),
             _cell(fmt_cost(r.cost, r.currency)), _cell(answer, ANSWER_PREVIEW))
     console.print(table)
     if repeat > 1:
@@ -170,7 +181,9 @@ def summary_rows(results: Sequence[ProbeResult]) -> list[dict[str, Any]]:
     for (target, model, probe), group in groups.items():
         ok = [r for r in group if r.success]
         row: dict[str, Any] = {"target": target, "model": model, "probe": probe,
-                               "runs": len(group), "succeeded": len(ok)}
+                               "runs": len(group), "succeeded": len(ok),
+                               "estimated_tokens": sum(r.token_source is TokenSource.ESTIMATE
+                                                       for r in ok)}
         for name, values in (
                 ("ttft_seconds", [r.timings.ttft for r in ok]),
                 ("time_to_first_answer_seconds", [r.timings.time_to_first_answer for r in ok]),
@@ -200,10 +213,12 @@ def summary_table(results: Sequence[ProbeResult]) -> Table:
         return f"{fmt_ms(stats['p50'])} ({fmt_ms(stats['min'])} – {fmt_ms(stats['max'])})"
 
     for row in summary_rows(results):
+        guess = row["estimated_tokens"] > 0
         table.add_row(_cell(row["target"]), _cell(row["model"]), _cell(row["probe"]),
                       f"{row['succeeded']}/{row['runs']}", cell(row["ttft_seconds"]),
-                      cell(row["time_to_first_answer_seconds"]), cell(row["tpot_seconds"]),
-                      cell(row["output_tokens_per_second"], tps=True),
+                      cell(row["time_to_first_answer_seconds"]),
+                      estimated(cell(row["tpot_seconds"]), guess),
+                      estimated(cell(row["output_tokens_per_second"], tps=True), guess),
                       cell(row["duration_seconds"]))
     return table
 

@@ -28,6 +28,15 @@ class ServerPhase(StrEnum):
     TOTAL = "total"      # the whole request as the server saw it
 
 
+class TokenType(StrEnum):
+    """Disjoint token types (`llm_probe_tokens_total{type}`): their sum is the billed total."""
+
+    INPUT = "input"                # prompt tokens not served from a cache
+    CACHED_INPUT = "cached_input"  # prompt tokens served from a cache
+    OUTPUT = "output"              # answer and tool-call tokens
+    REASONING = "reasoning"        # thinking tokens (billed as output by providers)
+
+
 class TokenSource(StrEnum):
     """Where the output token count N came from."""
 
@@ -45,6 +54,18 @@ class Usage:
     completion: int | None = None
     reasoning: int | None = None
     cached: int | None = None
+
+    def disjoint(self) -> dict[TokenType, int]:
+        """The counts split into disjoint types that add up to prompt + completion.
+
+        A server that reports more cached than prompt tokens, or more reasoning than completion
+        tokens, is clamped: the parts never exceed their whole.
+        """
+        prompt, completion = self.prompt or 0, self.completion or 0
+        cached = min(self.cached or 0, prompt)
+        reasoning = min(self.reasoning or 0, completion)
+        return {TokenType.INPUT: prompt - cached, TokenType.CACHED_INPUT: cached,
+                TokenType.OUTPUT: completion - reasoning, TokenType.REASONING: reasoning}
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,12 +130,12 @@ class ProbeResult:
     finish_reason: str | None = None
     response_id: str | None = None
     status: int | None = None
-    ratelimit: Mapping[str, float] = field(default_factory=dict)
+    ratelimit: Mapping[str, float] = field(default_factory=dict)  # "requests", "tokens"
+    server_timings: Mapping[ServerPhase, float] = field(default_factory=dict)  # seconds
     retry_after: float | None = None
     case: int | None = None       # golden-set case index, when the probe has `cases`
     checked: bool | None = None   # answer checks ran and passed (True) or failed (False)
     tool_calls: tuple[ToolCall, ...] = ()  # the calls the model made, in order
-    server_timings: Mapping[ServerPhase, float] = field(default_factory=dict)
     dimensions: int | None = None  # embedding probes: the size of the returned vector
     started_at: float = 0.0   # unix time the request was sent
     finished_at: float = 0.0  # unix time the probe ended

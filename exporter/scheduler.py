@@ -23,6 +23,7 @@ from typing import Any
 from exporter.budget import Budget
 from exporter.config import Config, Series
 from exporter.errors import Result
+from exporter.families import SkipReason
 from exporter.log import get_logger
 from exporter.metrics import ExporterMetrics
 from exporter.prober import Prober
@@ -117,19 +118,24 @@ class Scheduler:
             delay = planned - loop.time()
             if delay > 0:
                 await asyncio.sleep(delay)
-            self._start(series, planned)
+            try:
+                self._start(series, planned)
+            except Exception as exc:  # a bug: this tick is lost, never the series' loop
+                self._log.error("series tick failed", target=series.key[0],
+                                model=series.key[1], probe=series.key[2],
+                                error=type(exc).__name__, exc_info=exc)
             now = loop.time()
             if now - next_tick > interval:  # the loop was blocked for long: skip ahead
                 next_tick = now + interval
             planned = next_tick + self._rng.uniform(0.0, series.jitter * interval)
             next_tick += interval
 
-    def skip_reason(self, series: Series) -> str | None:
-        """Why a probe of this series must not be sent now (`rate_limited`, `budget`), if so."""
+    def skip_reason(self, series: Series) -> SkipReason | None:
+        """Why a probe of this series must not be sent now (rate-limited, budget), if so."""
         if self._paused_until.get(series.key, float("-inf")) > self._clock():
-            return "rate_limited"
+            return SkipReason.RATE_LIMITED
         if self.budget is not None and self.budget.exhausted():
-            return "budget"
+            return SkipReason.BUDGET
         return None
 
     def _track(self, key: SeriesKey, task: asyncio.Task[ProbeResult]) -> None:
@@ -139,9 +145,9 @@ class Scheduler:
     def _start(self, series: Series, planned: float) -> None:
         key = series.key
         if key in self._running:
-            self._metrics.record_skip(key, "overlap")
-            self._log.debug("probe skipped", reason="overlap", target=key[0], model=key[1],
-                            probe=key[2])
+            self._metrics.record_skip(key, SkipReason.OVERLAP)
+            self._log.debug("probe skipped", reason=SkipReason.OVERLAP.value, target=key[0],
+                            model=key[1], probe=key[2])
             return
         reason = self.skip_reason(series)
         if reason is not None:

@@ -2,9 +2,10 @@
 
 `start_server` serves them from a thread and event loop of their own, behind the connection
 guard of `exporter.listener` (cap, timeouts, eviction) and the web config; anything that touches
-probing (on-demand probes, reloads) runs on the probing loop. Rendering (exposition, status page,
-JSON) happens in a worker thread from an immutable snapshot, and concurrent scrapes share one
-render, so no client of the port holds the event loop that stamps tokens.
+probing (on-demand probes, reloads) runs on the probing loop. Rendering happens in worker threads
+and concurrent scrapes share one render, so no client of the port holds the event loop that
+stamps tokens: the status page and JSON from an immutable snapshot of the store, the exposition
+from the live per-series values, read under the thread contract written in `exposition`.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from prometheus_client.exposition import choose_encoder
 
 from exporter import __version__, protobuf
 from exporter.config import Config, Series, redacted
+from exporter.families import SkipReason
 from exporter.listener import (
     ConnectionGuard,
     GuardedSite,
@@ -37,7 +39,7 @@ from exporter.listener import (
 )
 from exporter.log import REDACTOR, get_logger
 from exporter.metrics import ExporterMetrics
-from exporter.ondemand import SCRAPE_TIMEOUT_HEADER, ondemand_registry, owning_shard, probe_deadline
+from exporter.ondemand import SCRAPE_TIMEOUT_HEADER, ondemand_answer, owning_shard, probe_deadline
 from exporter.result import ProbeResult
 from exporter.scheduler import Scheduler
 from exporter.store import ResultStore, Snapshot
@@ -274,7 +276,7 @@ async def metrics_handler(request: web.Request) -> web.Response:
     """Prometheus exposition (OpenMetrics when asked, so exemplars carry response ids)."""
     state = request.app[STATE]
     names = request.query.getall("name[]", [])
-    registry = state.registry.restricted_registry(names) if names else state.registry
+    registry = state.metrics.restricted(names) if names else state.registry
     accept = ",".join(request.headers.getall("Accept", []))
     gzip_ok = "gzip" in request.headers.get("Accept-Encoding", "")
     kind = (protobuf.CONTENT_TYPE if protobuf.wants_protobuf(accept)
@@ -311,7 +313,7 @@ async def probe_handler(request: web.Request) -> web.Response:
     last = state.store.latest(series.key)
     headers: dict[str, str] = {}
     result: ProbeResult | None = None
-    skipped = None
+    skipped: SkipReason | None = None
     if last is not None and time.time() - last.finished_at < state.probe_min_interval:
         result = last  # fresh enough: don't pay for another call
         headers["X-Probe-Cached"] = "1"
@@ -326,16 +328,16 @@ async def probe_handler(request: web.Request) -> web.Response:
         finally:
             state._probes_in_flight -= 1
         if skipped is not None:
-            headers["X-Probe-Skipped"] = skipped
-    registry = ondemand_registry(series, config.global_.labels, result,
-                                 cached="X-Probe-Cached" in headers, skipped=skipped)
+            headers["X-Probe-Skipped"] = skipped.value
+    answer = ondemand_answer(series, config.global_.labels, result,
+                             cached="X-Probe-Cached" in headers, skipped=skipped)
     body, content_type, _ = await asyncio.to_thread(
-        _render_exposition, registry, request.headers.get("Accept", ""), False)
+        _render_exposition, answer, request.headers.get("Accept", ""), False)
     return web.Response(body=body, headers={"Content-Type": content_type, **headers})
 
 
 async def _probe_now(state: ServerState, series: Series, deadline: float
-                     ) -> tuple[ProbeResult | None, str | None]:
+                     ) -> tuple[ProbeResult | None, SkipReason | None]:
     """On the probing loop: no request when the budget is spent or Retry-After runs, else one."""
     skipped = state.scheduler.skip_reason(series)
     if skipped is not None:

@@ -13,6 +13,8 @@ import pytest
 from aiohttp import web
 
 from exporter.config import Config, parse_config
+from exporter.simulator import framing
+from exporter.simulator.dialects import openai_chat
 
 
 def free_port() -> int:
@@ -23,9 +25,9 @@ def free_port() -> int:
 
 
 def chat_chunk(content: str | None = None, *, reasoning: str | None = None,
-               role: str | None = None, finish: str | None = None, id: str = "chatcmpl-1",
+               role: str | None = None, finish: str | None = None, id: str | None = "chatcmpl-1",
                usage: dict | None = None, choices: bool = True) -> bytes:
-    """One `data: {...}\\n\\n` chat.completion.chunk event."""
+    """One `data: {...}\\n\\n` chat.completion.chunk event (the simulator's encoder)."""
     delta: dict[str, Any] = {}
     if role:
         delta["role"] = role
@@ -33,15 +35,12 @@ def chat_chunk(content: str | None = None, *, reasoning: str | None = None,
         delta["content"] = content
     if reasoning is not None:
         delta["reasoning_content"] = reasoning
-    body: dict[str, Any] = {"id": id, "object": "chat.completion.chunk", "model": "m",
-                            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]
-                            if choices else []}
-    if usage is not None:
-        body["usage"] = usage
-    return b"data: " + orjson.dumps(body) + b"\n\n"
+    fields = {} if usage is None else {"usage": usage}
+    return openai_chat.chat_chunk(openai_chat.chunk_head(id), delta if choices else None, finish,
+                                  **fields)
 
 
-DONE = b"data: [DONE]\n\n"
+DONE = framing.DONE
 
 
 @dataclass

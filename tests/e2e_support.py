@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Sequence
@@ -27,8 +28,12 @@ EXPORTER = [sys.executable, "-m", "exporter"]
 def http_get(url: str, timeout: float = 5.0, headers: dict[str, str] | None = None) -> bytes:
     """GET a URL on loopback and return the body."""
     request = urllib.request.Request(url, headers=headers or {})
-    with urllib.request.urlopen(request, timeout=timeout) as response:
-        return response.read()
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return response.read()
+    except urllib.error.HTTPError as error:
+        error.close()  # it holds the connection; callers that poll would leak one per try
+        raise
 
 
 def wait_for(condition: Callable[[], Any], timeout: float, what: str) -> Any:
@@ -59,6 +64,10 @@ def shipped_config(tmp: Path, *, interval: str = "1s", models: dict | None = Non
             m: {"input": 0.5, "output": 1.5, "currency": "USD"} for m in models}
         for target in data["targets"][1:]:  # the demo's other API styles probe one model
             target["models"] = list(models)[:1]
+        data["targets"][0]["model_slo"] = {
+            m: slo for m, slo in data["targets"][0].get("model_slo", {}).items() if m in models}
+    if "budget" in data["global"]:  # each run its own day's spend, not the machine's
+        data["global"]["budget"]["state_file"] = str(tmp / "budget.json")
     data["global"]["interval"] = interval
     data["global"]["allow_short_intervals"] = True  # tests probe faster than once a second
     for target in data["targets"]:

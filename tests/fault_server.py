@@ -30,6 +30,8 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from exporter.simulator.dialects import openai_chat
+
 HANG = 20.0  # how long "never" lasts: far beyond any probe timeout in the tests
 RETRY_AFTER = 3  # seconds, for the 429 rows
 TRICKLE_FAST = 0.5  # seconds between bytes: more often than the deadline, so no idle timeout fires
@@ -49,21 +51,21 @@ def row(name: str) -> Callable[[Handler], Handler]:
     return register
 
 
+HEAD = openai_chat.chunk_head("chatcmpl-fault")
+
+
 def chunk(content: str | None = None, *, role: str | None = None, finish: str | None = None,
           usage: dict[str, int] | None = None) -> bytes:
-    """One OpenAI chat.completion.chunk event."""
+    """One OpenAI chat.completion.chunk event (the simulator's encoder); with `usage`, the
+    usage chunk."""
+    if usage is not None:
+        return openai_chat.chat_chunk(HEAD, None, usage=usage)
     delta: dict[str, Any] = {}
     if role is not None:
         delta["role"] = role
     if content is not None:
         delta["content"] = content
-    body: dict[str, Any] = {"id": "chatcmpl-fault", "object": "chat.completion.chunk",
-                            "model": "m", "choices": [{"index": 0, "delta": delta,
-                                                       "finish_reason": finish}]}
-    if usage is not None:
-        body["usage"] = usage
-        body["choices"] = []
-    return b"data: " + orjson.dumps(body) + b"\n\n"
+    return openai_chat.chat_chunk(HEAD, delta, finish)
 
 
 ROLE = chunk(role="assistant", content="")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import csv
+import io
 import os
 import re
 import signal
@@ -22,8 +23,19 @@ import orjson
 import pytest
 import yaml
 from prometheus_client import CollectorRegistry
+from rich.console import Console
 
-from exporter.bench import find_knee, flat_metrics, parse_slo, summarize
+from exporter.bench import (
+    Slo,
+    distribution_table,
+    find_knee,
+    flat_metrics,
+    make_record,
+    parse_slo,
+    summarize,
+    sweep_table,
+    totals_table,
+)
 from exporter.cli import main
 from exporter.compare import compare, parse_fail_on
 from exporter.config import SimulatorConfig
@@ -36,7 +48,7 @@ from exporter.report import render_report
 from exporter.scheduler import Scheduler
 from exporter.simulator import start_simulator
 from exporter.store import ResultStore
-from tests.conftest import DONE, Script, chat_chunk, make_config
+from tests.conftest import DONE, Script, chat_chunk, make_config, ok_stream
 from tests.test_cli_probe import FAST, sim_config
 
 SECRET = "sk-bench-SECRET-0123456789"
@@ -684,3 +696,24 @@ def test_workers_merge_into_one_run(tmp_path: Path, capsys) -> None:
     assert summary["requests"] == 24
     assert summary["latency"]["ttft"]["p99"] == pytest.approx(hand_percentile(ttfts, 99))
     capsys.readouterr()
+async def test_bench_marks_figures_resting_on_estimated_tokens(scripted_server) -> None:
+    """A server without usage: TPOT, TPS and output tokens say "(est.)" in every table."""
+    server = await scripted_server(ok_stream(["Hello", " there", " my", " friend"], gap=0.01))
+    config = make_config(server.url)
+    level = Level("concurrency", 1)
+    async with Prober() as prober:
+        results = [await prober.probe(config.series[0]) for _ in range(2)]
+    records = [make_record(r, level, i, 0.0, 1.0, Slo()) for i, r in enumerate(results)]
+    summary = summarize(records, series={"target": "t", "model": "m", "probe": "short"},
+                        level=level, wall_seconds=1.0, slo=Slo())
+    assert summary["estimated_records"] == 2
+    buffer = io.StringIO()
+    console = Console(file=buffer, width=400)
+    for table in (sweep_table([summary], [], None), distribution_table([summary]),
+                  totals_table([summary])):
+        console.print(table)
+    out = buffer.getvalue()
+    assert f"{fmt_ms(summary['latency']['tpot']['p50'])} (est.)" in out
+    assert "TPOT (est.)" in out and "TPS (tok/s) (est.)" in out
+    assert f"{summary['tokens']['completion']} (est.)" in out
+    assert "TTFT (est.)" not in out  # TTFT does not depend on N

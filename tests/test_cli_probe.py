@@ -96,6 +96,21 @@ async def test_table_shows_the_measured_numbers(scripted_server) -> None:
     assert "Hello there!" in out
 
 
+async def test_figures_resting_on_estimated_tokens_are_marked(scripted_server) -> None:
+    """A server without usage: N is estimated, so TPOT, TPS and the tokens say "(est.)"."""
+    server = await scripted_server(ok_stream(["Hello", " there", " my", " friend"], gap=0.01))
+    config = make_config(server.url)
+    [result] = await run_once(config, config.series)
+    buffer = io.StringIO()
+    print_table([result], config.series, console=Console(file=buffer, width=250))
+    out = buffer.getvalue()
+    t = result.timings
+    assert f"{fmt_ms(t.tpot)} (est.)" in out
+    assert f"{t.tps:.1f} (est.)" in out
+    assert f"/{result.output_tokens}/– (est.)" in out
+    assert out.count("(est.)") == 3  # TTFT, first answer and E2E do not depend on N
+
+
 def _error(status: int, body: bytes) -> Script:
     return Script(status=status, headers={"Content-Type": "application/json"},
                   steps=[(0, body)])

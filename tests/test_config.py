@@ -11,10 +11,12 @@ from exporter.config import (
     load_config,
     parse_config,
     parse_duration,
+    parse_ratio,
     redacted,
     reuse_unchanged,
     sources_digest,
 )
+from exporter.families import Family, RatioObjective
 from tests.conftest import make_config
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -95,6 +97,16 @@ INVALID_CASES = {
     "missing_image.yaml": ["probes.short.image.path: cannot read ",
                            "no-such-photo.png: No such file or directory (line 1)",
                            "probes.q.image.path: unsupported image type '.key'"],
+    "bad_slo.yaml": ["global.slo.ttft: invalid duration '2 seconds'",
+                     "global.slo.availability: 99.5 must be below 1 (100%): an objective of "
+                     "100% leaves no error budget (a percentage? write 99.5%)",
+                     "global.buckets: requests: not a histogram; buckets are set for ttft, ",
+                     "probes.short.slo.tpot: invalid duration '-5ms'",
+                     "probes.short.slo.latency: unknown key",
+                     "targets[0].slo.availability: '100%' must be below 1 (100%)",
+                     "targets[0].model_slo.m.duration: Input should be greater than 0",
+                     "targets[1].model_slo.other: objectives for a model this target does "
+                     "not probe"],
     # Schema problems and cross-field checks of every section, all in one run.
     "every_problem.yaml": ["global.intervall: unknown key",
                            "global.interval: 1ms is shorter than 1s",
@@ -326,3 +338,73 @@ def test_values_of_credential_named_variables_are_secrets_wherever_they_land() -
     assert token in config.secrets()
     assert "acme-corp" not in config.secrets()  # a plainly named variable is not a secret
     assert token not in str(redacted(config))
+@pytest.mark.parametrize(("text", "ratio"), [
+    (0.995, 0.995), ("0.995", 0.995), ("99.5%", 0.995), (" 99.9% ", 0.999),
+    ("50%", 0.5), (0.9, 0.9),
+])
+def test_ratios(text, ratio) -> None:
+    assert parse_ratio(text) == pytest.approx(ratio)
+
+
+@pytest.mark.parametrize("text", [1, 1.0, "100%", 99.5, 0, "0%", -0.5, "abc", True, None,
+                                  "nan", "inf%", "1e400"])
+def test_bad_ratios(text) -> None:
+    with pytest.raises(ValueError):
+        parse_ratio(text)
+
+
+def slo_config(**levels: dict) -> dict:
+    """A config with `slo:` at the given levels: global, target, probe, model (for model m)."""
+    return parse_config({
+        "global": {"slo": levels.get("global", {})},
+        "probes": {"short": {"prompt": "hi", "slo": levels.get("probe", {})},
+                   "long": {"prompt": "hi"}},
+        "targets": [{"name": "t", "base_url": "http://127.0.0.1:1/v1", "models": ["m", "n"],
+                     "slo": levels.get("target", {}),
+                     "model_slo": {"m": levels.get("model", {})}}],
+    }, env={})
+
+
+def test_the_most_specific_slo_wins_per_key() -> None:
+    config = slo_config(**{
+        "global": {"ttft": "1s", "tpot": "10ms", "duration": "10s", "availability": "99%"},
+        "target": {"ttft": "2s", "tpot": "20ms", "duration": "20s"},
+        "probe": {"ttft": "3s", "tpot": "30ms"},
+        "model": {"ttft": "4s"}})
+    slo = {s.key: s.slo for s in config.series}
+    latency = {key: {o.value: v for o, v in objectives.latency.items()}
+               for key, objectives in slo.items()}
+    assert latency[("t", "m", "short")] == {"ttft": 4.0, "tpot": 0.03, "duration": 20.0}
+    assert latency[("t", "n", "short")] == {"ttft": 3.0, "tpot": 0.03, "duration": 20.0}
+    assert latency[("t", "m", "long")] == {"ttft": 4.0, "tpot": 0.02, "duration": 20.0}
+    assert latency[("t", "n", "long")] == {"ttft": 2.0, "tpot": 0.02, "duration": 20.0}
+    assert all(s.ratio[RatioObjective.AVAILABILITY] == 0.99 for s in slo.values())
+    assert not slo_config().series[0].slo
+
+
+def test_objectives_are_bucket_edges_of_their_histograms() -> None:
+    config = slo_config(**{"global": {"ttft": "1.7s", "tpot": "42ms", "duration": "33s"},
+                           "model": {"ttft": "4.5s"}})
+    assert {1.7, 4.5} <= set(config.buckets[Family.TTFT])
+    assert 0.042 in config.buckets[Family.TPOT]
+    assert 33.0 in config.buckets[Family.DURATION]
+    assert 1.7 not in config.buckets[Family.TIME_TO_FIRST_ANSWER]
+    for edges in config.buckets.values():
+        assert list(edges) == sorted(set(edges))
+    # An override keeps its own edges, plus the objectives.
+    data = {"global": {"buckets": {"ttft": [0.5, 1]}, "slo": {"ttft": "2s"}},
+            "probes": {"p": {"prompt": "hi"}},
+            "targets": [{"name": "t", "base_url": "http://127.0.0.1:1/v1", "models": ["m"]}]}
+    assert parse_config(data, env={}).buckets[Family.TTFT] == (0.5, 1.0, 2.0)
+
+
+def test_too_many_distinct_objectives_are_an_error() -> None:
+    models = [f"m{i}" for i in range(120)]
+    data = {"probes": {"p": {"prompt": "hi"}},
+            "targets": [{"name": "t", "base_url": "http://127.0.0.1:1/v1", "models": models,
+                         "model_slo": {m: {"ttft": f"{1000 + i}ms"} for i, m in
+                                       enumerate(models)}}]}
+    with pytest.raises(ConfigError) as info:
+        parse_config(data, env={})
+    assert "global.buckets.ttft: 133 edges with the objectives (slo:) added; at most 100" \
+        in str(info.value)

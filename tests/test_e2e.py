@@ -50,7 +50,7 @@ def test_metrics_have_histograms_for_every_series(daemon) -> None:
     for model in MODELS:
         assert daemon.sample("llm_probe_success", model=model) == 1
         assert daemon.sample("llm_probe_requests_total", model=model, result="success") >= 3
-        assert daemon.sample("llm_probe_tokens_total", model=model, type="completion") > 0
+        assert daemon.sample("llm_probe_tokens_total", model=model, type="output") > 0
     assert daemon.sample("llm_probe_tokens_total", model="sim-reasoner", type="reasoning") > 0
     assert daemon.sample("llm_probe_build_info") == 1
     assert daemon.sample("llm_probe_config_last_reload_successful") == 1

@@ -185,7 +185,7 @@ def test_daemon_probes_every_style_and_kind(daemon, api: str, probe: str) -> Non
     ttft = daemon.sample("llm_probe_ttft_seconds_sum", **labels) / daemon.sample(
         "llm_probe_ttft_seconds_count", **labels)
     assert 0.030 <= ttft < 0.060
-    assert daemon.sample("llm_probe_tokens_total", **labels, type="completion") > 0
+    assert daemon.sample("llm_probe_tokens_total", **labels, type="output") > 0
     if probe != "short":
         assert daemon.sample("llm_probe_checks_total", **labels, outcome="pass") >= 2
         assert (daemon.sample("llm_probe_checks_total", **labels, outcome="fail") or 0) == 0
@@ -232,7 +232,7 @@ def test_daemon_embedding_series_has_no_stream_histograms(daemon, target: str) -
                     if line.startswith(f"llm_probe_{family}_seconds")
                     or line.startswith(f"llm_probe_{family}_bucket")
                     if f'target="{target}"' in line and 'probe="embed"' in line], family
-    assert daemon.sample("llm_probe_tokens_total", **labels, type="prompt") > 0
+    assert daemon.sample("llm_probe_tokens_total", **labels, type="input") > 0
 
 
 @pytest.mark.e2e

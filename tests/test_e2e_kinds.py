@@ -67,7 +67,7 @@ def test_each_style_succeeds_with_tokens_from_usage(daemon, target, model, probe
     assert daemon.sample("llm_probe_ttft_seconds_count", target=target, model=model,
                          probe=probe) >= 2
     assert daemon.sample("llm_probe_tokens_total", target=target, model=model, probe=probe,
-                         type="completion") > 0
+                         type="output") > 0
     results = json.loads(http_get(f"{daemon.url}/api/v1/results"))
     last = next(s["last"] for s in results["series"]
                 if (s["target"], s["model"], s["probe"]) == (target, model, probe))
@@ -109,8 +109,10 @@ def test_rate_limit_pauses_the_series_and_remaining_gauges(daemon) -> None:
     wait_for(lambda: (daemon.sample("llm_probe_skipped_total", target="openai", model="limited",
                                     reason="rate_limited") or 0) >= 1, 30, "a paused series")
     assert count(daemon, "openai", "limited", "rate_limited") >= 1
-    assert daemon.sample("llm_probe_ratelimit_remaining", target="openai", model="chat",
-                         kind="requests") > 0
+    assert daemon.sample("llm_probe_ratelimit_remaining_requests", target="openai",
+                         model="chat") > 0
+    assert daemon.sample("llm_probe_ratelimit_remaining_tokens", target="openai",
+                         model="chat") > 0
 
 
 def test_cost_and_budget(daemon) -> None:

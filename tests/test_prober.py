@@ -267,8 +267,9 @@ async def test_cost_from_prices(scripted_server) -> None:
     assert result.cost == pytest.approx(expected)
     assert registry.get_sample_value(
         "llm_probe_cost_total", {**labels(), "currency": "CNY"}) == pytest.approx(expected)
-    assert registry.get_sample_value(
-        "llm_probe_tokens_total", {**labels(), "type": "cached"}) == 400
+    tokens = {t: registry.get_sample_value("llm_probe_tokens_total", {**labels(), "type": t})
+              for t in ("input", "cached_input", "output", "reasoning")}
+    assert tokens == {"input": 600, "cached_input": 400, "output": 500, "reasoning": 0}
 
 
 async def test_bytes_are_stamped_by_the_connection_protocol() -> None:

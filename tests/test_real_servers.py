@@ -262,12 +262,16 @@ def test_daemon_counters_match_llama_server_metrics(
                         "failed": sum(daemon.sample("llm_probe_requests_total", **labels,
                                                     result=r.value) or 0
                                       for r in Result if r is not Result.SUCCESS),
-                        "completion": daemon.sample("llm_probe_tokens_total", **labels,
-                                                    type="completion") or 0,
-                        "prompt": daemon.sample("llm_probe_tokens_total", **labels,
-                                                type="prompt") or 0,
+                        # Disjoint types: completion = output + reasoning,
+                        # prompt = input + cached_input.
+                        "completion": sum(daemon.sample("llm_probe_tokens_total", **labels,
+                                                        type=kind) or 0
+                                          for kind in ("output", "reasoning")),
+                        "prompt": sum(daemon.sample("llm_probe_tokens_total", **labels,
+                                                    type=kind) or 0
+                                      for kind in ("input", "cached_input")),
                         "cached": daemon.sample("llm_probe_tokens_total", **labels,
-                                                type="cached") or 0,
+                                                type="cached_input") or 0,
                         "in_flight": daemon.sample("llm_probe_in_flight") or 0,
                     }
                 before = ours()

@@ -195,3 +195,36 @@ async def test_logs_follow_state_changes_not_probes(scripted_server) -> None:
     ]
     recovered = next(kw for _l, event, kw in log.lines if event == "probe recovered")
     assert recovered["previous"] == "auth" and recovered["failures"] == 4
+
+
+async def test_a_bug_in_one_tick_never_ends_the_series_loop(scripted_server) -> None:
+    """A failing tick (say, a skip reason the metrics do not know) loses that tick only."""
+    server = await scripted_server(ok_stream(["Hi"]))
+    config = make_config(server.url, global_={"interval": "100ms", "jitter": 0})
+    registry = CollectorRegistry()
+    metrics = ExporterMetrics(registry, config)
+    store = ResultStore()
+    store.set_series(s.key for s in config.series)
+    logged: list[str] = []
+
+    class Log:
+        def __getattr__(self, level: str):
+            return lambda event, **_kw: logged.append(event)
+
+    async with Prober() as prober:
+        scheduler = Scheduler(prober, metrics, store, logger=Log())
+        calls = itertools.count()
+        real = scheduler.skip_reason
+
+        def flaky(series):
+            if next(calls) < 3:
+                metrics.record_skip(series.key, "no-such-reason")  # type: ignore[arg-type]
+            return real(series)
+
+        scheduler.skip_reason = flaky  # type: ignore[method-assign]
+        scheduler.apply(config)
+        await asyncio.sleep(1.0)
+        await scheduler.stop(grace=5)
+    assert logged.count("series tick failed") == 3
+    count = registry.get_sample_value("llm_probe_requests_total", {**LABELS, "result": "success"})
+    assert count >= 5

@@ -10,6 +10,8 @@ import pytest
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
+from exporter import protobuf
+from exporter.families import BY_KEY, Family, Scope, families
 from exporter.log import REDACTOR
 from exporter.metrics import ExporterMetrics
 from exporter.prober import Prober
@@ -17,6 +19,9 @@ from exporter.scheduler import Scheduler
 from exporter.server import ServerState, create_app
 from exporter.store import ResultStore
 from tests.conftest import Script, make_config, ok_stream
+from tests.protodecode import decode
+
+ACCEPT_PROTOBUF = protobuf.CONTENT_TYPE
 
 KEY = "sk-canary-9f8e7d6c5b4a"
 
@@ -32,7 +37,7 @@ async def client(aiohttp_client, scripted_server):
                          target={"api_key": KEY, "headers": {"X-Api-Key": KEY}})
     REDACTOR.update(config.secrets())
     registry = CollectorRegistry()
-    metrics = ExporterMetrics(registry, config)
+    metrics = ExporterMetrics(registry, config, process_metrics=False)  # a stable page
     store = ResultStore()
     store.set_series(s.key for s in config.series)
     prober = Prober()
@@ -69,6 +74,18 @@ async def test_probe_endpoint_runs_only_configured_series(client) -> None:
     assert value == 1 and labels == {"target": "t", "model": "m", "probe": "short"}
     assert samples[("llm_probe_ondemand_result", "success")][0] == 1
     assert samples[("llm_probe_ondemand_result", "timeout")][0] == 0
+    tokens = {s.labels["type"]: s.value for f in text_string_to_metric_families(body)
+              for s in f.samples if s.name == "llm_probe_ondemand_tokens"}
+    assert tokens == {"input": 5, "cached_input": 0, "output": 2, "reasoning": 0}
+    served = {f.name for f in text_string_to_metric_families(body)}
+    ondemand = {spec.name for spec in families(Scope.ONDEMAND)}
+    assert served <= ondemand
+    # Undefined for this run: skipped (it ran), checks, server timings, cost (no prices), and
+    # TPOT when both tokens came in one read.
+    undefined = {BY_KEY[f].name for f in (
+        Family.ONDEMAND_SKIPPED, Family.ONDEMAND_CHECK_SUCCESS, Family.ONDEMAND_SERVER_DURATION,
+        Family.ONDEMAND_COST)}
+    assert undefined <= ondemand - served <= {*undefined, BY_KEY[Family.ONDEMAND_TPOT].name}
     # The daemon's own counters saw it too.
     assert state.registry.get_sample_value("llm_probe_requests_total", {
         "target": "t", "model": "m", "probe": "short", "result": "success"}) == 1
@@ -92,6 +109,33 @@ async def test_metrics_endpoint_text_gzip_and_openmetrics(client) -> None:
     om = await http.get("/metrics", headers={"Accept": "application/openmetrics-text"})
     assert om.headers["Content-Type"].startswith("application/openmetrics-text")
     assert (await om.text()).rstrip().endswith("# EOF")
+
+
+async def test_metrics_name_filter(client) -> None:
+    http, _, _ = client
+    await http.get("/probe", params={"target": "t", "model": "m", "probe": "short"})
+    names = ["llm_probe_requests_total", "llm_probe_in_flight", "llm_probe_ttft_seconds_bucket"]
+    query = [("name[]", name) for name in names]
+    text = await (await http.get("/metrics", params=query)).text()
+    samples = {s.name for f in text_string_to_metric_families(text) for s in f.samples}
+    assert samples == set(names)
+    response = await http.get("/metrics", params=query, headers={"Accept": ACCEPT_PROTOBUF})
+    assert response.headers["Content-Type"] == protobuf.CONTENT_TYPE
+    decoded = {f.name for f in decode(await response.read())}
+    assert decoded == {"llm_probe_requests_total", "llm_probe_in_flight",
+                       "llm_probe_ttft_seconds"}
+    nothing = await (await http.get("/metrics", params=[("name[]", "no_such_metric")])).text()
+    assert nothing == ""
+
+
+async def test_no_name_has_two_types_across_metrics_and_probe_in_protobuf(client) -> None:
+    http, _, _ = client
+    params = {"target": "t", "model": "m", "probe": "short"}
+    seen: dict[str, int] = {}
+    for path in ("/probe", "/metrics"):
+        response = await http.get(path, params=params, headers={"Accept": ACCEPT_PROTOBUF})
+        for family in decode(await response.read()):
+            assert seen.setdefault(family.name, family.type) == family.type, family.name
 
 
 async def test_status_page_results_and_no_secret_anywhere(client) -> None:

@@ -25,22 +25,32 @@ from pydantic import (
 )
 
 from exporter.config.errors import ConfigError, ConfigProblem, format_location
-from exporter.config.model import Config, Series, Target
+from exporter.config.model import Config, Objectives, Series, Target
 from exporter.config.schema import (
     CONTROL,
     Api,
     GlobalConfig,
     ProbeConfig,
     SimulatorConfig,
+    SloConfig,
     TargetConfig,
 )
 from exporter.config.secrets import secret_name
 from exporter.config.types import (
+    MAX_BUCKETS,
     MAX_PROBE_NAME,
     MIN_INTERVAL,
     Secret,
     format_duration,
     parse_duration,
+)
+from exporter.families import (
+    BY_KEY,
+    OBJECTIVE_FAMILY,
+    Family,
+    Objective,
+    RatioObjective,
+    bucket_families,
 )
 from exporter.files import FileRefused, YAMLDocument, parse_yaml, read_limited
 from exporter.shard import in_shard, parse_shard
@@ -309,8 +319,10 @@ def _parse(data: Any, env: Mapping[str, str], base_dir: Path, source: Path | Non
 
     resolved_probes = {name: probe for name, probe in probes.items() if probe is not None}
     built = []
+    written: dict[str, TargetConfig] = {}
     for target, (key, key_source) in zip(targets, keys, strict=True):
         assert target is not None  # a target that did not validate left a problem
+        written[target.name] = target
         built.append(Target(
             name=target.name, api=target.api, base_url=target.base_url, api_key=key,
             headers=dict(target.headers), query=dict(target.query), path=target.path,
@@ -324,21 +336,62 @@ def _parse(data: Any, env: Mapping[str, str], base_dir: Path, source: Path | Non
         ))
     series = tuple(
         Series(target=t, model=m, probe_name=p, probe=resolved_probes[p],
-               interval=t.interval, timeout=t.timeout, jitter=t.jitter)
+               interval=t.interval, timeout=t.timeout, jitter=t.jitter,
+               slo=objectives(global_.slo, written[t.name].slo, resolved_probes[p].slo,
+                              written[t.name].model_slo.get(m)))
         for t in built for m in t.models for p in t.probes
     )
     if len(series) > global_.max_series:
         raise ConfigError("invalid config", [ConfigProblem(
             "targets", f"{len(series)} series (targets × models × probes) exceed "
             f"global.max_series={global_.max_series}; raise it if this is intended")])
+    # From every series, before sharding: all replicas of a sharded fleet share the edges.
+    buckets = bucket_edges(global_.buckets, series)
     shard = shard or global_.shard
     if shard is not None:
         index, count = parse_shard(shard)
         series = tuple(s for s in series if in_shard(s.key, index, count))
     return Config(global_=global_, simulator=simulator, probes=resolved_probes,
-                  targets=tuple(built), series=series, source=source, raw=data,
-                  files=tuple(path for path, _ in reads),
+                  targets=tuple(built), series=series, buckets=buckets, source=source,
+                  raw=data, files=tuple(path for path, _ in reads),
                   interpolated_secrets=tuple(dict.fromkeys(interpolated)))
+
+
+def objectives(*levels: SloConfig | None) -> Objectives:
+    """A series' objectives from its `slo:` levels, least specific first (later ones win)."""
+    latency: dict[Objective, float] = {}
+    ratio: dict[RatioObjective, float] = {}
+    for level in levels:
+        if level is None:
+            continue
+        for objective in Objective:
+            seconds = getattr(level, objective.value)
+            if seconds is not None:
+                latency[objective] = seconds
+        if level.availability is not None:
+            ratio[RatioObjective.AVAILABILITY] = level.availability
+    return Objectives({o: latency[o] for o in Objective if o in latency}, ratio)
+
+
+def bucket_edges(overrides: Mapping[Family, Sequence[float]],
+                 series: Iterable[Series]) -> dict[Family, tuple[float, ...]]:
+    """Every histogram's edges: its defaults or `global.buckets`, plus every latency objective
+    of the config, so each objective is an `le` edge of every series (sums by `le` stay exact).
+
+    Raises ConfigError when objectives push a histogram past MAX_BUCKETS edges.
+    """
+    edges = {family: set(overrides.get(family, BY_KEY[family].buckets))
+             for family in bucket_families()}
+    for item in series:
+        for objective, seconds in item.slo.latency.items():
+            edges[OBJECTIVE_FAMILY[objective]].add(seconds)
+    too_many = [_problem(("global", "buckets", family.value),
+                         f"{len(values)} edges with the objectives (slo:) added; at most "
+                         f"{MAX_BUCKETS}: use fewer distinct objective values")
+                for family, values in edges.items() if len(values) > MAX_BUCKETS]
+    if too_many:
+        raise ConfigError("invalid config", too_many)
+    return {family: tuple(sorted(values)) for family, values in edges.items()}
 
 
 def _check_interval(section: Mapping[str, Any], loc: Loc, floor: float,
@@ -376,6 +429,10 @@ def _check_target(target: TargetConfig, index: int, probes: Mapping[str, ProbeCo
         if model not in target.models:
             problems.append(_problem((*where, "prices", model),
                                      "price for a model this target does not probe"))
+    for model in target.model_slo:
+        if model not in target.models:
+            problems.append(_problem((*where, "model_slo", model),
+                                     "objectives for a model this target does not probe"))
 
 
 def load_config(path: str | Path, *, env: Mapping[str, str] | None = None,

@@ -12,6 +12,7 @@ from typing import Any
 from exporter.config.schema import Api, GlobalConfig, Price, ProbeConfig, RawConfig, SimulatorConfig
 from exporter.config.secrets import is_secret, redacted_url, url_secrets
 from exporter.config.types import Secret
+from exporter.families import Family, Objective, RatioObjective
 from exporter.log import REDACTED, Redactor
 
 # ---------------------------------------------------------------------------------------------
@@ -41,6 +42,17 @@ class Target:
 
 
 @dataclass(frozen=True)
+class Objectives:
+    """A series' resolved `slo:` (the most specific level wins per key); None: not set."""
+
+    latency: Mapping[Objective, float] = field(default_factory=dict)  # seconds
+    ratio: Mapping[RatioObjective, float] = field(default_factory=dict)
+
+    def __bool__(self) -> bool:
+        return bool(self.latency or self.ratio)
+
+
+@dataclass(frozen=True)
 class Series:
     """One scheduled probe: (target, model, probe) with its schedule resolved."""
 
@@ -51,6 +63,7 @@ class Series:
     interval: float
     timeout: float
     jitter: float
+    slo: Objectives = field(default_factory=Objectives)
 
     @property
     def key(self) -> tuple[str, str, str]:
@@ -77,6 +90,8 @@ class Config:
     probes: Mapping[str, ProbeConfig]
     targets: tuple[Target, ...]
     series: tuple[Series, ...]
+    # Edges of every histogram: defaults, `global.buckets`, and every latency objective.
+    buckets: Mapping[Family, tuple[float, ...]] = field(default_factory=dict)
     source: Path | None = None
     raw: Mapping[str, Any] = field(default_factory=dict, repr=False)
     files: tuple[Path, ...] = ()  # key files the config read (a reload re-reads them)
@@ -104,8 +119,6 @@ class Config:
             if series.key == (target, model, probe):
                 return series
         return None
-
-
 
 
 def redacted(config: Config) -> dict[str, Any]:

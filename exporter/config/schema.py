@@ -28,8 +28,12 @@ from exporter.config.types import (
     RESERVED_LABELS,
     Duration,
     PositiveDuration,
+    Ratio,
 )
+from exporter.families import Family, bucket_families
 from exporter.shard import parse_shard
+
+HISTOGRAMS = bucket_families()
 
 # ---------------------------------------------------------------------------------------------
 # Schema
@@ -48,18 +52,14 @@ class BudgetConfig(_Strict):
     state_file: str | None = None
 
 
-# Histogram families whose buckets can be overridden (`global.buckets.<family>`).
-class Family(StrEnum):
-    """Histogram families with configurable buckets."""
+class SloConfig(_Strict):
+    """Objectives of a series (`slo:` in global, a target, a probe or `model_slo`); each key
+    left out is inherited from the less specific level."""
 
-    TTFT = "ttft"
-    TIME_TO_FIRST_ANSWER = "time_to_first_answer"
-    TPOT = "tpot"
-    INTER_CHUNK = "inter_chunk"
-    TPS = "output_tokens_per_second"
-    DURATION = "duration"
-    PHASE = "phase"
-    SCHEDULER_LAG = "scheduler_lag"
+    ttft: PositiveDuration | None = None
+    tpot: PositiveDuration | None = None
+    duration: PositiveDuration | None = None
+    availability: Ratio | None = None
 
 
 class NativeHistogramsConfig(_Strict):
@@ -80,6 +80,7 @@ class GlobalConfig(_Strict):
     max_concurrency: int = Field(default=16, ge=1, le=10_000)
     labels: dict[str, str] = Field(default_factory=dict, max_length=64)
     buckets: dict[Family, tuple[float, ...]] = Field(default_factory=dict)
+    slo: SloConfig = Field(default_factory=SloConfig)
     native_histograms: NativeHistogramsConfig = Field(default_factory=NativeHistogramsConfig)
     budget: BudgetConfig | None = None
     max_output_bytes: int = Field(default=4 * 1024 * 1024, ge=1024, le=1024**3)
@@ -113,6 +114,9 @@ class GlobalConfig(_Strict):
     @classmethod
     def _check_buckets(cls, buckets: dict[Family, tuple[float, ...]]) -> dict:
         for family, edges in buckets.items():
+            if family not in HISTOGRAMS:
+                raise ValueError(f"{family.value}: not a histogram; buckets are set for "
+                                 f"{', '.join(HISTOGRAMS)}")
             if not edges:
                 raise ValueError(f"{family.value}: needs at least one bucket edge")
             if len(edges) > MAX_BUCKETS:
@@ -328,6 +332,7 @@ class ProbeConfig(_Strict):
     response_format: ResponseFormat | None = None
     expect: Expect | None = None
     cases: tuple[Case, ...] = ()
+    slo: SloConfig = Field(default_factory=SloConfig)
 
     @model_validator(mode="after")
     def _prompt_or_messages(self) -> ProbeConfig:
@@ -459,6 +464,8 @@ class TargetConfig(_Strict):
     jitter: float | None = Field(default=None, ge=0.0, le=1.0)
     prices: dict[str, Price] = Field(default_factory=dict)
     tls_verify: bool = True
+    slo: SloConfig = Field(default_factory=SloConfig)
+    model_slo: dict[str, SloConfig] = Field(default_factory=dict)
 
     @field_validator("name")
     @classmethod

@@ -67,7 +67,29 @@ def format_duration(seconds: float) -> str:
     return f"{minutes // 60}h"
 
 
+def parse_ratio(value: Any) -> float:
+    """Parse a ratio in (0, 1): `0.995` or `99.5%`."""
+    if isinstance(value, bool):
+        raise ValueError("expected a ratio like 0.995 or 99.5%")
+    text = value.strip() if isinstance(value, str) else value
+    percent = isinstance(text, str) and text.endswith("%")
+    try:
+        ratio = float(text[:-1] if percent else text)
+    except (TypeError, ValueError):
+        raise ValueError(f"invalid ratio {value!r}: write 0.995 or 99.5%") from None
+    if percent:
+        ratio /= 100
+    if not math.isfinite(ratio) or ratio <= 0:
+        raise ValueError(f"invalid ratio {value!r}: must be above 0")
+    if ratio >= 1:
+        hint = f" (a percentage? write {ratio:g}%)" if not percent and ratio < 100 else ""
+        raise ValueError(f"{value!r} must be below 1 (100%): an objective of 100% leaves no "
+                         f"error budget{hint}")
+    return ratio
+
+
 Duration = Annotated[float, BeforeValidator(parse_duration)]
+Ratio = Annotated[float, BeforeValidator(parse_ratio)]
 PositiveDuration = Annotated[float, BeforeValidator(parse_duration), Field(gt=0)]
 
 LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
@@ -79,7 +101,7 @@ MAX_PROBE_NAME = 128
 # Names a constant label may not take because the exporter sets them itself.
 RESERVED_LABELS = frozenset(
     {"target", "model", "probe", "result", "phase", "type", "currency", "kind", "reason",
-     "le", "quantile", "job", "instance", "version", "python_version"}
+     "outcome", "objective", "le", "quantile", "job", "instance", "version", "python_version"}
 )
 
 

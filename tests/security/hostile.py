@@ -13,11 +13,11 @@ import asyncio
 import contextlib
 import threading
 from collections.abc import Awaitable, Callable, Iterator
-from typing import Any
 
 import orjson
 from aiohttp import web
 
+from exporter.simulator.dialects import openai_chat
 from tests.conftest import free_port
 
 SSE = {"Content-Type": "text/event-stream"}
@@ -43,16 +43,12 @@ def credential(request: web.Request) -> str:
 
 def chunk(*, content: str | None = None, finish: str | None = None, id: str | None = "c-1",
           usage: bool = False) -> bytes:
-    """One chat.completion.chunk event."""
-    body: dict[str, Any] = {"object": "chat.completion.chunk", "choices": [
-        {"index": 0, "delta": {} if content is None else {"content": content},
-         "finish_reason": finish}]}
-    if id is not None:
-        body["id"] = id
+    """One chat.completion.chunk event (the simulator's encoder); `id=None` leaves it out."""
+    head = openai_chat.chunk_head(id)
     if usage:
-        body["choices"] = []
-        body["usage"] = {"prompt_tokens": 5, "completion_tokens": 3}
-    return b"data: " + orjson.dumps(body) + b"\n\n"
+        return openai_chat.chat_chunk(head, None, usage={"prompt_tokens": 5,
+                                                         "completion_tokens": 3})
+    return openai_chat.chat_chunk(head, {} if content is None else {"content": content}, finish)
 
 
 async def stream(request: web.Request, events: list[bytes],

@@ -63,7 +63,7 @@ async def test_ondemand_families_carry_every_probe_label_and_clash_with_nothing(
         assert {"llm_probe_ondemand_success", "llm_probe_ondemand_result",
                 "llm_probe_ondemand_ttft_seconds", "llm_probe_ondemand_tpot_seconds",
                 "llm_probe_ondemand_duration_seconds", "llm_probe_ondemand_phase_seconds",
-                "llm_probe_ondemand_output_tokens", "llm_probe_ondemand_cost"} \
+                "llm_probe_ondemand_tokens", "llm_probe_ondemand_cost"} \
             <= set(probe_families)
         samples = [s for f in text_string_to_metric_families(body) for s in f.samples]
         for sample in samples:

@@ -221,22 +221,34 @@ class ChatDialect(OpenAIProvider, Dialect):
         }
 
 
+def chunk_head(request_id: str | None = "chatcmpl-1", model: str = "m", created: int = 0
+               ) -> dict[str, Any]:
+    """The fields every `chat.completion.chunk` of one response repeats (no id: left out)."""
+    head: dict[str, Any] = {"object": "chat.completion.chunk", "created": created,
+                            "model": model, "system_fingerprint": SYSTEM_FINGERPRINT}
+    return head if request_id is None else {"id": request_id, **head}
+
+
+def chat_chunk(head: Mapping[str, Any], delta: Mapping[str, Any] | None,
+               finish: str | None = None, **fields: Any) -> bytes:
+    """One `chat.completion.chunk` event: one choice with `delta` (None: `choices: []`, as the
+    usage chunk has), then any top-level `fields` (`usage`). The one OpenAI chunk encoder: the
+    simulator, the tests' scripted servers and the benchmarks write chunks with it."""
+    choices = [] if delta is None else [{"index": 0, "delta": dict(delta), "logprobs": None,
+                                        "finish_reason": finish}]
+    return sse({**head, "choices": choices, **fields})
+
+
 class _ChatStream(StreamEncoder):
     def __init__(self, ctx: StreamContext) -> None:
         super().__init__(ctx)
-        self._head = {"id": ctx.request_id, "object": "chat.completion.chunk",
-                      "created": ctx.created, "model": ctx.model,
-                      "system_fingerprint": SYSTEM_FINGERPRINT}
+        self._head = chunk_head(ctx.request_id, ctx.model, ctx.created)
+        # OpenAI sends `"usage": null` on every chunk but the last when usage is asked for.
+        self._usage: dict[str, Any] = {"usage": None} if ctx.include_usage else {}
         self._called = False
 
     def _chunk(self, delta: dict[str, Any], finish: Finish | None = None) -> bytes:
-        obj: dict[str, Any] = {**self._head, "choices": [{
-            "index": 0, "delta": delta, "logprobs": None,
-            "finish_reason": finish.value if finish else None}]}
-        if self.ctx.include_usage:
-            # OpenAI sends `"usage": null` on every chunk but the last when usage is asked for.
-            obj["usage"] = None
-        return sse(obj)
+        return chat_chunk(self._head, delta, finish.value if finish else None, **self._usage)
 
     def opening(self) -> list[bytes]:
         return [self._chunk({"role": "assistant", "content": ""})]
@@ -257,8 +269,7 @@ class _ChatStream(StreamEncoder):
     def closing(self, finish: Finish, timings: ServerTimings) -> list[bytes]:
         out = [self._chunk({}, finish)]
         if self.ctx.include_usage:
-            out.append(sse({**self._head, "choices": [],
-                            "usage": OpenAIProvider.usage(self.ctx.usage)}))
+            out.append(chat_chunk(self._head, None, usage=OpenAIProvider.usage(self.ctx.usage)))
         out.append(DONE)
         return out
 
