@@ -1,11 +1,17 @@
 """Scale: thousands of configured series against the simulator, for a fixed duration.
 
 Three processes: the simulator (`llm-probe-exporter simulate`), the real `Daemon` (in a child
-process of this script, with a hook that keeps every scheduler-lag observation and a 50 ms
-event-loop lag watcher), and this script, which samples the daemon's CPU and RSS once a second
-and scrapes /metrics like Prometheus would (every `--scrape-every` seconds, plain text).
+process of this script, with the process settings `serve` makes, a hook that keeps every
+scheduler-lag observation and a 50 ms event-loop lag watcher), and this script, which samples the
+daemon's CPU and RSS once a second and scrapes /metrics like Prometheus would (every
+`--scrape-every` seconds; `--format protobuf` asks what a Prometheus with native histograms asks
+for, `text` what one without them asks for; `--gzip` as Prometheus does, off by default).
 
-    python -m benchmarks.scale [--series 1000,5000] [--interval 30] [--duration 90] [--smoke]
+    python -m benchmarks.scale [--series 1000,5000] [--format protobuf] [--interval 30]
+                               [--duration 90] [--tree NAME=DIR ...] [--smoke]
+
+`--tree NAME=DIR` runs the daemon from another source tree too (`git archive` an older commit
+there), alternating with this one at every level: A/B in one run on a shared machine.
 
 Reports scheduler lag p50/p99/max (how late probes start versus their grid, semaphore wait
 included), event-loop lag, CPU %, RSS, probes/s, /metrics scrape time and size (per series), and
@@ -33,6 +39,14 @@ import yaml
 
 from benchmarks.common import machine_line, ms, pct, stop_process, table
 from tests.conftest import free_port
+
+# What Prometheus sends: with native histograms on, protobuf first (2.42's header).
+ACCEPT = {
+    "protobuf": "application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;"
+                "encoding=delimited;q=0.7,text/plain;version=0.0.4;q=0.3,*/*;q=0.1",
+    "text": "text/plain;version=0.0.4;q=1,*/*;q=0.1",
+    "openmetrics": "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5",
+}
 
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = 10
@@ -78,6 +92,7 @@ async def _child(config_path: str, listen: str, duration: float, out: str) -> No
     configure_logging("error", "json")
     config = load_config(config_path)
     daemon = Daemon(Path(config_path), listen)
+    daemon.owns_process = True  # GIL switch interval and GC settings, as `serve` makes them
     lags: list[float] = []
     loop_lags: list[float] = []
     results = Counter()
@@ -168,19 +183,66 @@ def family_sizes(text: str) -> Counter[str]:
     return sizes
 
 
-async def scrape(session: aiohttp.ClientSession, url: str, gzip_ok: bool = False
-                 ) -> tuple[float, bytes]:
-    """One scrape: seconds until the whole body is read, and the body (decompressed)."""
-    headers = {"Accept": "text/plain", "Accept-Encoding": "gzip" if gzip_ok else "identity"}
+def _varint(data: bytes, position: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        byte = data[position]
+        position += 1
+        value |= (byte & 0x7F) << shift
+        shift += 7
+        if byte < 0x80:
+            return value, position
+
+
+def protobuf_family_sizes(data: bytes) -> tuple[Counter[str], int]:
+    """Bytes of a delimited protobuf page by metric family, and its number of Metric records."""
+    sizes: Counter[str] = Counter()
+    records = position = 0
+    while position < len(data):
+        length, start = _varint(data, position)
+        end = start + length
+        name = ""
+        field = start
+        while field < end:  # MetricFamily: name = 1, help = 2, type = 3, metric = 4
+            tag, field = _varint(data, field)
+            if tag & 7 == 0:
+                _, field = _varint(data, field)
+                continue
+            size, field = _varint(data, field)
+            if tag >> 3 == 1:
+                name = data[field:field + size].decode()
+            elif tag >> 3 == 4:
+                records += 1
+            field += size
+        sizes[name] += end - position
+        position = end
+    return sizes, records
+
+
+def page_sizes(body: bytes, fmt: str) -> tuple[Counter[str], int]:
+    """Bytes by family and the number of samples (text) or Metric records (protobuf)."""
+    if fmt == "protobuf":
+        return protobuf_family_sizes(body)
+    text = body.decode()
+    return family_sizes(text), sum(1 for ln in text.splitlines() if ln and not ln.startswith("#"))
+
+
+async def scrape(session: aiohttp.ClientSession, url: str, fmt: str, gzip_ok: bool = False
+                 ) -> tuple[float, int, bytes]:
+    """One scrape: seconds until the whole body is read, bytes sent, the body (decompressed)."""
+    headers = {"Accept": ACCEPT[fmt], "Accept-Encoding": "gzip" if gzip_ok else "identity"}
     start = time.perf_counter()
     async with session.get(url, headers=headers, auto_decompress=False) as resp:
         body = await resp.read()
     spent = time.perf_counter() - start
-    return spent, body
+    sent = len(body)
+    if resp.headers.get("Content-Encoding") == "gzip":
+        body = await asyncio.to_thread(gzip.decompress, body)
+    return spent, sent, body
 
 
-async def run_level(series: int, args: argparse.Namespace) -> dict[str, Any]:
-    """Simulator + daemon for one series count; measure for `args.duration` seconds."""
+async def run_level(series: int, tree: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """Simulator + daemon (from `tree`) for one series count; measure for `args.duration` s."""
     sim_port, port = free_port(), free_port()
     interval = args.interval
     with tempfile.TemporaryDirectory() as tmp:
@@ -193,10 +255,12 @@ async def run_level(series: int, args: argparse.Namespace) -> dict[str, Any]:
             "--config.file", str(sim_config), "--log.level", "error",
             stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL, cwd=ROOT,
             env=env)
+        # This file as a script: `exporter` comes from `tree` (first on the path), the rest of
+        # the child from this tree.
         child = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "benchmarks.scale", "--child", str(config),
-            f"127.0.0.1:{port}", str(args.duration), str(out),
-            stdout=asyncio.subprocess.PIPE, cwd=ROOT, env=env)
+            sys.executable, __file__, "--child", str(config), f"127.0.0.1:{port}",
+            str(args.duration), str(out), stdout=asyncio.subprocess.PIPE, cwd=folder,
+            env={**os.environ, "PYTHONPATH": f"{tree}{os.pathsep}{ROOT}"})
         try:
             assert child.stdout is not None
             line = (await child.stdout.readline()).decode()
@@ -212,12 +276,12 @@ async def run_level(series: int, args: argparse.Namespace) -> dict[str, Any]:
                 next_scrape = wall0 + args.scrape_every
                 while time.perf_counter() - wall0 < args.duration - 1.0:
                     rss.append(proc.memory())
-                    if time.perf_counter() >= next_scrape:
+                    if args.scrape_every and time.perf_counter() >= next_scrape:
                         next_scrape = time.perf_counter() + args.scrape_every
-                        spent, last_body = await scrape(s, url)
-                        scrapes.append((spent, len(last_body)))
+                        spent, sent, last_body = await scrape(s, url, args.format, args.gzip)
+                        scrapes.append((spent, sent))
                     await asyncio.sleep(1.0)
-                spent_gz, body_gz = await scrape(s, url, gzip_ok=True)
+                _, gzip_size, final = await scrape(s, url, args.format, gzip_ok=True)
             cpu1, wall1 = proc.cpu(), time.perf_counter()
             peak = proc.memory("VmHWM")
             await asyncio.wait_for(child.wait(), args.duration + 60)
@@ -225,10 +289,7 @@ async def run_level(series: int, args: argparse.Namespace) -> dict[str, Any]:
         finally:
             await stop_process(child, 10)
             await stop_process(sim, 10)
-    if not last_body:  # no scrape during the run: size the final (gzipped) one
-        last_body = gzip.decompress(body_gz) if body_gz[:2] == b"\x1f\x8b" else body_gz
-    text = last_body.decode()
-    sizes = family_sizes(text)
+    sizes, samples = page_sizes(last_body or final, args.format)
     finished = sum(data["results"].values())
     return {
         "series": series, "interval": interval, "lags": data["lags"],
@@ -236,60 +297,84 @@ async def run_level(series: int, args: argparse.Namespace) -> dict[str, Any]:
         "gc_pauses": data["gc_pauses"],
         "probes_per_s": finished / data["elapsed"], "cpu": (cpu1 - cpu0) / (wall1 - wall0),
         "rss_max": max(rss), "rss_end": rss[-1], "rss_peak": peak, "scrapes": scrapes,
-        "size": len(last_body), "gzip_size": len(body_gz), "gzip_seconds": spent_gz,
-        "sizes": sizes, "start_seconds": data["start_seconds"],
-        "lines": sum(1 for ln in text.splitlines() if ln and not ln.startswith("#")),
+        "size": len(last_body or final), "gzip_size": gzip_size, "sizes": sizes,
+        "samples": samples, "start_seconds": data["start_seconds"],
     }
 
 
+def parse_trees(specs: list[str]) -> dict[str, Path]:
+    """`NAME=DIR` options as source trees, this one first (as `this`)."""
+    trees = {"this": ROOT}
+    for spec in specs:
+        name, _, folder = spec.partition("=")
+        if not name or not (Path(folder) / "exporter" / "__init__.py").is_file():
+            raise SystemExit(f"--tree {spec!r}: want NAME=DIR, DIR holding exporter/")
+        trees[name] = Path(folder).resolve()
+    return trees
+
+
 async def scale(args: argparse.Namespace) -> None:
-    """Run every level, then print the tables."""
+    """Run every level (each tree in turn, A B A B), then print the tables."""
+    trees = parse_trees(args.tree)
     print(f"# scale — {machine_line()}")
     print(f"daemon: real Daemon class in a child process; simulator: `llm-probe-exporter "
           f"simulate` (ttft 50 ms, tpot 5 ms, 16 tokens); interval {args.interval:g}s, "
           f"max_concurrency {args.concurrency}, {args.duration:g}s per level, /metrics scraped "
-          f"every {args.scrape_every:g}s\n", flush=True)
+          f"every {args.scrape_every:g}s as {args.format}"
+          f"{' with gzip' if args.gzip else ''}\n", flush=True)
     levels = []
     for series in args.series:
-        level = await run_level(series, args)
-        levels.append(level)
-        print(f"{series} series done: {level['results']}", flush=True)
+        for round_ in range(args.rounds):
+            order = list(trees.items())
+            if round_ % 2:
+                order.reverse()
+            for name, tree in order:
+                level = await run_level(series, tree, args)
+                level["tree"] = name
+                levels.append(level)
+                print(f"{series} series, {name} done ({machine_line()}): {level['results']}",
+                      flush=True)
     rows = []
     for lv in levels:
         times = [t for t, _ in lv["scrapes"]]
         rows.append([
+            *([lv["tree"]] if len(trees) > 1 else []),
             lv["series"], f"{lv['probes_per_s']:.1f}", ms(pct(lv["lags"], 50), 2),
             ms(pct(lv["lags"], 99), 2), ms(max(lv["lags"], default=None), 1),
             ms(pct(lv["loop_lags"], 99), 2), ms(max(lv["loop_lags"], default=None), 1),
             f"{len(lv['gc_pauses'])} / {ms(max(lv['gc_pauses'], default=None), 0)}",
             f"{lv['cpu'] * 100:.0f}%", f"{lv['rss_max'] / 2**20:.0f}",
             f"{lv['rss_peak'] / 2**20:.0f}",
-            ms(pct(times, 50), 0) if times else "–", ms(max(times, default=None), 0),
+            ms(pct(times, 50), 0) if times else "–", ms(pct(times, 95), 0) if times else "–",
+            ms(max(times, default=None), 0),
             f"{lv['size'] / 2**20:.1f}", f"{lv['size'] / lv['series'] / 1024:.1f}",
             f"{lv['gzip_size'] / 2**20:.2f}", f"{lv['start_seconds']:.1f}",
         ])
     print()
-    print(table(["series", "probes/s", "sched lag p50 ms", "p99", "max", "loop lag p99 ms",
-                 "max", "full GCs / max ms", "CPU", "RSS MiB", "peak", "scrape p50 ms", "max",
+    print(table([*(["tree"] if len(trees) > 1 else []), "series", "probes/s",
+                 "sched lag p50 ms", "p99", "max", "loop lag p99 ms", "max",
+                 "full GCs / max ms", "CPU", "RSS MiB", "peak", "scrape p50 ms", "p95", "max",
                  "/metrics MiB", "KiB / series", "gzip MiB", "start s"], rows))
     last = levels[-1]
+    unit = "Metric records" if args.format == "protobuf" else "samples"
     print(f"\n## What the /metrics page of {last['series']} series is made of "
-          f"({last['lines']:,} samples, {last['size']:,} bytes)\n")
+          f"({last['samples']:,} {unit}, {last['size']:,} bytes)\n")
     total = sum(last["sizes"].values())
     rows = [[name, f"{size / last['series']:,.0f}", f"{size / total:.1%}"]
             for name, size in last["sizes"].most_common(14)]
-    print(table(["family (lines)", "bytes / series", "share"], rows))
+    print(table(["family", "bytes / series", "share"], rows))
     print()
     for lv in levels:
-        if lv["series"] == 5000 or lv is last:
+        if lv["series"] == 5000 or lv["series"] == last["series"]:
             p99 = pct(lv["lags"], 99) or 0.0
-            scrape_max = max((t for t, _ in lv["scrapes"]), default=float("nan"))
-            print(f"{lv['series']} series: scheduler lag p99 < 20 ms: "
+            p95 = pct([t for t, _ in lv["scrapes"]], 95)
+            print(f"{lv['tree']}, {lv['series']} series: scheduler lag p99 < 20 ms: "
                   f"{'met' if p99 < 0.02 else 'MISSED'} ({p99 * 1000:.2f} ms); "
                   f"RSS < 200 MB: {'met' if lv['rss_max'] < 200e6 else 'MISSED'} "
                   f"({lv['rss_max'] / 1e6:.0f} MB, peak {lv['rss_peak'] / 1e6:.0f} MB); "
-                  "/metrics scrape < 300 ms: "
-                  f"{'met' if scrape_max < 0.3 else 'MISSED'} ({scrape_max * 1000:.0f} ms)")
+                  "/metrics scrape p95 < 300 ms: "
+                  + ("–" if p95 is None else
+                     f"{'met' if p95 < 0.3 else 'MISSED'} ({p95 * 1000:.0f} ms)"))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -301,10 +386,19 @@ def main(argv: list[str] | None = None) -> None:
         return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--series", default="1000,5000")
+    parser.add_argument("--format", choices=sorted(ACCEPT), default="protobuf",
+                        help="what the scraper asks for (default: protobuf, as a Prometheus "
+                             "with native histograms)")
+    parser.add_argument("--gzip", action="store_true",
+                        help="scrape with Accept-Encoding: gzip (Prometheus does)")
     parser.add_argument("--interval", type=float, default=30.0)
     parser.add_argument("--duration", type=float, default=90.0)
     parser.add_argument("--concurrency", type=int, default=256)
-    parser.add_argument("--scrape-every", type=float, default=10.0)
+    parser.add_argument("--scrape-every", type=float, default=10.0,
+                        help="seconds between scrapes (0: none during the run)")
+    parser.add_argument("--rounds", type=int, default=1, help="runs per level and tree")
+    parser.add_argument("--tree", action="append", default=[], metavar="NAME=DIR",
+                        help="also run the daemon from this source tree (A/B)")
     parser.add_argument("--smoke", action="store_true", help="tiny CI run (seconds)")
     args = parser.parse_args(argv)
     if args.smoke:

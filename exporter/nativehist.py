@@ -1,4 +1,4 @@
-"""Native (exponential) histogram buckets: Prometheus' bucket math, sparse counts, a bucket limit.
+"""Native (exponential) histogram buckets: Prometheus' bucket math, dense counts, a bucket limit.
 
 At schema s (−4…8) every power of two is split into 2^s buckets: bucket i covers
 (base^(i−1), base^i] with base = 2^(2^−s), so bucket 0 ends at 1 and every bucket is the same
@@ -7,18 +7,23 @@ counted in the zero bucket. The index is found as client_golang finds it, withou
 `math.frexp` splits v into frac·2^exp with frac in [0.5, 1), and a table of where each of the
 2^s buckets starts inside [0.5, 1) gives the position (a binary search over ≤ 256 floats).
 
-Counts are sparse (only populated buckets exist). When more buckets are populated than the limit,
-the resolution is halved (schema − 1, buckets merged pairwise) until they fit, as client_golang's
-`NativeHistogramMaxBucketNumber` does; resolution is never raised again. The sample count and sum
-belong to the caller, who shares them with the classic buckets of the same histogram.
+Counts are dense: per sign, one `array('q')` from the lowest populated index to the highest
+(8 bytes a bucket, no object per bucket; thousands of series keep a dozen histograms each).
+When more buckets are populated than the limit, the resolution is halved (schema − 1, buckets
+merged pairwise) until they fit, as client_golang's `NativeHistogramMaxBucketNumber` does; the
+same happens when the dense range grows wider than MAX_WIDTH_FACTOR × the limit (a value far
+from all others, e.g. a server-reported duration of 1e-300 s, would otherwise cost megabytes).
+Resolution is never raised again. The sample count and sum belong to the caller, who shares
+them with the classic buckets of the same histogram.
 """
 
 from __future__ import annotations
 
 import math
 import sys
+from array import array
 from bisect import bisect_left
-from itertools import pairwise
+from collections.abc import Sequence
 
 MIN_SCHEMA = -4
 MAX_SCHEMA = 8
@@ -49,11 +54,23 @@ def bucket_index(value: float, schema: int) -> int:
     return -(-key >> -schema)
 
 
-class NativeBuckets:
-    """The sparse buckets of one native histogram: schema, zero bucket, populated buckets."""
+# The dense range of a histogram with a bucket limit may be this many times the limit (and
+# always MIN_WIDTH buckets); with no limit (max_buckets 0), at most NO_LIMIT_WIDTH (512 KiB).
+MAX_WIDTH_FACTOR = 4
+MIN_WIDTH = 256
+NO_LIMIT_WIDTH = 65536
+_NO_COUNTS: Sequence[int] = ()  # a side without observations (no array until the first)
 
-    __slots__ = ("max_buckets", "negative", "positive", "schema", "zero_count",
-                 "zero_threshold")
+
+class NativeBuckets:
+    """The buckets of one native histogram: schema, zero bucket, dense counts per sign.
+
+    `positive_counts[k]` is the count of bucket `positive_offset + k` (likewise negative, for
+    the absolute values of negative observations); the first and last counts are never 0.
+    """
+
+    __slots__ = ("max_buckets", "max_width", "negative_counts", "negative_offset", "populated",
+                 "positive_counts", "positive_offset", "schema", "zero_count", "zero_threshold")
 
     def __init__(self, schema: int = 3, max_buckets: int = 160,
                  zero_threshold: float = DEFAULT_ZERO_THRESHOLD) -> None:
@@ -65,17 +82,20 @@ class NativeBuckets:
             raise ValueError(f"zero_threshold must be 0 or more, not {zero_threshold}")
         self.schema = schema
         self.max_buckets = max_buckets
+        self.max_width = (max(max_buckets * MAX_WIDTH_FACTOR, MIN_WIDTH) if max_buckets
+                          else NO_LIMIT_WIDTH)
         self.zero_threshold = zero_threshold
         self.zero_count = 0
-        self.positive: dict[int, int] = {}
-        self.negative: dict[int, int] = {}
+        self.populated = 0  # buckets with a count (zero bucket excluded)
+        self.positive_counts = self.negative_counts = _NO_COUNTS
+        self.positive_offset = self.negative_offset = 0
 
     def observe(self, value: float) -> None:
         """Count one value (NaN is not bucketed; the caller's count still includes it)."""
         if value > self.zero_threshold:
-            buckets = self.positive
+            negative = False
         elif value < -self.zero_threshold:
-            buckets, value = self.negative, -value
+            negative, value = True, -value
         else:
             if not math.isnan(value):
                 self.zero_count += 1
@@ -87,77 +107,126 @@ class NativeBuckets:
             index = bisect_left(bounds, frac) + (exp - 1) * len(bounds)
         else:
             index = bucket_index(value, schema)
-        count = buckets.get(index)
-        if count is not None:
-            buckets[index] = count + 1
-            return
-        buckets[index] = 1
-        if self.max_buckets and len(self.positive) + len(self.negative) > self.max_buckets:
+        if negative:
+            counts, k = self.negative_counts, index - self.negative_offset
+        else:
+            counts, k = self.positive_counts, index - self.positive_offset
+        if 0 <= k < len(counts):
+            count = counts[k]
+            counts[k] = count + 1  # type: ignore[index]
+            if count:
+                return
+        else:
+            self._widen(negative, index)
+        self.populated += 1
+        if ((self.max_buckets and self.populated > self.max_buckets)
+                or len(self.positive_counts) + len(self.negative_counts) > self.max_width):
             self._reduce()
+
+    def _widen(self, negative: bool, index: int) -> None:
+        """Extend one side's dense range to `index` and count 1 there."""
+        counts = self.negative_counts if negative else self.positive_counts
+        offset = self.negative_offset if negative else self.positive_offset
+        if not counts:
+            wider, offset = array("q", (1,)), index
+        elif index < offset:
+            wider = array("q", bytes(8 * (offset - index)))
+            wider[0] = 1
+            wider.extend(counts)
+            offset = index
+        else:
+            wider = array("q", counts)
+            wider.frombytes(bytes(8 * (index - offset - len(counts) + 1)))
+            wider[-1] = 1
+        if negative:
+            self.negative_counts, self.negative_offset = wider, offset
+        else:
+            self.positive_counts, self.positive_offset = wider, offset
 
     def snapshot(self) -> NativeBuckets:
         """A copy that later observations leave alone (for rendering in another thread)."""
         copy = NativeBuckets.__new__(NativeBuckets)
-        copy.schema, copy.max_buckets = self.schema, self.max_buckets
+        copy.schema, copy.max_buckets, copy.max_width = self.schema, self.max_buckets, \
+            self.max_width
         copy.zero_threshold, copy.zero_count = self.zero_threshold, self.zero_count
-        copy.positive, copy.negative = self.positive.copy(), self.negative.copy()
+        copy.populated = self.populated
+        copy.positive_counts, copy.positive_offset = self.positive_counts[:], self.positive_offset
+        copy.negative_counts, copy.negative_offset = self.negative_counts[:], self.negative_offset
         return copy
 
     def _reduce(self) -> None:
-        """Halve the resolution until the populated buckets fit the limit (or schema is −4)."""
-        while (len(self.positive) + len(self.negative) > self.max_buckets
+        """Halve the resolution until the buckets fit the limits (or schema is −4)."""
+        while (((self.max_buckets and self.populated > self.max_buckets)
+                or len(self.positive_counts) + len(self.negative_counts) > self.max_width)
                and self.schema > MIN_SCHEMA):
             self.schema -= 1
-            self.positive = _merge_pairs(self.positive)
-            self.negative = _merge_pairs(self.negative)
+            self.positive_counts, self.positive_offset = _merge_pairs(
+                self.positive_counts, self.positive_offset)
+            self.negative_counts, self.negative_offset = _merge_pairs(
+                self.negative_counts, self.negative_offset)
+            self.populated = sum(1 for c in self.positive_counts if c) + sum(
+                1 for c in self.negative_counts if c)
 
     def bucket_count(self) -> int:
         """How many buckets are populated (zero bucket excluded)."""
-        return len(self.positive) + len(self.negative)
+        return self.populated
+
+    @property
+    def positive(self) -> dict[int, int]:
+        """The populated positive buckets as {index: count}."""
+        return _sparse(self.positive_counts, self.positive_offset)
+
+    @property
+    def negative(self) -> dict[int, int]:
+        """The populated negative buckets (by absolute value) as {index: count}."""
+        return _sparse(self.negative_counts, self.negative_offset)
 
 
-def _merge_pairs(buckets: dict[int, int]) -> dict[int, int]:
+def _sparse(counts: Sequence[int], offset: int) -> dict[int, int]:
+    return {offset + k: count for k, count in enumerate(counts) if count}
+
+
+def _merge_pairs(counts: Sequence[int], offset: int) -> tuple[Sequence[int], int]:
     """The same counts at half the resolution: buckets 2j−1 and 2j become bucket j."""
-    merged: dict[int, int] = {}
-    for index, count in buckets.items():
-        wider = (index + 1) >> 1  # ceil(index / 2)
-        merged[wider] = merged.get(wider, 0) + count
-    return merged
+    if not counts:
+        return counts, offset
+    wider = (offset + 1) >> 1  # ceil(index / 2)
+    merged = array("q", bytes(8 * (((offset + len(counts)) >> 1) - wider + 1)))
+    for k, count in enumerate(counts):
+        if count:
+            merged[((offset + k + 1) >> 1) - wider] += count
+    return merged, wider
 
 
-def spans_and_deltas(buckets: dict[int, int]) -> tuple[list[tuple[int, int]], list[int]]:
-    """The exposition form of sparse buckets: (offset, length) spans and count deltas.
+_RUN_OF_EMPTY = b"\0\0\0"
 
-    The first span's offset is the first index, later offsets the gap since the previous span;
-    each delta is a bucket's count minus the previous bucket's. Gaps of one or two empty buckets
-    are filled with zero counts instead of opening a span, as client_golang does (cheaper).
+
+def spans_and_deltas(counts: Sequence[int], offset: int = 0
+                     ) -> tuple[list[tuple[int, int]], list[int]]:
+    """The exposition form of dense buckets: (offset, length) spans and count deltas.
+
+    The first span's offset is the first populated index, later offsets the gap since the
+    previous span; each delta is a bucket's count minus the previous bucket's. Gaps of one or
+    two empty buckets stay inside a span as zero counts instead of opening a new one, as
+    client_golang does (cheaper).
     """
-    if not buckets:
+    populated = bytes(map(bool, counts))
+    first = populated.find(1)
+    if first < 0:
         return [], []
-    indexes = sorted(buckets)
-    counts = [buckets[i] for i in indexes]
-    steps = [b - a for a, b in pairwise(indexes)]  # 1: the next bucket is adjacent
-    if max(steps, default=1) == 1:
-        return [(indexes[0], len(indexes))], _deltas(counts)
-    spans: list[tuple[int, int]] = []
-    filled: list[int] = []  # the counts of every bucket the spans cover, empty ones as 0
-    offset, length, run_start = indexes[0], 0, 0
-    for k in [k for k, step in enumerate(steps) if step > 1]:  # a gap after bucket k
-        filled.extend(counts[run_start:k + 1])
-        length += k + 1 - run_start
-        empty = steps[k] - 1
-        if empty > 2:
-            spans.append((offset, length))
-            offset, length = empty, 0
-        else:
-            filled.extend([0] * empty)
-            length += empty
-        run_start = k + 1
-    filled.extend(counts[run_start:])
-    spans.append((offset, length + len(counts) - run_start))
-    return spans, _deltas(filled)
-
-
-def _deltas(counts: list[int]) -> list[int]:
-    """Each count minus the one before it (the first minus 0); this runs on across spans."""
-    return [c - p for c, p in zip(counts, [0, *counts[:-1]], strict=True)]
+    end = populated.rfind(1) + 1
+    gap = populated.find(_RUN_OF_EMPTY, first, end)
+    if gap < 0:  # one span (the common case)
+        covered = list(counts[first:end])
+        spans = [(offset + first, end - first)]
+    else:
+        spans, covered, start, span_offset = [], [], first, offset + first
+        while gap >= 0:
+            resume = populated.find(1, gap)
+            spans.append((span_offset, gap - start))
+            covered.extend(counts[start:gap])
+            span_offset, start = resume - gap, resume
+            gap = populated.find(_RUN_OF_EMPTY, start, end)
+        spans.append((span_offset, end - start))
+        covered.extend(counts[start:end])
+    return spans, [c - p for c, p in zip(covered, [0, *covered[:-1]], strict=True)]

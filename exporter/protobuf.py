@@ -202,8 +202,8 @@ def _sint_run(values: Iterable[int]) -> bytes:
     return b"".join(map(varint, zigzags))
 
 
-def _native_buckets(span_tag: int, delta_tag: int, buckets: dict[int, int]) -> bytes:
-    spans, deltas = spans_and_deltas(buckets)
+def _native_buckets(span_tag: int, delta_tag: int, counts: Sequence[int], offset: int) -> bytes:
+    spans, deltas = spans_and_deltas(counts, offset)
     # BucketSpan{offset, length}, both written even when 0 (valid, and one fixed shape).
     span_fields = b"".join([
         bytes((span_tag, 4, 0x08, zigzag, 0x10, length)) if zigzag < 128 and length < 128
@@ -232,11 +232,13 @@ def histogram(label_fields: bytes, count: int, total: float, *,
             out.append(bytes((_TAG_ZERO_THRESHOLD,)) + _double(native.zero_threshold))
         if native.zero_count:
             out.append(bytes((_TAG_ZERO_COUNT,)) + varint(native.zero_count))
-        if native.negative:
-            out.append(_native_buckets(_TAG_NEGATIVE_SPAN, _TAG_NEGATIVE_DELTA, native.negative))
-        if native.positive:
-            out.append(_native_buckets(_TAG_POSITIVE_SPAN, _TAG_POSITIVE_DELTA, native.positive))
-        elif not (native.zero_threshold or native.zero_count or native.negative):
+        if native.negative_counts:
+            out.append(_native_buckets(_TAG_NEGATIVE_SPAN, _TAG_NEGATIVE_DELTA,
+                                       native.negative_counts, native.negative_offset))
+        if native.positive_counts:
+            out.append(_native_buckets(_TAG_POSITIVE_SPAN, _TAG_POSITIVE_DELTA,
+                                       native.positive_counts, native.positive_offset))
+        elif not (native.zero_threshold or native.zero_count or native.negative_counts):
             # Nothing else would tell Prometheus that this histogram is native: a no-op span.
             out.append(_field(_TAG_POSITIVE_SPAN, b""))
         out.extend(_field(_TAG_EXEMPLARS, example) for example in native_exemplars)

@@ -16,6 +16,7 @@ from exporter.nativehist import (
     BOUNDS,
     DEFAULT_ZERO_THRESHOLD,
     MAX_SCHEMA,
+    MAX_WIDTH_FACTOR,
     MIN_SCHEMA,
     NativeBuckets,
     bucket_index,
@@ -123,7 +124,7 @@ def test_powers_of_two_close_their_bucket(schema):
 
 
 def test_zero_bucket_tiny_nan_and_inf():
-    buckets = NativeBuckets(schema=3)
+    buckets = NativeBuckets(schema=3, max_buckets=0)
     for value in (0.0, -0.0, 5e-324, DEFAULT_ZERO_THRESHOLD, -DEFAULT_ZERO_THRESHOLD):
         buckets.observe(value)
     assert buckets.zero_count == 5 and not buckets.positive and not buckets.negative
@@ -136,6 +137,7 @@ def test_zero_bucket_tiny_nan_and_inf():
     buckets.observe(-1.0)
     assert buckets.positive == {-1016: 1, 8193: 1}
     assert buckets.negative == {8193: 1, 0: 1}
+    assert buckets.schema == 3 and buckets.bucket_count() == 4
 
 
 def test_zero_threshold_zero_counts_only_zero():
@@ -177,6 +179,30 @@ def test_no_limit():
     assert buckets.schema == 8 and buckets.bucket_count() > 160
 
 
+def test_a_far_away_value_halves_the_resolution_instead_of_costing_megabytes():
+    """Two populated buckets 200 powers of two apart: within the bucket limit, but the dense
+    range is bounded too (MAX_WIDTH_FACTOR × the limit)."""
+    buckets = NativeBuckets(schema=8, max_buckets=160)
+    buckets.observe(1e-30)
+    buckets.observe(1e30)
+    limit, schema = 160 * MAX_WIDTH_FACTOR, buckets.schema
+    assert len(buckets.positive_counts) <= limit
+    assert bucket_index(1e30, schema + 1) - bucket_index(1e-30, schema + 1) + 1 > limit
+    assert buckets.positive == {bucket_index(1e-30, buckets.schema): 1,
+                                bucket_index(1e30, buckets.schema): 1}
+
+
+def test_dense_counts_grow_both_ways_and_keep_their_ends_populated():
+    buckets = NativeBuckets(schema=0, max_buckets=0)
+    for value in (4.0, 1.0, 64.0, 4.0):
+        buckets.observe(value)
+    assert list(buckets.positive_counts) == [1, 0, 2, 0, 0, 0, 1]
+    assert buckets.positive_offset == 0 and buckets.positive == {0: 1, 2: 2, 6: 1}
+    copy = buckets.snapshot()
+    buckets.observe(0.25)
+    assert copy.positive == {0: 1, 2: 2, 6: 1} and buckets.positive_offset == -2
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.floats(min_value=-1e6, max_value=1e6, allow_nan=False), max_size=200),
        st.integers(min_value=MIN_SCHEMA, max_value=MAX_SCHEMA), st.integers(1, 40))
@@ -205,12 +231,25 @@ SPAN_TABLE = [
 ]
 
 
+def dense(buckets: dict[int, int]) -> tuple[list[int], int]:
+    """{index: count} as dense counts and the index of the first."""
+    if not buckets:
+        return [], 0
+    low = min(buckets)
+    return [buckets.get(i, 0) for i in range(low, max(buckets) + 1)], low
+
+
 @pytest.mark.parametrize(("buckets", "spans", "deltas"), SPAN_TABLE)
 def test_spans_and_deltas_table(buckets, spans, deltas):
-    assert spans_and_deltas(buckets) == (spans, deltas)
+    assert spans_and_deltas(*dense(buckets)) == (spans, deltas)
 
 
 @settings(max_examples=300, deadline=None)
 @given(st.dictionaries(st.integers(-2000, 2000), st.integers(1, 10**12), max_size=60))
 def test_spans_and_deltas_decode_to_the_buckets(buckets):
-    assert expand_spans(*spans_and_deltas(buckets)) == buckets
+    assert expand_spans(*spans_and_deltas(*dense(buckets))) == buckets
+
+
+def test_spans_skip_empty_ends():
+    assert spans_and_deltas([0, 0, 3, 0, 0, 0, 1, 0], 10) == ([(12, 1), (3, 1)], [3, -2])
+    assert spans_and_deltas([0, 0], 5) == ([], [])
