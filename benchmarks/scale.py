@@ -83,11 +83,13 @@ def write_configs(folder: Path, series: int, interval: float, sim_port: int,
 
 # -- the daemon child -------------------------------------------------------------------------
 
-async def _child(config_path: str, listen: str, duration: float, out: str) -> None:
+async def _child(config_path: str, listen: str, duration: float, out: str,
+                 gc_thresholds: tuple[int, ...] = ()) -> None:
     """Run the real Daemon for `duration` seconds after start, keeping raw lag samples."""
     from exporter.config import load_config
     from exporter.daemon import Daemon
     from exporter.log import configure_logging
+    from exporter.scheduler import FIRST_PROBE_WINDOW
 
     configure_logging("error", "json")
     config = load_config(config_path)
@@ -98,8 +100,16 @@ async def _child(config_path: str, listen: str, duration: float, out: str) -> No
     results = Counter()
     observe_lag, record = daemon.metrics.observe_lag, daemon.metrics.record
 
+    late: list[tuple[float, float]] = []  # (when, lag) of probes that started > 10 ms late
+    steady: list[float] = []  # lags of probes after the first-probe window
+
     def keep_lag(seconds: float) -> None:
         lags.append(seconds)
+        now = time.perf_counter()
+        if now > steady_from:
+            steady.append(seconds)
+        if seconds > 0.01:
+            late.append((now, seconds))
         observe_lag(seconds)
 
     def keep_result(result: Any) -> None:
@@ -107,15 +117,21 @@ async def _child(config_path: str, listen: str, duration: float, out: str) -> No
         record(result)
 
     gc_pauses: list[float] = []
+    gc_times: list[float] = []
     gc_started = [0.0]
 
-    def on_gc(phase: str, info: dict[str, Any]) -> None:  # how long full collections stop us
-        if info.get("generation") != 2:
-            return
+    young_slow: list[tuple[float, float, int]] = []  # young collections > 5 ms: when, s, gen
+
+    def on_gc(phase: str, info: dict[str, Any]) -> None:  # how long collections stop us
         if phase == "start":
             gc_started[0] = time.perf_counter()
-        else:
-            gc_pauses.append(time.perf_counter() - gc_started[0])
+            return
+        spent = time.perf_counter() - gc_started[0]
+        if info.get("generation") == 2:
+            gc_pauses.append(spent)
+            gc_times.append(gc_started[0])
+        elif spent > 0.005:
+            young_slow.append((gc_started[0], spent, info.get("generation", 0)))
 
     gc.callbacks.append(on_gc)
     daemon.metrics.observe_lag = keep_lag  # type: ignore[method-assign]
@@ -129,7 +145,12 @@ async def _child(config_path: str, listen: str, duration: float, out: str) -> No
             loop_lags.append(max(0.0, loop.time() - planned))
 
     started = time.perf_counter()
+    # Every series probes once within min(interval, 10 s) of start: 5,000 series make a burst
+    # of 500 probes/s. Lags after that window (and 2 s more) are the steady state.
+    steady_from = started + min(config.global_.interval, FIRST_PROBE_WINDOW) + 2.0
     await daemon.start(config)
+    if gc_thresholds:
+        gc.set_threshold(*gc_thresholds)
     start_seconds = time.perf_counter() - started
     print("READY", flush=True)
     watcher = asyncio.create_task(watch_loop())
@@ -138,6 +159,7 @@ async def _child(config_path: str, listen: str, duration: float, out: str) -> No
     elapsed = time.perf_counter() - t0
     watcher.cancel()
     snapshot = {"lags": lags, "loop_lags": loop_lags, "results": dict(results),
+                "late": late, "gc_times": gc_times, "steady": steady, "young_gc": young_slow,
                 "gc_pauses": gc_pauses,
                 "elapsed": elapsed, "start_seconds": start_seconds}
     await asyncio.to_thread(Path(out).write_text, json.dumps(snapshot))
@@ -259,7 +281,8 @@ async def run_level(series: int, tree: Path, args: argparse.Namespace) -> dict[s
         # the child from this tree.
         child = await asyncio.create_subprocess_exec(
             sys.executable, __file__, "--child", str(config), f"127.0.0.1:{port}",
-            str(args.duration), str(out), stdout=asyncio.subprocess.PIPE, cwd=folder,
+            str(args.duration), str(out), args.gc_threshold, stdout=asyncio.subprocess.PIPE,
+            cwd=folder,
             env={**os.environ, "PYTHONPATH": f"{tree}{os.pathsep}{ROOT}"})
         try:
             assert child.stdout is not None
@@ -270,6 +293,7 @@ async def run_level(series: int, tree: Path, args: argparse.Namespace) -> dict[s
             cpu0, wall0 = proc.cpu(), time.perf_counter()
             rss: list[int] = []
             scrapes: list[tuple[float, int]] = []
+            scrape_times: list[float] = []
             last_body = b""
             url = f"http://127.0.0.1:{port}/metrics"
             async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120)) as s:
@@ -278,8 +302,10 @@ async def run_level(series: int, tree: Path, args: argparse.Namespace) -> dict[s
                     rss.append(proc.memory())
                     if args.scrape_every and time.perf_counter() >= next_scrape:
                         next_scrape = time.perf_counter() + args.scrape_every
+                        started = time.perf_counter()
                         spent, sent, last_body = await scrape(s, url, args.format, args.gzip)
                         scrapes.append((spent, sent))
+                        scrape_times.append(started)
                     await asyncio.sleep(1.0)
                 _, gzip_size, final = await scrape(s, url, args.format, gzip_ok=True)
             cpu1, wall1 = proc.cpu(), time.perf_counter()
@@ -294,7 +320,13 @@ async def run_level(series: int, tree: Path, args: argparse.Namespace) -> dict[s
     return {
         "series": series, "interval": interval, "lags": data["lags"],
         "loop_lags": data["loop_lags"], "results": data["results"],
-        "gc_pauses": data["gc_pauses"],
+        "gc_pauses": data["gc_pauses"], "steady": data["steady"],
+        "young_gc": data["young_gc"],
+        "events": {"late": data["late"], "gc": list(zip(data["gc_times"], data["gc_pauses"],
+                                                        strict=True)),
+                   "young_gc": data["young_gc"],
+                   "scrapes": [(t, spent) for t, (spent, _) in zip(scrape_times, scrapes,
+                                                                    strict=True)]},
         "probes_per_s": finished / data["elapsed"], "cpu": (cpu1 - cpu0) / (wall1 - wall0),
         "rss_max": max(rss), "rss_end": rss[-1], "rss_peak": peak, "scrapes": scrapes,
         "size": len(last_body or final), "gzip_size": gzip_size, "sizes": sizes,
@@ -334,27 +366,35 @@ async def scale(args: argparse.Namespace) -> None:
                 levels.append(level)
                 print(f"{series} series, {name} done ({machine_line()}): {level['results']}",
                       flush=True)
+    if args.events:
+        args.events.write_text(json.dumps([{"tree": lv["tree"], "series": lv["series"],
+                                            **lv["events"]} for lv in levels]))
     rows = []
     for lv in levels:
-        times = [t for t, _ in lv["scrapes"]]
+        first, times = (lv["scrapes"][0][0], [t for t, _ in lv["scrapes"][1:]]) if lv[
+            "scrapes"] else (None, [])
+        young = [seconds for _, seconds, _ in lv["young_gc"]]
         rows.append([
             *([lv["tree"]] if len(trees) > 1 else []),
             lv["series"], f"{lv['probes_per_s']:.1f}", ms(pct(lv["lags"], 50), 2),
             ms(pct(lv["lags"], 99), 2), ms(max(lv["lags"], default=None), 1),
+            ms(pct(lv["steady"], 99), 2), ms(max(lv["steady"], default=None), 1),
             ms(pct(lv["loop_lags"], 99), 2), ms(max(lv["loop_lags"], default=None), 1),
             f"{len(lv['gc_pauses'])} / {ms(max(lv['gc_pauses'], default=None), 0)}",
+            f"{len(young)} / {ms(max(young, default=None), 0)}",
             f"{lv['cpu'] * 100:.0f}%", f"{lv['rss_max'] / 2**20:.0f}",
             f"{lv['rss_peak'] / 2**20:.0f}",
-            ms(pct(times, 50), 0) if times else "–", ms(pct(times, 95), 0) if times else "–",
-            ms(max(times, default=None), 0),
+            ms(first, 0), ms(pct(times, 50), 0) if times else "–",
+            ms(pct(times, 95), 0) if times else "–", ms(max(times, default=None), 0),
             f"{lv['size'] / 2**20:.1f}", f"{lv['size'] / lv['series'] / 1024:.1f}",
             f"{lv['gzip_size'] / 2**20:.2f}", f"{lv['start_seconds']:.1f}",
         ])
     print()
     print(table([*(["tree"] if len(trees) > 1 else []), "series", "probes/s",
-                 "sched lag p50 ms", "p99", "max", "loop lag p99 ms", "max",
-                 "full GCs / max ms", "CPU", "RSS MiB", "peak", "scrape p50 ms", "p95", "max",
-                 "/metrics MiB", "KiB / series", "gzip MiB", "start s"], rows))
+                 "sched lag p50 ms", "p99", "max", "steady p99", "max", "loop lag p99 ms",
+                 "max", "full GCs / max ms", "young GCs > 5 ms / max", "CPU", "RSS MiB",
+                 "peak", "first scrape ms", "then p50", "p95", "max", "/metrics MiB",
+                 "KiB / series", "gzip MiB", "start s"], rows))
     last = levels[-1]
     unit = "Metric records" if args.format == "protobuf" else "samples"
     print(f"\n## What the /metrics page of {last['series']} series is made of "
@@ -367,12 +407,14 @@ async def scale(args: argparse.Namespace) -> None:
     for lv in levels:
         if lv["series"] == 5000 or lv["series"] == last["series"]:
             p99 = pct(lv["lags"], 99) or 0.0
-            p95 = pct([t for t, _ in lv["scrapes"]], 95)
+            steady = pct(lv["steady"], 99) or 0.0
+            p95 = pct([t for t, _ in lv["scrapes"][1:]], 95)
             print(f"{lv['tree']}, {lv['series']} series: scheduler lag p99 < 20 ms: "
-                  f"{'met' if p99 < 0.02 else 'MISSED'} ({p99 * 1000:.2f} ms); "
+                  f"{'met' if p99 < 0.02 else 'MISSED'} ({p99 * 1000:.2f} ms; after the "
+                  f"first-probe window {steady * 1000:.2f} ms); "
                   f"RSS < 200 MB: {'met' if lv['rss_max'] < 200e6 else 'MISSED'} "
                   f"({lv['rss_max'] / 1e6:.0f} MB, peak {lv['rss_peak'] / 1e6:.0f} MB); "
-                  "/metrics scrape p95 < 300 ms: "
+                  "/metrics scrape p95 (after the first) < 300 ms: "
                   + ("–" if p95 is None else
                      f"{'met' if p95 < 0.3 else 'MISSED'} ({p95 * 1000:.0f} ms)"))
 
@@ -381,8 +423,9 @@ def main(argv: list[str] | None = None) -> None:
     """Command line entry point."""
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--child"]:
-        _, config, listen, duration, out = argv
-        asyncio.run(_child(config, listen, float(duration), out))
+        _, config, listen, duration, out, thresholds = argv
+        asyncio.run(_child(config, listen, float(duration), out,
+                           tuple(int(t) for t in thresholds.split(",") if t)))
         return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--series", default="1000,5000")
@@ -399,6 +442,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=1, help="runs per level and tree")
     parser.add_argument("--tree", action="append", default=[], metavar="NAME=DIR",
                         help="also run the daemon from this source tree (A/B)")
+    parser.add_argument("--gc-threshold", metavar="G0,G1,G2", default="",
+                        help="gc.set_threshold in the daemon after its start (A/B of the "
+                             "daemon's own setting)")
+    parser.add_argument("--events", type=Path, metavar="FILE",
+                        help="write when probes started late, collections and scrapes ran "
+                             "(JSON, on the monotonic clock) per level to FILE")
     parser.add_argument("--smoke", action="store_true", help="tiny CI run (seconds)")
     args = parser.parse_args(argv)
     if args.smoke:

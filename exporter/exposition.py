@@ -1,23 +1,36 @@
 """Per-series probe metrics with an incremental renderer.
 
-With thousands of series the probe families dominate the page (~200 lines per series), and
-prometheus_client's generic renderer takes ~10 µs a line: 5,000 series would cost ~10 s per
-scrape. Here each series keeps its values in plain lists and its rendered lines in a cache that
-is rebuilt only after that series recorded something, so a scrape mostly joins cached text.
+With thousands of series the probe families dominate the page (~200 lines or ~40 protobuf
+records per series), and prometheus_client's generic renderer takes ~10 µs a line: 5,000 series
+would cost ~10 s per scrape. Here each series keeps its values compactly (histogram counts in
+arrays, see `nativehist`) and, per exposition format, its rendered bytes of every family, rebuilt
+only after that series recorded something; a scrape mostly joins cached bytes.
+
+Caches cost memory (a series' protobuf records are ~4.5 KiB, its text ~15 KiB), so a format's
+caches exist only while that format is scraped: built at its first render, dropped from every
+series when it has not been rendered for CACHE_IDLE seconds (or IDLE_GAPS times its usual
+scrape interval, if longer). A server scraped only in protobuf keeps no text.
+
+Between scrapes, a refresher thread re-renders the series that recorded something into the
+caches of the formats being scraped (every REFRESH_MIN…REFRESH_MAX seconds, a tenth of the
+scrape interval): re-encoding a series costs 100–250 µs, and with thousands of series a third of
+them change between two scrapes, which would make each scrape wait for ~0.5 s of encoding. Spread
+out, the same work leaves a scrape only the last second's changes, and holds the GIL in short
+stretches instead of one long one. The thread ends when no format is scraped any more.
 
 `ProbeCollector` is also a regular prometheus_client collector: `collect()` yields standard
 metric families, so `registry.get_sample_value`, `name[]` filtering and the library's own
 renderers see exactly the same values (a test compares both renderings line by line).
 
 Every histogram child also keeps native (exponential) buckets, filled at record time, for the
-protobuf exposition (`render_protobuf`), which is cached per series the same way.
+protobuf exposition (`protobuf_chunks`), which is cached per series the same way.
 
 Threads. Only the probing event loop writes values (`create`, `remove`, `observe`, `inc`,
 `set`); renders run in worker threads while it does, without a lock and without copying the
 whole state first. What makes that safe under CPython's GIL:
-- a render takes each container's items in one C-level call (`list(d.items())`,
-  `list.copy()`), which no other thread interrupts; no container changes size while it is
-  iterated, and a child removed meanwhile is simply rendered one last time;
+- a render takes each container's items in one C-level call (`list(d.items())`, an array
+  slice), which no other thread interrupts; no container changes size while it is iterated,
+  and a child removed meanwhile is simply rendered one last time;
 - counts are ints and floats read one at a time: a text render that overlaps an observation
   may include it in some buckets and not in others, but computes `_count` from the same pass
   as `+Inf`, so every page is a valid histogram (monotonic buckets, `_count` = `+Inf`); the
@@ -26,8 +39,8 @@ whole state first. What makes that safe under CPython's GIL:
   between two observations (`_Histogram.writing`, a sequence counter);
 - the version is read before rendering and a cache entry is stored under it, so a write during
   a render leaves the entry stale and the next scrape renders again;
-- render threads write only caches (one dict item per format and family), each a single
-  atomic assignment.
+- render threads write only caches (one list item or attribute per series), each a single
+  atomic assignment; two renders of one format at once may both fill an entry, either is right.
 A test renders in threads while the loop records and checks every page.
 """
 
@@ -36,9 +49,12 @@ from __future__ import annotations
 import bisect
 import functools
 import math
+import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from array import array
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from enum import IntEnum
 
 from prometheus_client.metrics_core import (
     CounterMetricFamily,
@@ -66,6 +82,26 @@ _PROTO_TYPES = {MetricType.COUNTER: protobuf.MetricType.COUNTER,
                 MetricType.HISTOGRAM: protobuf.MetricType.HISTOGRAM}
 _HISTOGRAM, _COUNTER = MetricType.HISTOGRAM, MetricType.COUNTER
 Child = tuple[Family, str | None]  # a family and the value of its extra label
+ExemplarValue = tuple[str, float, float]  # response id, observed value, unix time
+SeriesKey = tuple[str, str, str]
+# A format's caches are dropped when it was not rendered for this long (seconds), or for
+# IDLE_GAPS times the time between its last two renders, whichever is longer.
+CACHE_IDLE = 120.0
+IDLE_GAPS = 3.0
+# Seconds between two refreshes of the caches: a tenth of the scrape interval, within these.
+REFRESH_MIN, REFRESH_MAX = 0.5, 2.0
+
+
+class Format(IntEnum):
+    """The renderings a series caches (the value is its slot in the series' cache list)."""
+
+    TEXT = 0
+    OPENMETRICS = 1
+    PROTOBUF = 2  # classic buckets kept
+    PROTOBUF_NATIVE = 3  # native buckets only
+
+
+_TEXT_FORMATS = (Format.TEXT, Format.OPENMETRICS)
 
 
 def _escape(value: str) -> str:
@@ -85,61 +121,65 @@ DEFAULT_NATIVE = NativeSettings()
 
 @dataclass(slots=True)
 class _Histogram:
-    counts: list[int]  # per bucket (not cumulative); the last is +Inf
+    counts: array[int]  # per bucket (not cumulative); the last is +Inf
     native: NativeBuckets
     total: float = 0.0
-    exemplars: list[tuple[str, float, float] | None] = field(default_factory=list)
+    # The latest exemplar per bucket, for the families that have them (else None).
+    exemplars: list[ExemplarValue | None] | None = None
     # Odd while an observation is half written. Renders run in a worker thread and the
     # protobuf page must not show a count that disagrees with its buckets (Prometheus rejects
     # such a native histogram), so they copy a histogram only while this is even and unchanged.
     writing: int = 0
 
-    def snapshot(self) -> tuple[list[int], float, NativeBuckets,
-                                list[tuple[str, float, float] | None]]:
+    def snapshot(self) -> tuple[array[int], float, NativeBuckets,
+                                list[ExemplarValue | None] | None]:
         """Counts, sum, native buckets and exemplars from one moment (call off the loop)."""
         while True:
             mark = self.writing
             if not mark & 1:
-                copy = (self.counts.copy(), self.total, self.native.snapshot(),
-                        self.exemplars.copy())
+                exemplars = self.exemplars
+                copy = (self.counts[:], self.total, self.native.snapshot(),
+                        None if exemplars is None else exemplars.copy())
                 if self.writing == mark:
                     return copy
             time.sleep(0)  # let the loop finish that observation
 
 
 class SeriesValues:
-    """The values of one probe series and its cached rendering."""
+    """The values of one probe series and its cached renderings."""
 
-    __slots__ = ("_cache", "_families", "_native", "_prefix_cache", "_proto_exemplar_cache",
-                 "_proto_labels", "histograms", "label_items", "scalars", "version")
+    __slots__ = ("_cache", "_children", "_families", "_native", "_proto_pairs", "_text_pairs",
+                 "histograms", "label_items", "scalars", "version")
 
     def __init__(self, label_items: Sequence[tuple[str, str]],
-                 families: dict[Family, FamilySpec], native: NativeSettings = DEFAULT_NATIVE
-                 ) -> None:
+                 families: dict[Family, FamilySpec], native: NativeSettings = DEFAULT_NATIVE,
+                 children: dict[Child, Child] | None = None) -> None:
         self.label_items = tuple(label_items)
         self._families = families
         self._native = native
+        self._children = {} if children is None else children  # one key object per child
         self.histograms: dict[Child, _Histogram] = {}
         self.scalars: dict[Child, float] = {}
         self.version = 0
-        self._cache: dict[tuple[str, Family], tuple[int, bytes]] = {}
-        self._prefix_cache: dict[Child, tuple[str, ...]] = {}
-        self._proto_labels: dict[Child, bytes] = {}
-        self._proto_exemplar_cache: dict[Child, dict[tuple[str, float, float], bytes]] = {}
+        # Per Format: (version, bytes of every family in `families` order), built by renders.
+        self._cache: list[tuple[int, tuple[bytes, ...]] | None] | None = None
+        self._proto_pairs: tuple[tuple[str, bytes], ...] | None = None
+        self._text_pairs: tuple[tuple[str, str], ...] | None = None
 
     def create(self, family: Family, extra: str | None = None) -> None:
         """Make a child exist (value 0) before anything is recorded."""
+        key = self._children.setdefault((family, extra), (family, extra))
         spec = self._families[family]
         if spec.type is _HISTOGRAM:
-            if (family, extra) in self.histograms:
+            if key in self.histograms:
                 return
-            n = len(spec.buckets) + 1
             native = NativeBuckets(self._native.schema, self._native.max_buckets)
-            self.histograms[(family, extra)] = _Histogram([0] * n, native, 0.0, [None] * n)
-        elif (family, extra) in self.scalars:
+            self.histograms[key] = _Histogram(array("q", bytes(8 * (len(spec.buckets) + 1))),
+                                              native)
+        elif key in self.scalars:
             return
         else:
-            self.scalars[(family, extra)] = 0.0
+            self.scalars[key] = 0.0
         self.version += 1
 
     def remove(self, family: Family, extra: str | None = None) -> None:
@@ -159,6 +199,8 @@ class SeriesValues:
         hist.native.observe(value)
         hist.total += value
         if exemplar is not None:
+            if hist.exemplars is None:
+                hist.exemplars = [None] * len(hist.counts)
             hist.exemplars[index] = (exemplar, value, time.time())
         hist.writing += 1
         self.version += 1
@@ -184,7 +226,8 @@ class SeriesValues:
 
     def set(self, family: Family, value: float, extra: str | None = None) -> None:
         """Set a gauge child (creating it if needed)."""
-        self.scalars[(family, extra)] = value
+        key = self._children.setdefault((family, extra), (family, extra))
+        self.scalars[key] = value
         self.version += 1
 
     def get(self, family: Family, extra: str | None = None) -> float | None:
@@ -193,118 +236,152 @@ class SeriesValues:
 
     # -- rendering ------------------------------------------------------------------------
 
-    def render(self, spec: FamilySpec, openmetrics: bool) -> bytes:
-        """This series' lines of one family, from the cache unless something changed."""
-        key = ("openmetrics" if openmetrics else "text", spec.key)
-        cached = self._cache.get(key)
+    def rendered(self, fmt: Format, specs: Sequence[FamilySpec]) -> tuple[bytes, ...]:
+        """This series' bytes of every family in `specs` (the collector's, in its order) in
+        one format, from the cache unless the series changed since it was built."""
+        cache = self._cache
         version = self.version
-        if cached is not None and cached[0] == version:
-            return cached[1]
-        text = self._render(spec, openmetrics).encode()
-        self._cache[key] = (version, text)
-        return text
-
-    def render_protobuf(self, spec: FamilySpec, classic: bool = True) -> bytes:
-        """This series' metric records of one family (protobuf), cached like `render`."""
-        key = ("protobuf" if classic else "protobuf-native", spec.key)
-        cached = self._cache.get(key)
-        version = self.version
-        if cached is not None and cached[0] == version:
-            return cached[1]
-        records = self._render_protobuf(spec, classic)
-        self._cache[key] = (version, records)
-        return records
-
-    def _render_protobuf(self, spec: FamilySpec, classic: bool) -> bytes:
-        records: list[bytes] = []
-        if spec.type is _HISTOGRAM:
-            layout = _classic_buckets(spec.buckets) if classic else None
-            for (family, extra), hist in list(self.histograms.items()):
-                if family is not spec.key:
-                    continue
-                counts, total, native, exemplars = hist.snapshot()
-                examples = self._proto_exemplars(family, extra, exemplars)
-                records.append(protobuf.histogram(
-                    self._proto_label_fields(spec, extra), sum(counts), total,
-                    classic=layout, counts=counts, exemplars=examples if classic else (),
-                    native=native,
-                    native_exemplars=() if classic else [e for e in examples if e is not None]))
+        if cache is None:
+            cache = self._cache = [None] * len(Format)
         else:
-            encode = protobuf.counter if spec.type is _COUNTER else protobuf.gauge
-            for (family, extra), value in list(self.scalars.items()):
-                if family is spec.key:
-                    records.append(encode(self._proto_label_fields(spec, extra), value))
-        return b"".join(records)
+            entry = cache[fmt]
+            if entry is not None and entry[0] == version:
+                return entry[1]
+        if fmt in _TEXT_FORMATS:
+            pieces = self._render_text(specs, fmt is Format.OPENMETRICS)
+        else:
+            pieces = self._render_protobuf(specs, fmt is Format.PROTOBUF)
+        cache[fmt] = (version, pieces)
+        return pieces
 
-    def _proto_exemplars(self, family: Family, extra: str | None,
-                         exemplars: list[tuple[str, float, float] | None]) -> list[bytes | None]:
-        """Encoded exemplars per bucket, reusing last render's encoding of unchanged ones."""
-        if not any(exemplars):
-            return []
-        previous = self._proto_exemplar_cache.get((family, extra), {})
-        current = {e: previous.get(e) or protobuf.exemplar((("response_id", e[0]),), e[1], e[2])
-                   for e in exemplars if e is not None}
-        self._proto_exemplar_cache[(family, extra)] = current
-        return [None if e is None else current[e] for e in exemplars]
+    def forget(self, fmt: Format) -> None:
+        """Drop the cache of one format (it is not scraped any more)."""
+        cache = self._cache
+        if cache is not None:
+            cache[fmt] = None
+            if fmt in _TEXT_FORMATS and not any(cache[f] for f in _TEXT_FORMATS):
+                self._text_pairs = None
+            if fmt not in _TEXT_FORMATS and not any(
+                    cache[f] for f in Format if f not in _TEXT_FORMATS):
+                self._proto_pairs = None
 
-    def _proto_label_fields(self, spec: FamilySpec, extra: str | None) -> bytes:
-        """A child's encoded label pairs; labels never change, so built once."""
-        key = (spec.key, extra)
-        fields = self._proto_labels.get(key)
-        if fields is None:
-            fields = self._proto_labels[key] = protobuf.labels(self._items(spec, extra))
-        return fields
+    def _by_family(self) -> tuple[dict[Family, list[tuple[str | None, _Histogram]]],
+                                  dict[Family, list[tuple[str | None, float]]]]:
+        """The children grouped by family, each family in creation order (one pass)."""
+        histograms: dict[Family, list[tuple[str | None, _Histogram]]] = {}
+        for (family, extra), hist in list(self.histograms.items()):
+            histograms.setdefault(family, []).append((extra, hist))
+        scalars: dict[Family, list[tuple[str | None, float]]] = {}
+        for (family, extra), value in list(self.scalars.items()):
+            scalars.setdefault(family, []).append((extra, value))
+        return histograms, scalars
 
-    def _items(self, spec: FamilySpec, extra: str | None) -> list[tuple[str, str]]:
+    def _render_protobuf(self, specs: Sequence[FamilySpec], classic: bool
+                         ) -> tuple[bytes, ...]:
+        histograms, scalars = self._by_family()
+        pairs = self._proto_pairs
+        if pairs is None:
+            pairs = self._proto_pairs = tuple(
+                (name, protobuf.labels(((name, value),)))
+                for name, value in sorted(self.label_items))
+        names = [name for name, _ in pairs]
+        out: list[bytes] = []
+        for spec in specs:
+            records: list[bytes] = []
+            # Label pairs sorted by name, as Prometheus writes them: the extra label's pair
+            # goes between these two runs.
+            split = len(pairs) if spec.label is None else bisect.bisect_left(names, spec.label)
+            before = b"".join([encoded for _, encoded in pairs[:split]])
+            after = b"".join([encoded for _, encoded in pairs[split:]])
+            label = spec.label
+            if spec.type is _HISTOGRAM:
+                layout = _classic_buckets(spec.buckets) if classic else None
+                for extra, hist in histograms.get(spec.key, ()):
+                    counts, total, native, exemplars = hist.snapshot()
+                    examples = _proto_exemplars(exemplars)
+                    records.append(protobuf.histogram(
+                        before + after if extra is None or label is None
+                        else before + _proto_pair(label, extra) + after,
+                        sum(counts), total, classic=layout, counts=counts,
+                        exemplars=examples if classic else (), native=native,
+                        native_exemplars=() if classic else
+                        [e for e in examples if e is not None]))
+            else:
+                encode = protobuf.counter if spec.type is _COUNTER else protobuf.gauge
+                for extra, value in scalars.get(spec.key, ()):
+                    records.append(encode(
+                        before + after if extra is None or label is None
+                        else before + _proto_pair(label, extra) + after, value))
+            out.append(b"".join(records))
+        return tuple(out)
+
+    def _label_texts(self, spec: FamilySpec, extra: str | None) -> list[tuple[str, str]]:
+        """A child's `name="value"` pairs, sorted by name."""
+        pairs = self._text_pairs
+        if pairs is None:
+            pairs = self._text_pairs = tuple(
+                (name, f'{name}="{_escape(value)}"') for name, value in sorted(self.label_items))
         if extra is None or spec.label is None:
-            return sorted(self.label_items)
-        return sorted((*self.label_items, (spec.label, extra)))
+            return list(pairs)
+        return sorted([*pairs, (spec.label, f'{spec.label}="{_escape(extra)}"')])
 
-    def _prefixes(self, spec: FamilySpec, extra: str | None) -> tuple[str, ...]:
-        """Everything of each line but the value; labels never change, so built once."""
-        key = (spec.key, extra)
-        cached = self._prefix_cache.get(key)
-        if cached is not None:
-            return cached
-        items = self._items(spec, extra)
-        labels = ",".join(f'{k}="{_escape(v)}"' for k, v in items)
-        if spec.type is _HISTOGRAM:
-            # Labels in sorted order with `le` among them, as prometheus_client writes them.
-            before = "".join(f'{k}="{_escape(v)}",' for k, v in items if k < "le")
-            after = "".join(f',{k}="{_escape(v)}"' for k, v in items if k > "le")
-            edges = [*map(floatToGoString, spec.buckets), "+Inf"]
-            prefixes = (*(f'{spec.name}_bucket{{{before}le="{edge}"{after}}} ' for edge in edges),
-                        f"{spec.name}_count{{{labels}}} ", f"{spec.name}_sum{{{labels}}} ")
-        else:
-            suffix = "_total" if spec.type is _COUNTER else ""
-            prefixes = (f"{spec.name}{suffix}{{{labels}}} ",)
-        self._prefix_cache[key] = prefixes
-        return prefixes
-
-    def _render(self, spec: FamilySpec, openmetrics: bool) -> str:
-        lines: list[str] = []
+    def _render_text(self, specs: Sequence[FamilySpec], openmetrics: bool
+                     ) -> tuple[bytes, ...]:
+        histograms, scalars = self._by_family()
         fmt = floatToGoString
-        if spec.type is _HISTOGRAM:
-            for (family, extra), hist in list(self.histograms.items()):
-                if family is not spec.key:
-                    continue
-                prefixes = self._prefixes(spec, extra)
-                cumulative = 0
-                for prefix, count, exemplar in zip(prefixes, hist.counts, hist.exemplars,
-                                                   strict=False):
-                    cumulative += count
-                    line = prefix + _count(cumulative)
-                    if openmetrics and exemplar is not None:
-                        ident, value, stamp = exemplar
-                        line += f' # {{response_id="{_escape(ident)}"}} {fmt(value)} {stamp}'
-                    lines.append(line)
-                lines.append(prefixes[-2] + _count(cumulative))
-                lines.append(prefixes[-1] + fmt(hist.total))
-        else:
-            for (family, extra), value in list(self.scalars.items()):
-                if family is spec.key:
-                    lines.append(self._prefixes(spec, extra)[0] + fmt(value))
-        return "\n".join(lines) + "\n" if lines else ""
+        out: list[bytes] = []
+        for spec in specs:
+            lines: list[str] = []
+            if spec.type is _HISTOGRAM:
+                edges = _edge_texts(spec.buckets)
+                for extra, hist in histograms.get(spec.key, ()):
+                    pairs = self._label_texts(spec, extra)
+                    labels = ",".join([text for _, text in pairs])
+                    # Labels in sorted order with `le` among them, as prometheus_client writes.
+                    before = "".join([text + "," for name, text in pairs if name < "le"])
+                    after = "".join(["," + text for name, text in pairs if name > "le"])
+                    head, tail = f"{spec.name}_bucket{{{before}le=\"", f"\"{after}}} "
+                    exemplars = hist.exemplars
+                    cumulative = 0
+                    for k, (edge, count) in enumerate(zip(edges, hist.counts, strict=True)):
+                        cumulative += count
+                        line = head + edge + tail + _count(cumulative)
+                        if openmetrics and exemplars is not None and (
+                                exemplar := exemplars[k]) is not None:
+                            ident, value, stamp = exemplar
+                            line += f' # {{response_id="{_escape(ident)}"}} {fmt(value)} {stamp}'
+                        lines.append(line)
+                    lines.append(f"{spec.name}_count{{{labels}}} {_count(cumulative)}")
+                    lines.append(f"{spec.name}_sum{{{labels}}} {fmt(hist.total)}")
+            else:
+                name = spec.name + "_total" if spec.type is _COUNTER else spec.name
+                for extra, value in scalars.get(spec.key, ()):
+                    labels = ",".join([text for _, text in self._label_texts(spec, extra)])
+                    lines.append(f"{name}{{{labels}}} {fmt(value)}")
+            out.append(("\n".join(lines) + "\n").encode() if lines else b"")
+        return tuple(out)
+
+
+def _proto_exemplars(exemplars: list[ExemplarValue | None] | None) -> list[bytes | None]:
+    """Encoded exemplars per bucket ([] when there are none)."""
+    if not exemplars or not any(exemplars):
+        return []
+    return [None if e is None else _proto_exemplar(*e) for e in exemplars]
+
+
+def _proto_exemplar(ident: str, value: float, stamp: float) -> bytes:
+    return protobuf.exemplar((("response_id", ident),), value, stamp)
+
+
+@functools.lru_cache(maxsize=4096)
+def _proto_pair(name: str, value: str) -> bytes:
+    """One encoded label pair of an extra label (a few fixed values per family)."""
+    return protobuf.labels(((name, value),))
+
+
+@functools.cache
+def _edge_texts(edges: tuple[float, ...]) -> tuple[str, ...]:
+    return (*map(floatToGoString, edges), "+Inf")
 
 
 @functools.cache
@@ -316,40 +393,108 @@ class ProbeCollector:
     """The probe families of every series: a collector with a fast, incremental renderer."""
 
     def __init__(self, families: Iterable[FamilySpec],
-                 native: NativeSettings = DEFAULT_NATIVE) -> None:
+                 native: NativeSettings = DEFAULT_NATIVE,
+                 clock: Callable[[], float] = time.monotonic, refresh: bool = True) -> None:
         self.families = {f.key: f for f in families}
+        self._specs = tuple(self.families.values())
         self.native = native
-        self.series: dict[tuple[str, str, str], SeriesValues] = {}
+        self.series: dict[SeriesKey, SeriesValues] = {}
+        self._children: dict[Child, Child] = {}
+        self._clock = clock
+        self._rendered_at: dict[Format, float] = {}  # the formats being scraped
+        self._gaps: dict[Format, float] = {}
+        self._refresh = refresh
+        self._refresher: threading.Thread | None = None
+        self._refresher_lock = threading.Lock()
 
-    def add(self, key: tuple[str, str, str], labels: Sequence[tuple[str, str]]) -> SeriesValues:
+    def add(self, key: SeriesKey, labels: Sequence[tuple[str, str]]) -> SeriesValues:
         """Register a series with its label pairs."""
-        values = self.series[key] = SeriesValues(labels, self.families, self.native)
+        values = self.series[key] = SeriesValues(labels, self.families, self.native,
+                                                 self._children)
         return values
 
-    def remove(self, key: tuple[str, str, str]) -> None:
+    def remove(self, key: SeriesKey) -> None:
         """Forget a series."""
         self.series.pop(key, None)
 
-    def render(self, openmetrics: bool = False) -> bytes:
-        """The exposition text of every probe family (without OpenMetrics' `# EOF`)."""
+    def _rendering(self, fmt: Format) -> list[tuple[bytes, ...]]:
+        """Every series' pieces in one format (a render: the format is being scraped)."""
+        now = self._clock()
+        last = self._rendered_at.get(fmt)
+        if last is not None:
+            self._gaps[fmt] = now - last
+        self._rendered_at[fmt] = now
+        self._drop_idle(now)
+        if self._refresh:
+            self._start_refresher()
+        specs = self._specs
+        return [s.rendered(fmt, specs) for s in list(self.series.values())]
+
+    def _drop_idle(self, now: float) -> None:
+        """Drop the caches of the formats that are not scraped any more."""
+        for fmt, at in list(self._rendered_at.items()):
+            if now - at > max(CACHE_IDLE, IDLE_GAPS * self._gaps.get(fmt, 0.0)):
+                self._rendered_at.pop(fmt, None)
+                self._gaps.pop(fmt, None)
+                for series in list(self.series.values()):
+                    series.forget(fmt)
+
+    def _start_refresher(self) -> None:
+        with self._refresher_lock:
+            if self._refresher is None:
+                self._refresher = threading.Thread(target=self._refresh_caches, daemon=True,
+                                                   name="metrics-refresh")
+                self._refresher.start()
+
+    def _refresh_caches(self) -> None:
+        """Re-render changed series into the caches of the scraped formats, until none is."""
+        while True:
+            gap = min(list(self._gaps.values()), default=REFRESH_MAX * 10)
+            time.sleep(min(max(gap / 10, REFRESH_MIN), REFRESH_MAX))
+            self._drop_idle(self._clock())
+            with self._refresher_lock:
+                formats = list(self._rendered_at)
+                if not formats:
+                    self._refresher = None
+                    return
+            for fmt in formats:
+                for series in list(self.series.values()):
+                    if fmt not in self._rendered_at:  # dropped meanwhile: keep it dropped
+                        break
+                    series.rendered(fmt, self._specs)
+
+    def text_chunks(self, openmetrics: bool = False) -> list[bytes]:
+        """The exposition text of every probe family (without OpenMetrics' `# EOF`), in
+        pieces to join or write one after another."""
+        per_series = self._rendering(Format.OPENMETRICS if openmetrics else Format.TEXT)
         out: list[bytes] = []
-        series = list(self.series.values())
-        for spec in self.families.values():
+        for i, spec in enumerate(self._specs):
             name = spec.name if openmetrics or spec.type is not _COUNTER else spec.name + "_total"
             out.append(f"# HELP {name} {spec.help}\n# TYPE {name} {spec.type}\n".encode())
-            out.extend(s.render(spec, openmetrics) for s in series)
-        return b"".join(out)
+            out.extend([piece for pieces in per_series if (piece := pieces[i])])
+        return out
+
+    def protobuf_chunks(self, classic: bool = True) -> list[bytes]:
+        """Every probe family that has children as delimited protobuf (classic buckets
+        optional), in pieces to join or write one after another."""
+        per_series = self._rendering(Format.PROTOBUF if classic else Format.PROTOBUF_NATIVE)
+        out: list[bytes] = []
+        for i, spec in enumerate(self._specs):
+            records = [piece for pieces in per_series if (piece := pieces[i])]
+            if records:  # an empty MetricFamily is not valid exposition
+                name = spec.name + "_total" if spec.type is _COUNTER else spec.name
+                out.append(protobuf.family_header(name, spec.help, _PROTO_TYPES[spec.type],
+                                                  sum(map(len, records))))
+                out.extend(records)
+        return out
+
+    def render(self, openmetrics: bool = False) -> bytes:
+        """The exposition text of every probe family (without OpenMetrics' `# EOF`)."""
+        return b"".join(self.text_chunks(openmetrics))
 
     def render_protobuf(self, classic: bool = True) -> bytes:
         """The delimited protobuf of every probe family that has children (classic optional)."""
-        out: list[bytes] = []
-        series = list(self.series.values())
-        for spec in self.families.values():
-            records = b"".join([s.render_protobuf(spec, classic) for s in series])
-            if records:  # an empty MetricFamily is not valid exposition
-                name = spec.name + "_total" if spec.type is _COUNTER else spec.name
-                out.append(protobuf.family(name, spec.help, _PROTO_TYPES[spec.type], (records,)))
-        return b"".join(out)
+        return b"".join(self.protobuf_chunks(classic))
 
     def describe(self) -> list[Metric]:
         """The families this collector serves (empty), so a registry can find them by name."""
@@ -372,7 +517,7 @@ class ProbeCollector:
             family = CounterMetricFamily(spec.name, spec.help, labels=names)
         else:
             family = GaugeMetricFamily(spec.name, spec.help, labels=names)
-        edges = [*map(floatToGoString, spec.buckets), "+Inf"]
+        edges = _edge_texts(spec.buckets)
         for s in series:
             values = [v for _, v in s.label_items]
             if spec.type is _HISTOGRAM:
@@ -380,8 +525,8 @@ class ProbeCollector:
                     if family_key is not spec.key:
                         continue
                     buckets, cumulative = [], 0
-                    for edge, count, exemplar in zip(edges, hist.counts, hist.exemplars,
-                                                     strict=True):
+                    exemplars = hist.exemplars or [None] * len(hist.counts)
+                    for edge, count, exemplar in zip(edges, hist.counts, exemplars, strict=True):
                         cumulative += count
                         ex = (Exemplar({"response_id": exemplar[0]}, exemplar[1], exemplar[2])
                               if exemplar else None)

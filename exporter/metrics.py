@@ -344,13 +344,21 @@ class ExporterMetrics:
 
     def render(self, openmetrics: bool = False) -> bytes:
         """The whole page: the exporter's own metrics, then the probe families (cached)."""
-        probes = self.probes.render(openmetrics) if self.probes else b""
+        return b"".join(self.render_chunks(openmetrics))
+
+    def render_chunks(self, openmetrics: bool = False) -> list[bytes]:
+        """The whole text page in pieces, to join or write one after another."""
+        probes = self.probes.text_chunks(openmetrics) if self.probes else []
         if openmetrics:
             own = openmetrics_latest(self.own).removesuffix(b"# EOF\n")
-            return own + probes + b"# EOF\n"
-        return text_latest(self.own) + probes
+            return [own, *probes, b"# EOF\n"]
+        return [text_latest(self.own), *probes]
 
     def render_protobuf(self) -> bytes:
         """The whole page as delimited protobuf: probe histograms are native histograms too."""
-        probes = self.probes.render_protobuf(self.classic_in_protobuf) if self.probes else b""
-        return protobuf.from_client(self.own.collect()) + probes
+        return b"".join(self.protobuf_chunks())
+
+    def protobuf_chunks(self) -> list[bytes]:
+        """The whole protobuf page in pieces, to join or write one after another."""
+        probes = self.probes.protobuf_chunks(self.classic_in_protobuf) if self.probes else []
+        return [protobuf.from_client(self.own.collect()), *probes]

@@ -13,6 +13,7 @@ child, one `metric` record per child, and a family is a header followed by its r
 
 from __future__ import annotations
 
+import functools
 import math
 import struct
 from collections.abc import Iterable, Sequence
@@ -23,7 +24,13 @@ from itertools import accumulate
 from prometheus_client.metrics_core import Metric as ClientFamily
 from prometheus_client.samples import Exemplar as ClientExemplar
 
-from exporter.nativehist import NativeBuckets, spans_and_deltas
+from exporter.nativehist import (
+    DEFAULT_ZERO_THRESHOLD,
+    MAX_SCHEMA,
+    MIN_SCHEMA,
+    NativeBuckets,
+    spans_and_deltas,
+)
 
 CONTENT_TYPE = ("application/vnd.google.protobuf; proto=io.prometheus.client.MetricFamily; "
                 "encoding=delimited")
@@ -84,10 +91,20 @@ _TAG_EXEMPLARS = (16 << 3) | 2  # Histogram 16, native-only exemplars
 _TAG_UPPER_BOUND = 0x11  # Bucket.upper_bound = 2 (cumulative_count = 1, exemplar = 3)
 
 
+@functools.lru_cache(maxsize=256)
+def _label_name(name: str) -> bytes:
+    """LabelPair.name, encoded (label names are few)."""
+    return _text(0x0A, name)
+
+
 def labels(items: Iterable[tuple[str, str]]) -> bytes:
     """The Metric.label fields of label pairs (give them sorted by name, as Prometheus does)."""
-    return b"".join(_field(0x0A, _text(0x0A, name) + _text(0x12, value))
-                    for name, value in items)
+    out = []
+    for name, value in items:
+        raw = value.encode()
+        pair = _label_name(name) + b"\x12" + varint(len(raw)) + raw
+        out.append(b"\x0a" + varint(len(pair)) + pair)
+    return b"".join(out)
 
 
 def exemplar(items: Iterable[tuple[str, str]], value: float,
@@ -99,25 +116,35 @@ def exemplar(items: Iterable[tuple[str, str]], value: float,
         nanos = min(round((timestamp - seconds) * 1e9), 999_999_999)
         stamp = (b"\x08" + varint(seconds) if seconds else b"") + (
             b"\x10" + varint(nanos) if nanos else b"")
-        body += _field(0x1A, stamp)
+        body += b"\x1a" + _VARINTS[len(stamp)] + stamp
     return body
 
 
 def _metric(label_fields: bytes, tag: int, body: bytes) -> bytes:
     """One Metric (labels + a value message) as a MetricFamily.metric record."""
-    return _field(_TAG_METRIC, label_fields + _field(tag, body))
+    size = len(body)
+    inner = label_fields + (bytes((tag, size)) if size < 128 else _SMALL[tag] + varint(size)
+                            ) + body
+    return b"\x22" + varint(len(inner)) + inner
+
+
+# Metric.gauge / Metric.counter holding only a value (field 1, a double): tag, length 9, 0x09.
+_GAUGE_VALUE, _COUNTER_VALUE = b"\x12\x09\x09", b"\x1a\x09\x09"
+_GAUGE_ZERO, _COUNTER_ZERO = b"\x12\x00", b"\x1a\x00"
 
 
 def gauge(label_fields: bytes, value: float) -> bytes:
     """A gauge child as a MetricFamily.metric record."""
-    return _metric(label_fields, 0x12, b"\x09" + _double(value) if value else b"")
+    inner = label_fields + (_GAUGE_VALUE + _double(value) if value else _GAUGE_ZERO)
+    return b"\x22" + varint(len(inner)) + inner
 
 
 def counter(label_fields: bytes, value: float, exemplar_body: bytes | None = None) -> bytes:
     """A counter child as a MetricFamily.metric record."""
-    body = b"\x09" + _double(value) if value else b""
-    if exemplar_body is not None:
-        body += _field(0x12, exemplar_body)
+    if exemplar_body is None:
+        inner = label_fields + (_COUNTER_VALUE + _double(value) if value else _COUNTER_ZERO)
+        return b"\x22" + varint(len(inner)) + inner
+    body = (b"\x09" + _double(value) if value else b"") + _field(0x12, exemplar_body)
     return _metric(label_fields, 0x1A, body)
 
 
@@ -212,6 +239,11 @@ def _native_buckets(span_tag: int, delta_tag: int, counts: Sequence[int], offset
     return span_fields + _field(delta_tag, _sint_run(deltas))
 
 
+_SCHEMAS = {schema: bytes((_TAG_SCHEMA,)) + varint(_zigzag(schema))
+            for schema in range(MIN_SCHEMA, MAX_SCHEMA + 1)}
+_ZERO_THRESHOLD = bytes((_TAG_ZERO_THRESHOLD,)) + _double(DEFAULT_ZERO_THRESHOLD)
+
+
 def histogram(label_fields: bytes, count: int, total: float, *,
               classic: ClassicBuckets | None = None, counts: Sequence[int] = (),
               exemplars: Sequence[bytes | None] = (), native: NativeBuckets | None = None,
@@ -227,9 +259,10 @@ def histogram(label_fields: bytes, count: int, total: float, *,
         out.append(classic.encode(counts, exemplars))
     if native is not None:
         if native.schema:
-            out.append(bytes((_TAG_SCHEMA,)) + varint(_zigzag(native.schema)))
+            out.append(_SCHEMAS[native.schema])
         if native.zero_threshold:
-            out.append(bytes((_TAG_ZERO_THRESHOLD,)) + _double(native.zero_threshold))
+            out.append(_ZERO_THRESHOLD if native.zero_threshold == DEFAULT_ZERO_THRESHOLD else
+                       bytes((_TAG_ZERO_THRESHOLD,)) + _double(native.zero_threshold))
         if native.zero_count:
             out.append(bytes((_TAG_ZERO_COUNT,)) + varint(native.zero_count))
         if native.negative_counts:
@@ -247,9 +280,16 @@ def histogram(label_fields: bytes, count: int, total: float, *,
 
 def family(name: str, help_text: str, kind: MetricType, records: Iterable[bytes]) -> bytes:
     """One length-prefixed MetricFamily: header and the children's metric records."""
-    body = _text(0x0A, name) + (_text(0x12, help_text) if help_text else b"") + (
-        b"\x18" + varint(kind) if kind else b"") + b"".join(records)
-    return varint(len(body)) + body
+    body = b"".join(records)
+    return family_header(name, help_text, kind, len(body)) + body
+
+
+def family_header(name: str, help_text: str, kind: MetricType, records_size: int) -> bytes:
+    """The length prefix and header fields of a MetricFamily whose metric records (written
+    right after it) take `records_size` bytes."""
+    header = _text(0x0A, name) + (_text(0x12, help_text) if help_text else b"") + (
+        b"\x18" + varint(kind) if kind else b"")
+    return varint(len(header) + records_size) + header
 
 
 # -- prometheus_client families (the exporter's own metrics, process metrics) ---------------------

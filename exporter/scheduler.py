@@ -1,8 +1,10 @@
 """Runs every series on its own interval: stable offset + jitter, global concurrency, no overlap.
 
-Each series has one loop task that sleeps until its next tick on a fixed grid (so it never
-drifts), then starts its probe as a separate task. The first probe comes within
-min(interval, 10 s) of start (spread by the same stable offset), then the series joins its grid.
+Each series ticks on a fixed grid (so it never drifts) and starts its probe as a separate task
+at each tick. The ticks of all series wait in one heap behind one timer: a sleeping series costs
+a heap entry (~0.2 KiB), not a task with its frame, future and timer handle (~1.8 KiB), and a
+tick costs a heap push and pop. The first probe comes within min(interval, 10 s) of start
+(spread by the same stable offset), then the series joins its grid.
 A tick that finds the previous probe of the same series still running is skipped
 (`reason="overlap"`). On-demand probes (`run_now`, the `/probe` endpoint) run outside the
 scheduled concurrency limit, so they can never starve scheduled series.
@@ -15,9 +17,13 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import heapq
+import itertools
+import math
 import random
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from exporter.budget import Budget
@@ -49,6 +55,15 @@ def first_ticks(start: float, interval: float, fraction: float) -> tuple[float, 
     return first, grid
 
 
+@dataclass(slots=True, eq=False)
+class _Ticks:
+    """A series on its grid: the next grid tick (a planned start is that plus jitter)."""
+
+    series: Series
+    next_tick: float
+    active: bool = True  # False once a reload removed or replaced the series
+
+
 class Scheduler:
     """Schedules probes, records their results, and applies reloads."""
 
@@ -65,7 +80,11 @@ class Scheduler:
         self._wall = wall_clock
         self._clock = clock
         self._log = logger or get_logger()
-        self._loops: dict[SeriesKey, tuple[Series, asyncio.Task[None]]] = {}
+        self._ticks: dict[SeriesKey, _Ticks] = {}
+        self._heap: list[tuple[float, int, _Ticks]] = []  # (planned start, order, series)
+        self._order = itertools.count()  # ties in the heap go by insertion
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = math.inf
         self._running: dict[SeriesKey, asyncio.Task[ProbeResult]] = {}
         self._paused_until: dict[SeriesKey, float] = {}  # on `clock`
         # Last result of each series and how many failures in a row: logs follow changes.
@@ -94,41 +113,62 @@ class Scheduler:
                 self.budget.load()
             self._metrics.set_budget(self.budget)
         wanted = {s.key: s for s in config.series}
-        for key, (series, task) in list(self._loops.items()):
-            if wanted.get(key) != series:
-                task.cancel()  # an in-flight probe of this series is left to finish
-                del self._loops[key]
+        for key, ticks in list(self._ticks.items()):
+            if wanted.get(key) != ticks.series:
+                ticks.active = False  # an in-flight probe of this series is left to finish
+                del self._ticks[key]
         for known in (self._paused_until, self._health):
             for key in [k for k in known if k not in wanted]:
                 del known[key]
-        for key, series in wanted.items():
-            if key not in self._loops:
-                task = asyncio.create_task(self._series_loop(series), name=f"series {key}")
-                self._loops[key] = (series, task)
-
-    async def _series_loop(self, series: Series) -> None:
-        """Probe soon after start, then tick on this series' grid forever."""
         loop = asyncio.get_running_loop()
-        interval = series.interval
-        # A stable offset spreads series the same way after every restart.
-        first, next_tick = first_ticks(loop.time(), interval, series.stable_fraction())
-        planned = first + self._rng.uniform(0.0, series.jitter * min(interval,
-                                                                     FIRST_PROBE_WINDOW))
-        while True:
-            delay = planned - loop.time()
-            if delay > 0:
-                await asyncio.sleep(delay)
+        now = loop.time()
+        for key, series in wanted.items():
+            if key not in self._ticks:
+                interval = series.interval
+                # A stable offset spreads series the same way after every restart.
+                first, next_tick = first_ticks(now, interval, series.stable_fraction())
+                ticks = self._ticks[key] = _Ticks(series, next_tick)
+                self._push(first + self._rng.uniform(
+                    0.0, series.jitter * min(interval, FIRST_PROBE_WINDOW)), ticks)
+        self._arm(loop)
+
+    def _push(self, planned: float, ticks: _Ticks) -> None:
+        heapq.heappush(self._heap, (planned, next(self._order), ticks))
+
+    def _arm(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Set the timer for the earliest planned start (dropping removed series on top)."""
+        heap = self._heap
+        while heap and not heap[0][2].active:
+            heapq.heappop(heap)
+        when = heap[0][0] if heap and not self._stopping else math.inf
+        if when >= self._timer_at:
+            return  # the timer fires first (or as planned); it re-arms then
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer, self._timer_at = loop.call_at(when, self._fire, loop), when
+
+    def _fire(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Start every probe that is due, plan each series' next start, re-arm the timer."""
+        self._timer, self._timer_at = None, math.inf
+        heap = self._heap
+        while heap and heap[0][0] <= loop.time():
+            planned, _, ticks = heapq.heappop(heap)
+            if not ticks.active:
+                continue
+            series = ticks.series
             try:
                 self._start(series, planned)
-            except Exception as exc:  # a bug: this tick is lost, never the series' loop
+            except Exception as exc:  # a bug: this tick is lost, never the series' grid
                 self._log.error("series tick failed", target=series.key[0],
                                 model=series.key[1], probe=series.key[2],
                                 error=type(exc).__name__, exc_info=exc)
+            interval = series.interval
             now = loop.time()
-            if now - next_tick > interval:  # the loop was blocked for long: skip ahead
-                next_tick = now + interval
-            planned = next_tick + self._rng.uniform(0.0, series.jitter * interval)
-            next_tick += interval
+            if now - ticks.next_tick > interval:  # the loop was blocked for long: skip ahead
+                ticks.next_tick = now + interval
+            self._push(ticks.next_tick + self._rng.uniform(0.0, series.jitter * interval), ticks)
+            ticks.next_tick += interval
+        self._arm(loop)
 
     def skip_reason(self, series: Series) -> SkipReason | None:
         """Why a probe of this series must not be sent now (rate-limited, budget), if so."""
@@ -240,11 +280,13 @@ class Scheduler:
     async def stop(self, grace: float = 10.0) -> None:
         """Stop scheduling; let in-flight probes finish within `grace` seconds."""
         self._stopping = True
-        for _series, task in self._loops.values():
-            task.cancel()
-        loops = [task for _s, task in self._loops.values()]
-        self._loops.clear()
-        await asyncio.gather(*loops, return_exceptions=True)
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer, self._timer_at = None, math.inf
+        for ticks in self._ticks.values():
+            ticks.active = False
+        self._ticks.clear()
+        self._heap.clear()
         running = list(self._running.values())
         if running:
             _done, pending = await asyncio.wait(running, timeout=grace)
