@@ -292,6 +292,7 @@ async def run_level(series: int, tree: Path, args: argparse.Namespace) -> dict[s
             proc = ProcStats(child.pid)
             cpu0, wall0 = proc.cpu(), time.perf_counter()
             rss: list[int] = []
+            rss_times: list[float] = []
             scrapes: list[tuple[float, int]] = []
             scrape_times: list[float] = []
             last_body = b""
@@ -300,6 +301,7 @@ async def run_level(series: int, tree: Path, args: argparse.Namespace) -> dict[s
                 next_scrape = wall0 + args.scrape_every
                 while time.perf_counter() - wall0 < args.duration - 1.0:
                     rss.append(proc.memory())
+                    rss_times.append(time.perf_counter())
                     if args.scrape_every and time.perf_counter() >= next_scrape:
                         next_scrape = time.perf_counter() + args.scrape_every
                         started = time.perf_counter()
@@ -324,7 +326,7 @@ async def run_level(series: int, tree: Path, args: argparse.Namespace) -> dict[s
         "young_gc": data["young_gc"],
         "events": {"late": data["late"], "gc": list(zip(data["gc_times"], data["gc_pauses"],
                                                         strict=True)),
-                   "young_gc": data["young_gc"],
+                   "young_gc": data["young_gc"], "rss": list(zip(rss_times, rss, strict=True)),
                    "scrapes": [(t, spent) for t, (spent, _) in zip(scrape_times, scrapes,
                                                                     strict=True)]},
         "probes_per_s": finished / data["elapsed"], "cpu": (cpu1 - cpu0) / (wall1 - wall0),

@@ -12,22 +12,24 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import gzip
 import html
 import threading
 import time
+import zlib
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 import yaml
-from aiohttp import web
+from aiohttp import payload, web
+from aiohttp.abc import AbstractStreamWriter
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 
 from exporter import __version__, protobuf
 from exporter.config import Config, Series, redacted
+from exporter.exposition import blocks
 from exporter.families import SkipReason
 from exporter.listener import (
     ConnectionGuard,
@@ -112,6 +114,7 @@ class ServerState:
 
 STATE = web.AppKey("state", ServerState)
 LOOP_LAG_WARNING = 0.01  # seconds of event-loop lag that make the status page warn
+GZIP_WBITS = 16 + zlib.MAX_WBITS  # zlib's gzip container (header and trailer)
 
 
 def create_app(state: ServerState, middlewares: Sequence[Any] = ()) -> web.Application:
@@ -257,19 +260,44 @@ def _watching(web_config: LiveWebConfig) -> Callable[[web.Application], Any]:
 
 def _render_exposition(registry: Any, accept: str, gzip_ok: bool,
                        metrics: ExporterMetrics | None = None) -> tuple[bytes, str, bool]:
+    chunks, content_type, gzipped = _render_chunks(registry, accept, gzip_ok, metrics)
+    return b"".join(chunks), content_type, gzipped
+
+
+def _render_chunks(registry: Any, accept: str, gzip_ok: bool,
+                   metrics: ExporterMetrics | None = None) -> tuple[list[bytes], str, bool]:
+    """The page in pieces (the whole page from the incremental renderer's caches)."""
     encoder, content_type = choose_encoder(accept)
     if protobuf.wants_protobuf(accept):
         content_type = protobuf.CONTENT_TYPE
-        body = (metrics.render_protobuf() if metrics is not None
-                else protobuf.from_client(registry.collect()))
+        chunks = (metrics.protobuf_chunks() if metrics is not None
+                  else [protobuf.from_client(registry.collect())])
     elif metrics is not None:  # the whole page: the incremental renderer
-        body = metrics.render(openmetrics=content_type.startswith("application/openmetrics"))
+        chunks = metrics.render_chunks(
+            openmetrics=content_type.startswith("application/openmetrics"))
     else:
-        body = encoder(registry)
+        chunks = [encoder(registry)]
     if gzip_ok:
         # zlib releases the GIL while compressing, so this costs the event loop nothing.
-        return gzip.compress(body, compresslevel=1), content_type, True
-    return body, content_type, False
+        compressor = zlib.compressobj(1, zlib.DEFLATED, GZIP_WBITS)
+        compressed = [compressor.compress(block) for block in blocks(chunks)]
+        return [*compressed, compressor.flush()], content_type, True
+    return chunks, content_type, False
+
+
+class _PagePayload(payload.Payload):
+    """A rendered page sent block by block (see `exposition.blocks`), with its length."""
+
+    def __init__(self, chunks: list[bytes], content_type: str) -> None:
+        super().__init__(chunks, content_type=content_type)
+        self._size = sum(map(len, chunks))
+
+    def decode(self, encoding: str = "utf-8", errors: str = "strict") -> str:
+        return b"".join(self._value).decode(encoding, errors)
+
+    async def write(self, writer: AbstractStreamWriter) -> None:
+        for block in blocks(self._value):
+            await writer.write(block)
 
 
 async def metrics_handler(request: web.Request) -> web.Response:
@@ -282,12 +310,12 @@ async def metrics_handler(request: web.Request) -> web.Response:
     kind = (protobuf.CONTENT_TYPE if protobuf.wants_protobuf(accept)
             else choose_encoder(accept)[1])
     key = (kind, gzip_ok, tuple(sorted(set(names))))
-    body, content_type, gzipped = await state.renders.get(
-        key, _render_exposition, registry, accept, gzip_ok, None if names else state.metrics)
+    chunks, content_type, gzipped = await state.renders.get(
+        key, _render_chunks, registry, accept, gzip_ok, None if names else state.metrics)
     headers = {"Content-Type": content_type}
     if gzipped:
         headers["Content-Encoding"] = "gzip"
-    return web.Response(body=body, headers=headers)
+    return web.Response(body=_PagePayload(chunks, content_type), headers=headers)
 
 
 async def probe_handler(request: web.Request) -> web.Response:
