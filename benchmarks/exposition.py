@@ -113,7 +113,7 @@ def runtime_records(values: SeriesValues, spec: FamilySpec, classic: bool, pb: A
         extra_pair = [(spec.label, extra)] if spec.label and extra is not None else []
         return sorted([*values.label_items, *extra_pair])
 
-    for (family, extra), hist in list(values.histograms.items()):
+    for (family, extra), hist in values.histogram_items():
         if family is not spec.key:
             continue
         metric = pb.Metric()
@@ -145,7 +145,7 @@ def runtime_records(values: SeriesValues, spec: FamilySpec, classic: bool, pb: A
         h.positive_delta.extend(deltas)
         data = metric.SerializeToString()
         out.append(b"\x22" + _varint(len(data)) + data)
-    for (family, extra), value in list(values.scalars.items()):
+    for (family, extra), value in values.scalar_items():
         if family is not spec.key:
             continue
         metric = pb.Metric()
@@ -216,7 +216,7 @@ def measure(series: int, probes: int, schema: int, rounds: int) -> dict[str, Any
 
     encoders = {"ours": best_time(ours, None, rounds) / series,
                 "runtime": best_time(runtime, None, rounds) / series}
-    native_buckets = [len(h.native.positive) for s in values for h in s.histograms.values()]
+    native_buckets = [len(h.native.positive) for s in values for _, h in s.histogram_items()]
     return {"schema": schema, "pages": pages, "timings": timings, "encoders": encoders,
             "record": record_s, "buckets": statistics.mean(native_buckets),
             "max_buckets": max(native_buckets)}

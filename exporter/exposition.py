@@ -67,7 +67,7 @@ from prometheus_client.utils import floatToGoString
 
 from exporter import protobuf
 from exporter.families import Family, FamilySpec, MetricType
-from exporter.nativehist import NativeBuckets
+from exporter.nativehist import NativeBuckets, widened, zeros
 
 _COUNT_TEXT = [floatToGoString(float(i)) for i in range(4096)]
 
@@ -122,7 +122,7 @@ DEFAULT_NATIVE = NativeSettings()
 
 @dataclass(slots=True)
 class _Histogram:
-    counts: array[int]  # per bucket (not cumulative); the last is +Inf
+    counts: array[int]  # per bucket (not cumulative); the last is +Inf (see `nativehist.zeros`)
     native: NativeBuckets
     total: float = 0.0
     # The latest exemplar per bucket, for the families that have them (else None).
@@ -146,21 +146,56 @@ class _Histogram:
             time.sleep(0)  # let the loop finish that observation
 
 
+class Layout:
+    """Slot numbers of the children of one collector's series.
+
+    The same child (family, extra label value) has the same slot in every series, so a series
+    keeps its values in an array and a list indexed by slot instead of two dicts with a key per
+    child (~1.5 KiB less per series). Slots are handed out as children first appear; a series
+    without a child leaves its slot empty.
+    """
+
+    __slots__ = ("histogram_keys", "histograms", "scalar_keys", "scalars")
+
+    def __init__(self) -> None:
+        self.histograms: dict[Child, int] = {}
+        self.scalars: dict[Child, int] = {}
+        self.histogram_keys: list[Child] = []  # by slot
+        self.scalar_keys: list[Child] = []
+
+    def histogram_slot(self, key: Child) -> int:
+        """The slot of a histogram child (a new one if no series had it yet)."""
+        slot = self.histograms.get(key)
+        if slot is None:
+            self.histogram_keys.append(key)
+            slot = self.histograms[key] = len(self.histogram_keys) - 1
+        return slot
+
+    def scalar_slot(self, key: Child) -> int:
+        """The slot of a counter or gauge child (a new one if no series had it yet)."""
+        slot = self.scalars.get(key)
+        if slot is None:
+            self.scalar_keys.append(key)
+            slot = self.scalars[key] = len(self.scalar_keys) - 1
+        return slot
+
+
 class SeriesValues:
     """The values of one probe series and its cached renderings."""
 
-    __slots__ = ("_cache", "_children", "_families", "_native", "_proto_pairs", "_text_pairs",
-                 "histograms", "label_items", "scalars", "version")
+    __slots__ = ("_cache", "_families", "_histograms", "_layout", "_native", "_present",
+                 "_proto_pairs", "_scalars", "_text_pairs", "label_items", "version")
 
     def __init__(self, label_items: Sequence[tuple[str, str]],
                  families: dict[Family, FamilySpec], native: NativeSettings = DEFAULT_NATIVE,
-                 children: dict[Child, Child] | None = None) -> None:
+                 layout: Layout | None = None) -> None:
         self.label_items = tuple(label_items)
         self._families = families
         self._native = native
-        self._children = {} if children is None else children  # one key object per child
-        self.histograms: dict[Child, _Histogram] = {}
-        self.scalars: dict[Child, float] = {}
+        self._layout = Layout() if layout is None else layout
+        self._histograms: list[_Histogram | None] = []  # by slot
+        self._scalars = array("d")  # by slot; a slot's value counts if its bit in _present is set
+        self._present = 0
         self.version = 0
         # Per Format: (version, bytes of every family in `families` order), built by renders.
         self._cache: list[tuple[int, tuple[bytes, ...]] | None] | None = None
@@ -169,34 +204,60 @@ class SeriesValues:
 
     def create(self, family: Family, extra: str | None = None) -> None:
         """Make a child exist (value 0) before anything is recorded."""
-        key = self._children.setdefault((family, extra), (family, extra))
         spec = self._families[family]
         if spec.type is _HISTOGRAM:
-            if key in self.histograms:
+            slot = self._layout.histogram_slot((family, extra))
+            histograms = self._histograms
+            if slot < len(histograms) and histograms[slot] is not None:
                 return
             native = NativeBuckets(self._native.schema, self._native.max_buckets)
-            self.histograms[key] = _Histogram(array("q", bytes(8 * (len(spec.buckets) + 1))),
-                                              native)
-        elif key in self.scalars:
-            return
+            if slot >= len(histograms):
+                histograms.extend([None] * (slot + 1 - len(histograms)))
+            histograms[slot] = _Histogram(zeros(len(spec.buckets) + 1), native)
         else:
-            self.scalars[key] = 0.0
+            slot = self._layout.scalar_slot((family, extra))
+            if self._present >> slot & 1:
+                return
+            self._put(slot, 0.0)
         self.version += 1
+
+    def _put(self, slot: int, value: float) -> None:
+        values = self._scalars
+        if slot >= len(values):
+            values.frombytes(bytes(8 * (slot + 1 - len(values))))
+        values[slot] = value
+        self._present |= 1 << slot  # after the value: a render never sees an unset slot
 
     def remove(self, family: Family, extra: str | None = None) -> None:
         """Drop a child."""
-        self.histograms.pop((family, extra), None)
-        self.scalars.pop((family, extra), None)
+        slot = self._layout.histograms.get((family, extra))
+        if slot is not None and slot < len(self._histograms):
+            self._histograms[slot] = None
+        slot = self._layout.scalars.get((family, extra))
+        if slot is not None:
+            self._present &= ~(1 << slot)
         self.version += 1
+
+    def _histogram(self, family: Family, extra: str | None) -> _Histogram:
+        """A histogram child of this series (KeyError if it has none)."""
+        slot = self._layout.histograms[(family, extra)]
+        hist = self._histograms[slot] if slot < len(self._histograms) else None
+        if hist is None:
+            raise KeyError((family, extra))
+        return hist
 
     def observe(self, family: Family, value: float, extra: str | None = None,
                 exemplar: str | None = None) -> None:
         """Add one observation to a histogram child."""
         spec = self._families[family]
-        hist = self.histograms[(family, extra)]
+        hist = self._histogram(family, extra)
         index = bisect.bisect_left(spec.buckets, value)
         hist.writing += 1
-        hist.counts[index] += 1
+        try:
+            hist.counts[index] += 1
+        except OverflowError:
+            hist.counts = widened(hist.counts)
+            hist.counts[index] += 1
         hist.native.observe(value)
         hist.total += value
         if exemplar is not None:
@@ -210,11 +271,16 @@ class SeriesValues:
                      extra: str | None = None) -> None:
         """Add several observations (without exemplars) to a histogram child at once."""
         edges = self._families[family].buckets
-        hist = self.histograms[(family, extra)]
+        hist = self._histogram(family, extra)
         counts, native, find = hist.counts, hist.native, bisect.bisect_left
         hist.writing += 1
         for value in values:
-            counts[find(edges, value)] += 1
+            index = find(edges, value)
+            try:
+                counts[index] += 1
+            except OverflowError:
+                counts = hist.counts = widened(counts)
+                counts[index] += 1
             native.observe(value)
             hist.total += value
         hist.writing += 1
@@ -222,18 +288,39 @@ class SeriesValues:
 
     def inc(self, family: Family, amount: float = 1.0, extra: str | None = None) -> None:
         """Increase a counter child (created when the series was)."""
-        self.scalars[(family, extra)] += amount
+        slot = self._layout.scalars[(family, extra)]
+        if not self._present >> slot & 1:
+            raise KeyError((family, extra))
+        self._scalars[slot] += amount
         self.version += 1
 
     def set(self, family: Family, value: float, extra: str | None = None) -> None:
         """Set a gauge child (creating it if needed)."""
-        key = self._children.setdefault((family, extra), (family, extra))
-        self.scalars[key] = value
+        self._put(self._layout.scalar_slot((family, extra)), value)
         self.version += 1
 
     def get(self, family: Family, extra: str | None = None) -> float | None:
         """A scalar child's value."""
-        return self.scalars.get((family, extra))
+        slot = self._layout.scalars.get((family, extra))
+        if slot is None or not self._present >> slot & 1:
+            return None
+        return self._scalars[slot]
+
+    def histogram_items(self) -> list[tuple[Child, _Histogram]]:
+        """The histogram children, in slot order."""
+        keys = self._layout.histogram_keys
+        return [(keys[slot], hist) for slot, hist in enumerate(list(self._histograms))
+                if hist is not None]
+
+    def scalar_items(self) -> list[tuple[Child, float]]:
+        """The counter and gauge children with their values, in slot order."""
+        keys, present = self._layout.scalar_keys, self._present  # bits before values
+        return [(keys[slot], value) for slot, value in enumerate(self._scalars[:])
+                if present >> slot & 1]
+
+    def extras(self, family: Family) -> list[str | None]:
+        """The extra label values of the scalar children of one family."""
+        return [extra for (key, extra), _ in self.scalar_items() if key is family]
 
     # -- rendering ------------------------------------------------------------------------
 
@@ -270,10 +357,10 @@ class SeriesValues:
                                   dict[Family, list[tuple[str | None, float]]]]:
         """The children grouped by family, each family in creation order (one pass)."""
         histograms: dict[Family, list[tuple[str | None, _Histogram]]] = {}
-        for (family, extra), hist in list(self.histograms.items()):
+        for (family, extra), hist in self.histogram_items():
             histograms.setdefault(family, []).append((extra, hist))
         scalars: dict[Family, list[tuple[str | None, float]]] = {}
-        for (family, extra), value in list(self.scalars.items()):
+        for (family, extra), value in self.scalar_items():
             scalars.setdefault(family, []).append((extra, value))
         return histograms, scalars
 
@@ -400,7 +487,7 @@ class ProbeCollector:
         self._specs = tuple(self.families.values())
         self.native = native
         self.series: dict[SeriesKey, SeriesValues] = {}
-        self._children: dict[Child, Child] = {}
+        self._layout = Layout()
         self._clock = clock
         self._rendered_at: dict[Format, float] = {}  # the formats being scraped
         self._gaps: dict[Format, float] = {}
@@ -411,7 +498,7 @@ class ProbeCollector:
     def add(self, key: SeriesKey, labels: Sequence[tuple[str, str]]) -> SeriesValues:
         """Register a series with its label pairs."""
         values = self.series[key] = SeriesValues(labels, self.families, self.native,
-                                                 self._children)
+                                                 self._layout)
         return values
 
     def remove(self, key: SeriesKey) -> None:
@@ -522,7 +609,7 @@ class ProbeCollector:
         for s in series:
             values = [v for _, v in s.label_items]
             if spec.type is _HISTOGRAM:
-                for (family_key, extra), hist in list(s.histograms.items()):
+                for (family_key, extra), hist in s.histogram_items():
                     if family_key is not spec.key:
                         continue
                     buckets, cumulative = [], 0
@@ -536,7 +623,7 @@ class ProbeCollector:
                     labels = [*values, extra] if spec.label else values
                     family.add_metric(labels, buckets, hist.total)
             else:
-                for (family_key, extra), value in list(s.scalars.items()):
+                for (family_key, extra), value in s.scalar_items():
                     if family_key is spec.key:
                         family.add_metric([*values, extra] if spec.label else values, value)
         return family

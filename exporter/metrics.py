@@ -236,9 +236,9 @@ class ExporterMetrics:
             else:
                 values.remove(family, value)
         price = series.price
-        for (family, currency) in [k for k in values.scalars if k[0] is Family.COST]:
+        for currency in values.extras(Family.COST):
             if price is None or currency != price.currency:
-                values.remove(family, currency)
+                values.remove(Family.COST, currency)
         if price is not None:
             values.create(Family.COST, price.currency)
         for outcome in CheckOutcome:

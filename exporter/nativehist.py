@@ -7,8 +7,9 @@ counted in the zero bucket. The index is found as client_golang finds it, withou
 `math.frexp` splits v into frac·2^exp with frac in [0.5, 1), and a table of where each of the
 2^s buckets starts inside [0.5, 1) gives the position (a binary search over ≤ 256 floats).
 
-Counts are dense: per sign, one `array('q')` from the lowest populated index to the highest
-(8 bytes a bucket, no object per bucket; thousands of series keep a dozen histograms each).
+Counts are dense: per sign, one `array('I')` from the lowest populated index to the highest
+(4 bytes a bucket, no object per bucket: thousands of series keep a dozen histograms each; an
+array whose count would pass 2^32 − 1 becomes 8 bytes a count, see `widened`).
 When more buckets are populated than the limit, the resolution is halved (schema − 1, buckets
 merged pairwise) until they fit, as client_golang's `NativeHistogramMaxBucketNumber` does; the
 same happens when the dense range grows wider than MAX_WIDTH_FACTOR × the limit (a value far
@@ -19,6 +20,7 @@ them with the classic buckets of the same histogram.
 
 from __future__ import annotations
 
+import functools
 import math
 import sys
 from array import array
@@ -60,6 +62,18 @@ MAX_WIDTH_FACTOR = 4
 MIN_WIDTH = 256
 NO_LIMIT_WIDTH = 65536
 _NO_COUNTS: Sequence[int] = ()  # a side without observations (no array until the first)
+COUNT_TYPE = "I"  # array typecode of counts (4 bytes) until one needs more (see `widened`)
+
+
+def zeros(n: int) -> array[int]:
+    """`n` zero counts."""
+    return array(COUNT_TYPE, bytes(4 * n))
+
+
+def widened(counts: Sequence[int]) -> array[int]:
+    """The same counts, 8 bytes each: `array('I')` raises OverflowError past 2^32 − 1 (a busy
+    inter-chunk bucket after months), so the array that would overflow is replaced by this."""
+    return array("q", counts)
 
 
 class NativeBuckets:
@@ -82,8 +96,7 @@ class NativeBuckets:
             raise ValueError(f"zero_threshold must be 0 or more, not {zero_threshold}")
         self.schema = schema
         self.max_buckets = max_buckets
-        self.max_width = (max(max_buckets * MAX_WIDTH_FACTOR, MIN_WIDTH) if max_buckets
-                          else NO_LIMIT_WIDTH)
+        self.max_width = _max_width(max_buckets)
         self.zero_threshold = zero_threshold
         self.zero_count = 0
         self.populated = 0  # buckets with a count (zero bucket excluded)
@@ -113,7 +126,10 @@ class NativeBuckets:
             counts, k = self.positive_counts, index - self.positive_offset
         if 0 <= k < len(counts):
             count = counts[k]
-            counts[k] = count + 1  # type: ignore[index]
+            try:
+                counts[k] = count + 1  # type: ignore[index]
+            except OverflowError:
+                self._widen_type(negative)[k] = count + 1
             if count:
                 return
         else:
@@ -123,21 +139,30 @@ class NativeBuckets:
                 or len(self.positive_counts) + len(self.negative_counts) > self.max_width):
             self._reduce()
 
+    def _widen_type(self, negative: bool) -> array[int]:
+        """One side's counts as 8-byte counts (see `widened`)."""
+        if negative:
+            wide = self.negative_counts = widened(self.negative_counts)
+        else:
+            wide = self.positive_counts = widened(self.positive_counts)
+        return wide
+
     def _widen(self, negative: bool, index: int) -> None:
         """Extend one side's dense range to `index` and count 1 there."""
         counts = self.negative_counts if negative else self.positive_counts
         offset = self.negative_offset if negative else self.positive_offset
         if not counts:
-            wider, offset = array("q", (1,)), index
+            wider, offset = array(COUNT_TYPE, (1,)), index
         elif index < offset:
-            wider = array("q", bytes(8 * (offset - index)))
+            wider = array(counts.typecode,  # type: ignore[attr-defined]
+                          bytes(counts.itemsize * (offset - index)))  # type: ignore[attr-defined]
             wider[0] = 1
-            wider.extend(counts)
+            wider.extend(counts)  # type: ignore[arg-type]
             offset = index
         else:
-            wider = array("q", counts)
-            wider.frombytes(bytes(8 * (index - offset - len(counts) + 1)))
-            wider[-1] = 1
+            wider = array(counts.typecode, counts)  # type: ignore[attr-defined]
+            wider.frombytes(bytes(wider.itemsize * (index - offset - len(counts))))
+            wider.append(1)
         if negative:
             self.negative_counts, self.negative_offset = wider, offset
         else:
@@ -182,6 +207,12 @@ class NativeBuckets:
         return _sparse(self.negative_counts, self.negative_offset)
 
 
+@functools.cache
+def _max_width(max_buckets: int) -> int:
+    """The widest dense range for a bucket limit (one int object shared by all histograms)."""
+    return max(max_buckets * MAX_WIDTH_FACTOR, MIN_WIDTH) if max_buckets else NO_LIMIT_WIDTH
+
+
 def _sparse(counts: Sequence[int], offset: int) -> dict[int, int]:
     return {offset + k: count for k, count in enumerate(counts) if count}
 
@@ -191,11 +222,14 @@ def _merge_pairs(counts: Sequence[int], offset: int) -> tuple[Sequence[int], int
     if not counts:
         return counts, offset
     wider = (offset + 1) >> 1  # ceil(index / 2)
-    merged = array("q", bytes(8 * (((offset + len(counts)) >> 1) - wider + 1)))
+    merged = [0] * (((offset + len(counts)) >> 1) - wider + 1)
     for k, count in enumerate(counts):
         if count:
             merged[((offset + k + 1) >> 1) - wider] += count
-    return merged, wider
+    try:
+        return array(COUNT_TYPE, merged), wider
+    except OverflowError:
+        return widened(merged), wider
 
 
 _RUN_OF_EMPTY = b"\0\0\0"

@@ -253,3 +253,26 @@ def test_spans_and_deltas_decode_to_the_buckets(buckets):
 def test_spans_skip_empty_ends():
     assert spans_and_deltas([0, 0, 3, 0, 0, 0, 1, 0], 10) == ([(12, 1), (3, 1)], [3, -2])
     assert spans_and_deltas([0, 0], 5) == ([], [])
+
+
+def test_a_count_past_32_bits_widens_its_array():
+    buckets = NativeBuckets(schema=0, max_buckets=0)
+    buckets.observe(1.0)
+    buckets.observe(4.0)
+    assert buckets.positive_counts.itemsize == 4  # type: ignore[attr-defined]
+    buckets.positive_counts[0] = 2**32 - 1  # type: ignore[index]
+    buckets.observe(1.0)
+    assert buckets.positive == {0: 2**32, 2: 1}
+    assert buckets.positive_counts.itemsize == 8  # type: ignore[attr-defined]
+    buckets.observe(0.125)  # widening keeps 8-byte counts
+    assert buckets.positive == {-3: 1, 0: 2**32, 2: 1}
+
+
+def test_merging_two_big_buckets_widens_the_counts():
+    buckets = NativeBuckets(schema=0, max_buckets=2)
+    buckets.observe(1.0)  # bucket 0: (0.5, 1]
+    buckets.observe(2.0)  # bucket 1: (1, 2]
+    buckets.positive_counts[0] = buckets.positive_counts[1] = 2**32 - 1  # type: ignore[index]
+    buckets.observe(4.0)  # bucket 2: three populated, so schema −1, where 2 and 4 share (1, 4]
+    assert buckets.schema == -1 and buckets.positive == {0: 2**32 - 1, 1: 2**32}
+    assert buckets.positive_counts.itemsize == 8  # type: ignore[attr-defined]
