@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import gc
 import gzip
 import json
 import os
@@ -49,9 +48,11 @@ ACCEPT = {
 }
 
 ROOT = Path(__file__).resolve().parent.parent
+# The daemon's process runs this script, which imports nothing but the exporter (the benchmark's
+# own modules would add ~25 MiB to the RSS it measures).
+CHILD = Path(__file__).resolve().with_name("scale_daemon.py")
 MODELS = 10
 PROBES = 10
-LOOP_LAG_PERIOD = 0.05
 
 
 def write_configs(folder: Path, series: int, interval: float, sim_port: int,
@@ -79,91 +80,6 @@ def write_configs(folder: Path, series: int, interval: float, sim_port: int,
                      "models": per_target_models} for t in range(targets)],
     }))
     return sim, daemon
-
-
-# -- the daemon child -------------------------------------------------------------------------
-
-async def _child(config_path: str, listen: str, duration: float, out: str,
-                 gc_thresholds: tuple[int, ...] = ()) -> None:
-    """Run the real Daemon for `duration` seconds after start, keeping raw lag samples."""
-    from exporter.config import load_config
-    from exporter.daemon import Daemon
-    from exporter.log import configure_logging
-    from exporter.scheduler import FIRST_PROBE_WINDOW
-
-    configure_logging("error", "json")
-    config = load_config(config_path)
-    daemon = Daemon(Path(config_path), listen)
-    daemon.owns_process = True  # GIL switch interval and GC settings, as `serve` makes them
-    lags: list[float] = []
-    loop_lags: list[float] = []
-    results = Counter()
-    observe_lag, record = daemon.metrics.observe_lag, daemon.metrics.record
-
-    late: list[tuple[float, float]] = []  # (when, lag) of probes that started > 10 ms late
-    steady: list[float] = []  # lags of probes after the first-probe window
-
-    def keep_lag(seconds: float) -> None:
-        lags.append(seconds)
-        now = time.perf_counter()
-        if now > steady_from:
-            steady.append(seconds)
-        if seconds > 0.01:
-            late.append((now, seconds))
-        observe_lag(seconds)
-
-    def keep_result(result: Any) -> None:
-        results[result.result.value] += 1
-        record(result)
-
-    gc_pauses: list[float] = []
-    gc_times: list[float] = []
-    gc_started = [0.0]
-
-    young_slow: list[tuple[float, float, int]] = []  # young collections > 5 ms: when, s, gen
-
-    def on_gc(phase: str, info: dict[str, Any]) -> None:  # how long collections stop us
-        if phase == "start":
-            gc_started[0] = time.perf_counter()
-            return
-        spent = time.perf_counter() - gc_started[0]
-        if info.get("generation") == 2:
-            gc_pauses.append(spent)
-            gc_times.append(gc_started[0])
-        elif spent > 0.005:
-            young_slow.append((gc_started[0], spent, info.get("generation", 0)))
-
-    gc.callbacks.append(on_gc)
-    daemon.metrics.observe_lag = keep_lag  # type: ignore[method-assign]
-    daemon.metrics.record = keep_result  # type: ignore[method-assign]
-
-    async def watch_loop() -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            planned = loop.time() + LOOP_LAG_PERIOD
-            await asyncio.sleep(LOOP_LAG_PERIOD)
-            loop_lags.append(max(0.0, loop.time() - planned))
-
-    started = time.perf_counter()
-    # Every series probes once within min(interval, 10 s) of start: 5,000 series make a burst
-    # of 500 probes/s. Lags after that window (and 2 s more) are the steady state.
-    steady_from = started + min(config.global_.interval, FIRST_PROBE_WINDOW) + 2.0
-    await daemon.start(config)
-    if gc_thresholds:
-        gc.set_threshold(*gc_thresholds)
-    start_seconds = time.perf_counter() - started
-    print("READY", flush=True)
-    watcher = asyncio.create_task(watch_loop())
-    t0 = time.perf_counter()
-    await asyncio.sleep(duration)
-    elapsed = time.perf_counter() - t0
-    watcher.cancel()
-    snapshot = {"lags": lags, "loop_lags": loop_lags, "results": dict(results),
-                "late": late, "gc_times": gc_times, "steady": steady, "young_gc": young_slow,
-                "gc_pauses": gc_pauses,
-                "elapsed": elapsed, "start_seconds": start_seconds}
-    await asyncio.to_thread(Path(out).write_text, json.dumps(snapshot))
-    await daemon.shutdown()
 
 
 # -- the parent -------------------------------------------------------------------------------
@@ -277,11 +193,11 @@ async def run_level(series: int, tree: Path, args: argparse.Namespace) -> dict[s
             "--config.file", str(sim_config), "--log.level", "error",
             stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL, cwd=ROOT,
             env=env)
-        # This file as a script: `exporter` comes from `tree` (first on the path), the rest of
-        # the child from this tree.
+        # `exporter` comes from `tree` (first on the path), the child script from this tree.
         child = await asyncio.create_subprocess_exec(
-            sys.executable, __file__, "--child", str(config), f"127.0.0.1:{port}",
-            str(args.duration), str(out), args.gc_threshold, stdout=asyncio.subprocess.PIPE,
+            sys.executable, str(CHILD), str(config), f"127.0.0.1:{port}",
+            str(args.duration), str(out), args.gc_threshold,
+            "0" if args.without_vocabulary else "1", stdout=asyncio.subprocess.PIPE,
             cwd=folder,
             env={**os.environ, "PYTHONPATH": f"{tree}{os.pathsep}{ROOT}"})
         try:
@@ -322,11 +238,10 @@ async def run_level(series: int, tree: Path, args: argparse.Namespace) -> dict[s
     return {
         "series": series, "interval": interval, "lags": data["lags"],
         "loop_lags": data["loop_lags"], "results": data["results"],
-        "gc_pauses": data["gc_pauses"], "steady": data["steady"],
-        "young_gc": data["young_gc"],
-        "events": {"late": data["late"], "gc": list(zip(data["gc_times"], data["gc_pauses"],
-                                                        strict=True)),
-                   "young_gc": data["young_gc"], "rss": list(zip(rss_times, rss, strict=True)),
+        "full_gcs": [seconds for _, seconds in data["full_gcs"]], "steady": data["steady"],
+        "young_gcs": [seconds for _, seconds, _ in data["young_gcs"]],
+        "events": {"late": data["late"], "full_gcs": data["full_gcs"],
+                   "young_gcs": data["young_gcs"], "rss": list(zip(rss_times, rss, strict=True)),
                    "scrapes": [(t, spent) for t, (spent, _) in zip(scrape_times, scrapes,
                                                                     strict=True)]},
         "probes_per_s": finished / data["elapsed"], "cpu": (cpu1 - cpu0) / (wall1 - wall0),
@@ -375,15 +290,14 @@ async def scale(args: argparse.Namespace) -> None:
     for lv in levels:
         first, times = (lv["scrapes"][0][0], [t for t, _ in lv["scrapes"][1:]]) if lv[
             "scrapes"] else (None, [])
-        young = [seconds for _, seconds, _ in lv["young_gc"]]
         rows.append([
             *([lv["tree"]] if len(trees) > 1 else []),
             lv["series"], f"{lv['probes_per_s']:.1f}", ms(pct(lv["lags"], 50), 2),
             ms(pct(lv["lags"], 99), 2), ms(max(lv["lags"], default=None), 1),
             ms(pct(lv["steady"], 99), 2), ms(max(lv["steady"], default=None), 1),
             ms(pct(lv["loop_lags"], 99), 2), ms(max(lv["loop_lags"], default=None), 1),
-            f"{len(lv['gc_pauses'])} / {ms(max(lv['gc_pauses'], default=None), 0)}",
-            f"{len(young)} / {ms(max(young, default=None), 0)}",
+            f"{len(lv['full_gcs'])} / {ms(max(lv['full_gcs'], default=None), 0)}",
+            f"{len(lv['young_gcs'])} / {ms(max(lv['young_gcs'], default=None), 0)}",
             f"{lv['cpu'] * 100:.0f}%", f"{lv['rss_max'] / 2**20:.0f}",
             f"{lv['rss_peak'] / 2**20:.0f}",
             ms(first, 0), ms(pct(times, 50), 0) if times else "–",
@@ -424,11 +338,6 @@ async def scale(args: argparse.Namespace) -> None:
 def main(argv: list[str] | None = None) -> None:
     """Command line entry point."""
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["--child"]:
-        _, config, listen, duration, out, thresholds = argv
-        asyncio.run(_child(config, listen, float(duration), out,
-                           tuple(int(t) for t in thresholds.split(",") if t)))
-        return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--series", default="1000,5000")
     parser.add_argument("--format", choices=sorted(ACCEPT), default="protobuf",
@@ -447,6 +356,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--gc-threshold", metavar="G0,G1,G2", default="",
                         help="gc.set_threshold in the daemon after its start (A/B of the "
                              "daemon's own setting)")
+    parser.add_argument("--without-vocabulary", action="store_true",
+                        help="what-if: the daemon does not load the tiktoken vocabulary at start "
+                             "(~40 MiB; the simulator sends usage, so it is never used here)")
     parser.add_argument("--events", type=Path, metavar="FILE",
                         help="write when probes started late, collections and scrapes ran "
                              "(JSON, on the monotonic clock) per level to FILE")
