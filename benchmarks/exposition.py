@@ -52,7 +52,8 @@ def build(series: int, schema: int, max_buckets: int = 160) -> ExporterMetrics:
                      "models": [f"m{i}" for i in range(MODELS)]}
                     for t in range(targets)],
     }
-    metrics = ExporterMetrics(CollectorRegistry(), parse_config(data, env={}))
+    # No refresher: "cold" renders measure the encoding a scrape would otherwise wait for.
+    metrics = ExporterMetrics(CollectorRegistry(), parse_config(data, env={}), refresh=False)
     assert metrics.probes is not None and len(metrics.probes.series) == series, \
         "--series must be a multiple of 100"
     return metrics
@@ -125,8 +126,8 @@ def runtime_records(values: SeriesValues, spec: FamilySpec, classic: bool, pb: A
         h.sample_sum = hist.total
         if classic:
             cumulative = 0
-            for edge, count, example in zip(spec.buckets, hist.counts, hist.exemplars,
-                                            strict=False):
+            exemplars = hist.exemplars or [None] * len(hist.counts)
+            for edge, count, example in zip(spec.buckets, hist.counts, exemplars, strict=False):
                 cumulative += count
                 bucket = h.bucket.add()
                 bucket.cumulative_count, bucket.upper_bound = cumulative, edge
@@ -138,7 +139,7 @@ def runtime_records(values: SeriesValues, spec: FamilySpec, classic: bool, pb: A
         native = hist.native
         h.schema, h.zero_threshold, h.zero_count = (native.schema, native.zero_threshold,
                                                     native.zero_count)
-        spans, deltas = spans_and_deltas(native.positive)
+        spans, deltas = spans_and_deltas(native.positive_counts, native.positive_offset)
         for offset, length in spans:
             span = h.positive_span.add()
             span.offset, span.length = offset, length
@@ -206,8 +207,7 @@ def measure(series: int, probes: int, schema: int, rounds: int) -> dict[str, Any
 
     def ours() -> None:
         for s in values:
-            for spec in specs:
-                s._render_protobuf(spec, True)  # the uncached encoding
+            s._render_protobuf(specs, True)  # the uncached encoding
 
     def runtime() -> None:
         for s in values:
@@ -222,21 +222,38 @@ def measure(series: int, probes: int, schema: int, rounds: int) -> dict[str, Any
             "max_buckets": max(native_buckets)}
 
 
-def memory_per_series(series: int, probes: int, schema: int) -> float:
-    """Bytes allocated per series after a history and a render in each format."""
+def memory_per_series(series: int, probes: int, schema: int) -> dict[str, float]:
+    """Bytes allocated per series: its values after a history, then each format's cache."""
+    grown: dict[str, float] = {}
     gc.collect()
     tracemalloc.start()
     before = tracemalloc.take_snapshot()
     metrics = build(series, schema)
-    history(metrics, probes, random.Random(1))
-    metrics.render()
-    metrics.render_protobuf()
-    gc.collect()
     after = tracemalloc.take_snapshot()
+    grown["config and children at load"] = sum(
+        s.size_diff for s in after.compare_to(before, "filename")) / series
+    rng = random.Random(1)
+    keys = list(metrics.probes.series) if metrics.probes else []
+    results = [probe_result(key, rng) for key in keys]  # kept apart: not the exporter's memory
+    before = tracemalloc.take_snapshot()
+
+    def record() -> None:
+        for _ in range(probes):
+            for result in results:
+                metrics.record(result)
+
+    steps = ((f"values after {probes} probes", record),
+             ("protobuf cache", metrics.render_protobuf),
+             ("text cache", metrics.render),
+             ("OpenMetrics cache", lambda: metrics.render(openmetrics=True)))
+    for name, render in steps:
+        render()
+        gc.collect()
+        after = tracemalloc.take_snapshot()
+        grown[name] = sum(s.size_diff for s in after.compare_to(before, "filename")) / series
+        before = after
     tracemalloc.stop()
-    grown = sum(stat.size_diff for stat in after.compare_to(before, "filename"))
-    del metrics
-    return grown / series
+    return grown
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -272,8 +289,10 @@ def main(argv: list[str] | None = None) -> None:
                   f"{r['record'] * 1e6:.1f}"] for r in runs]))
     memory = memory_per_series(min(args.series, 500) // 100 * 100, args.probes,
                                runs[0]["schema"])
-    print(f"\nmemory per series (history, text and protobuf caches, schema {runs[0]['schema']}): "
-          f"{memory / 1024:.1f} KiB")
+    print(f"\nmemory per series (tracemalloc, schema {runs[0]['schema']}; what each step "
+          "adds):")
+    print(table(["part", "KiB / series"], [[name, f"{size / 1024:.1f}"]
+                                           for name, size in memory.items()]))
 
 
 if __name__ == "__main__":

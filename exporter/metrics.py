@@ -146,9 +146,11 @@ class ExporterMetrics:
     """
 
     def __init__(self, registry: CollectorRegistry, config: Config | None = None, *,
-                 redactor: Redactor = REDACTOR, process_metrics: bool = True) -> None:
+                 redactor: Redactor = REDACTOR, process_metrics: bool = True,
+                 refresh: bool = True) -> None:
         self.registry = registry
         self._redact = redactor
+        self._refresh = refresh  # keep scraped formats' caches fresh between scrapes
         self.own = CollectorRegistry(auto_describe=True)  # the exporter's own metrics
         registry.register(self.own)
         self.probes: ProbeCollector | None = None
@@ -188,7 +190,8 @@ class ExporterMetrics:
         """(Re)create the probe families for the config's constant labels and buckets."""
         if self.probes is not None:
             self.registry.unregister(self.probes)
-        self.probes = ProbeCollector(probe_families(config.buckets), _native_settings(config))
+        self.probes = ProbeCollector(probe_families(config.buckets), _native_settings(config),
+                                     refresh=self._refresh)
         self.registry.register(self.probes)
         self.scheduler_lag = self._own_histogram(Family.SCHEDULER_LAG, config.buckets,
                                                  self.scheduler_lag)

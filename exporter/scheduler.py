@@ -87,7 +87,8 @@ class Scheduler:
         self._timer_at = math.inf
         self._running: dict[SeriesKey, asyncio.Task[ProbeResult]] = {}
         self._paused_until: dict[SeriesKey, float] = {}  # on `clock`
-        # Last result of each series and how many failures in a row: logs follow changes.
+        # Last result of each failing series and how many failures in a row: logs follow
+        # changes. A healthy series has no entry.
         self._health: dict[SeriesKey, tuple[Result, int]] = {}
         self._stopping = False
         self.budget: Budget | None = None
@@ -233,7 +234,7 @@ class Scheduler:
         labels = {"target": result.target, "model": result.model, "probe": result.probe}
         previous, streak = self._health.get(result.key, (Result.SUCCESS, 0))
         if result.success:
-            self._health[result.key] = (Result.SUCCESS, 0)
+            self._health.pop(result.key, None)
             if previous is Result.SUCCESS:
                 self._log.debug("probe finished", **labels, ttft=result.timings.ttft)
             else:
