@@ -11,7 +11,8 @@ for, `text` what one without them asks for; `--gzip` as Prometheus does, off by 
                                [--duration 90] [--tree NAME=DIR ...] [--smoke]
 
 `--tree NAME=DIR` runs the daemon from another source tree too (`git archive` an older commit
-there), alternating with this one at every level: A/B in one run on a shared machine.
+there; `NAME=DIR@G0,G1,G2` with other GC thresholds), alternating with this one at every level:
+A/B in one run on a shared machine.
 
 Reports scheduler lag p50/p99/max (how late probes start versus their grid, semaphore wait
 included), event-loop lag, CPU %, RSS, probes/s, /metrics scrape time and size (per series), and
@@ -179,7 +180,8 @@ async def scrape(session: aiohttp.ClientSession, url: str, fmt: str, gzip_ok: bo
     return spent, sent, body
 
 
-async def run_level(series: int, tree: Path, args: argparse.Namespace) -> dict[str, Any]:
+async def run_level(series: int, tree: Path, gc_threshold: str, args: argparse.Namespace
+                    ) -> dict[str, Any]:
     """Simulator + daemon (from `tree`) for one series count; measure for `args.duration` s."""
     sim_port, port = free_port(), free_port()
     interval = args.interval
@@ -196,7 +198,7 @@ async def run_level(series: int, tree: Path, args: argparse.Namespace) -> dict[s
         # `exporter` comes from `tree` (first on the path), the child script from this tree.
         child = await asyncio.create_subprocess_exec(
             sys.executable, str(CHILD), str(config), f"127.0.0.1:{port}",
-            str(args.duration), str(out), args.gc_threshold,
+            str(args.duration), str(out), gc_threshold,
             "0" if args.without_vocabulary else "1", stdout=asyncio.subprocess.PIPE,
             cwd=folder,
             env={**os.environ, "PYTHONPATH": f"{tree}{os.pathsep}{ROOT}"})
@@ -251,20 +253,21 @@ async def run_level(series: int, tree: Path, args: argparse.Namespace) -> dict[s
     }
 
 
-def parse_trees(specs: list[str]) -> dict[str, Path]:
-    """`NAME=DIR` options as source trees, this one first (as `this`)."""
-    trees = {"this": ROOT}
+def parse_trees(specs: list[str], gc_threshold: str) -> dict[str, tuple[Path, str]]:
+    """`NAME=DIR[@G0,G1,G2]` options as (source tree, GC thresholds), this one first."""
+    trees = {"this": (ROOT, gc_threshold)}
     for spec in specs:
-        name, _, folder = spec.partition("=")
+        name, _, rest = spec.partition("=")
+        folder, _, thresholds = rest.partition("@")
         if not name or not (Path(folder) / "exporter" / "__init__.py").is_file():
-            raise SystemExit(f"--tree {spec!r}: want NAME=DIR, DIR holding exporter/")
-        trees[name] = Path(folder).resolve()
+            raise SystemExit(f"--tree {spec!r}: want NAME=DIR[@G0,G1,G2], DIR holding exporter/")
+        trees[name] = (Path(folder).resolve(), thresholds or gc_threshold)
     return trees
 
 
 async def scale(args: argparse.Namespace) -> None:
     """Run every level (each tree in turn, A B A B), then print the tables."""
-    trees = parse_trees(args.tree)
+    trees = parse_trees(args.tree, args.gc_threshold)
     print(f"# scale — {machine_line()}")
     print(f"daemon: real Daemon class in a child process; simulator: `llm-probe-exporter "
           f"simulate` (ttft 50 ms, tpot 5 ms, 16 tokens); interval {args.interval:g}s, "
@@ -278,7 +281,7 @@ async def scale(args: argparse.Namespace) -> None:
             if round_ % 2:
                 order.reverse()
             for name, tree in order:
-                level = await run_level(series, tree, args)
+                level = await run_level(series, *tree, args)
                 level["tree"] = name
                 levels.append(level)
                 print(f"{series} series, {name} done ({machine_line()}): {level['results']}",
@@ -351,8 +354,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--scrape-every", type=float, default=10.0,
                         help="seconds between scrapes (0: none during the run)")
     parser.add_argument("--rounds", type=int, default=1, help="runs per level and tree")
-    parser.add_argument("--tree", action="append", default=[], metavar="NAME=DIR",
-                        help="also run the daemon from this source tree (A/B)")
+    parser.add_argument("--tree", action="append", default=[], metavar="NAME=DIR[@G0,G1,G2]",
+                        help="also run the daemon from this source tree (A/B), optionally with "
+                             "other GC thresholds")
     parser.add_argument("--gc-threshold", metavar="G0,G1,G2", default="",
                         help="gc.set_threshold in the daemon after its start (A/B of the "
                              "daemon's own setting)")
