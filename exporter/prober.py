@@ -17,6 +17,7 @@ import select
 import ssl
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import SimpleNamespace
@@ -130,11 +131,14 @@ _CURRENT_REQUEST: contextvars.ContextVar[_NetStamps | None] = contextvars.Contex
 
 
 class _StampingHandler(ResponseHandler):
-    """aiohttp's connection protocol, noting when the oldest not-yet-read bytes arrived.
+    """aiohttp's connection protocol, noting when each piece of the response body arrived.
 
     `data_received` runs straight from the selector, before aiohttp parses HTTP and before the
     reading task is woken; under load that wake-up waits behind every other ready callback, so a
-    stamp taken after `iter_any()` returns is late by exactly the work of other streams.
+    stamp taken after `iter_any()` returns is late by exactly the work of other streams. And
+    when the reading task falls behind by more than one write of the server, one read returns
+    pieces that arrived at different times: each keeps its own arrival time (`arrivals`, by
+    body offset), so a token is never stamped with the time of older bytes in front of it.
 
     It also splits connection set-up: asyncio builds the protocol right after the TCP connect
     and calls `connection_made` once the TLS handshake is done (at once for plain TCP).
@@ -145,7 +149,10 @@ class _StampingHandler(ResponseHandler):
         self._clock = clock
         self.tcp_connected = clock()
         self.handshake_done: float | None = None
-        self.arrived: float | None = None
+        # (when, body bytes fed to the response's reader once that data_received ended)
+        self.arrivals: deque[tuple[float, int]] = deque()
+        self.body: aiohttp.StreamReader | None = None  # the response being read
+        self.headers_at: float | None = None  # when the latest response's head arrived
         # Connections are made inside the probing task (one per probe: force_close), so the
         # request being made is the one in this context.
         net = _CURRENT_REQUEST.get()
@@ -157,10 +164,16 @@ class _StampingHandler(ResponseHandler):
         super().connection_made(transport)  # type: ignore[arg-type]
 
     def data_received(self, data: bytes) -> None:
-        if self.arrived is None:
-            self.arrived = self._clock()
+        now = self._clock()
         payload = self._payload
         super().data_received(data)
+        if self._payload is not payload and self._payload is not None:
+            self.headers_at = now  # a new response's head was in these bytes
+        body = self.body or self._payload
+        if body is not None and data:
+            fed = body.total_bytes
+            if not self.arrivals or fed > self.arrivals[-1][1]:
+                self.arrivals.append((now, fed))
         # aiohttp (3.14) keeps a parse error of the body (a bad chunk size mid-stream) on the
         # connection and never tells the body's reader, which then waits for the whole probe
         # timeout. Hand the error to the reader, so the probe ends now, as `stream`.
@@ -340,6 +353,37 @@ def _mark(stamps: measure.Stamps, kinds: int, now: float) -> None:
         stamps.t_answer = now
     stamps.t_last = now
     stamps.chunk_times.append(now)
+
+
+def _pieces(arrivals: deque[tuple[float, int]], data: bytes, start: int,
+            read_at: float) -> list[tuple[bytes, float]]:
+    """Split one read (body bytes `start`…`start + len(data)`) at the points where its bytes
+    arrived in different `data_received` calls; each piece with its arrival time.
+
+    `arrivals` holds (when, body bytes fed by then), oldest first; consumed entries are dropped.
+    Bytes with no recorded arrival (another aiohttp) take the time of the read.
+    """
+    end = start + len(data)
+    if not arrivals:
+        return [(data, read_at)]
+    when, fed = arrivals[0]
+    if fed >= end:  # the common case: everything in this read came in one data_received
+        if fed == end:
+            arrivals.popleft()
+        return [(data, when)]
+    pieces: list[tuple[bytes, float]] = []
+    cut = start
+    while arrivals and cut < end:
+        when, fed = arrivals[0]
+        upto = min(fed, end)
+        if upto > cut:
+            pieces.append((data[cut - start:upto - start], when))
+            cut = upto
+        if fed <= end:
+            arrivals.popleft()
+    if cut < end:
+        pieces.append((data[cut - start:], read_at))
+    return pieces
 
 
 def _os_error_text(error: OSError) -> str:
@@ -559,6 +603,9 @@ class Prober:
         if net.sent is not None:
             stamps.t0 = net.sent
         handler = net.handler
+        if (handler is not None and handler.headers_at is not None
+                and stamps.t0 <= handler.headers_at < stamps.t_headers):
+            stamps.t_headers = handler.headers_at  # where the head arrived, not when we woke
         if handler is not None and net.create_start is not None:
             net.tcp_connected = handler.tcp_connected
             if response.url.scheme == "https":
@@ -618,34 +665,37 @@ class Prober:
         try:
             async for data in response.content.iter_any():
                 now = clock()  # stamp first: nothing below may delay it
-                if handler is not None:
-                    # When the first of these bytes reached the socket: earlier than `now` by
-                    # the time this task waited for the loop. Taken, so the next read gets its own.
-                    arrived, handler.arrived = handler.arrived, None
-                    if arrived is not None:
-                        now = arrived
+                start = received
                 received += len(data)
                 if received > limit:
                     raise StreamError(f"stream exceeded {limit} bytes (max_tokens ignored?); cut")
-                kinds = 0
-                for i, event in enumerate(decoder.feed(data), 1):
-                    events_seen += 1
-                    if events_seen > event_limit:
-                        raise StreamError(f"more than {event_limit} events for "
-                                          f"max_tokens={max_tokens}; cut")
-                    kind = on_event(event)
-                    if kind:
-                        kinds |= kind
-                        token_events += 1
-                        if token_events > chunk_limit:
-                            raise StreamError(f"server ignored max_tokens={max_tokens}: more "
-                                              f"than {chunk_limit} token chunks; cut")
+                # Each piece with the time its bytes reached the socket: earlier than `now` by
+                # the time this task waited for the loop.
+                pieces = (_pieces(handler.arrivals, data, start, now) if handler is not None
+                          else ((data, now),))
+                # `now` becomes each piece's arrival: the last one's ends the stream.
+                for piece, now in pieces:
+                    kinds = 0
+                    for i, event in enumerate(decoder.feed(piece), 1):
+                        events_seen += 1
+                        if events_seen > event_limit:
+                            raise StreamError(f"more than {event_limit} events for "
+                                              f"max_tokens={max_tokens}; cut")
+                        kind = on_event(event)
+                        if kind:
+                            kinds |= kind
+                            token_events += 1
+                            if token_events > chunk_limit:
+                                raise StreamError(f"server ignored max_tokens={max_tokens}: "
+                                                  f"more than {chunk_limit} token chunks; cut")
+                        if parser.done:
+                            break  # nothing after the end marker counts
+                        if not i % EVENT_SLICE:
+                            await asyncio.sleep(0)  # a packed read must not hold the loop
+                    if kinds:
+                        _mark(stamps, kinds, now)
                     if parser.done:
-                        break  # nothing after the end marker counts
-                    if not i % EVENT_SLICE:
-                        await asyncio.sleep(0)  # a read packed with events must not hold the loop
-                if kinds:
-                    _mark(stamps, kinds, now)
+                        break
                 if parser.done:
                     break
             else:
@@ -670,11 +720,12 @@ class Prober:
                        attempt: _Attempt) -> _StampingHandler | None:
         """This request's connection protocol, ready to stamp the body's first bytes."""
         handler = attempt.net.handler
-        if handler is not None and (response.content.total_bytes == 0 or (
-                handler.arrived is not None and handler.arrived < attempt.stamps.t0)):
-            # Only headers (or an earlier response's bytes) arrived so far: the body's first
-            # bytes must take their own stamp.
-            handler.arrived = None
+        if handler is not None:
+            handler.body = response.content
+            # Pieces of an earlier response on this (pooled) connection are not this one's.
+            t0 = attempt.stamps.t0
+            while handler.arrivals and handler.arrivals[0][0] < t0:
+                handler.arrivals.popleft()
         return handler
 
     async def _read_body(self, response: aiohttp.ClientResponse, attempt: _Attempt) -> bytes:
