@@ -152,9 +152,9 @@ class Prometheus(Process):
 
     url: str = ""
 
-    def query(self, expr: str) -> list[dict[str, Any]]:
-        """Instant query; returns the result vector."""
-        q = urllib.parse.urlencode({"query": expr})
+    def query(self, expr: str, when: float | None = None) -> list[dict[str, Any]]:
+        """Instant query (now, or at unix time `when`); returns the result vector."""
+        q = urllib.parse.urlencode({"query": expr, **({} if when is None else {"time": when})})
         body = json.loads(http_get(f"{self.url}/api/v1/query?{q}"))
         assert body["status"] == "success", body
         return body["data"]["result"]
