@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -23,16 +24,20 @@ import pytest
 import yaml
 from prometheus_client import CollectorRegistry
 
-from exporter.bench import find_knee, flat_metrics, parse_slo, summarize
+from exporter.bench.compare import compare
+from exporter.bench.loadgen import LevelPlan, LevelRunner
+from exporter.bench.model import Latency, RunDocument, Slo, Summary
+from exporter.bench.options import parse_fail_on
+from exporter.bench.report import render_report
+from exporter.bench.summary import find_knee, summarize
+from exporter.bench.workers import shares, split_level
 from exporter.cli import main
-from exporter.compare import compare, parse_fail_on
 from exporter.config import SimulatorConfig
 from exporter.errors import Result
-from exporter.loadgen import Level, LevelPlan, LevelRunner, shares, split_level
+from exporter.format import fmt_ms
 from exporter.metrics import ExporterMetrics
-from exporter.oneshot import fmt_ms
 from exporter.prober import Prober, _StampingHandler
-from exporter.report import render_report
+from exporter.record import Level, LoadMode
 from exporter.scheduler import Scheduler
 from exporter.simulator import start_simulator
 from exporter.store import ResultStore
@@ -215,10 +220,15 @@ def test_knee_found_where_capacity_runs_out(tmp_path: Path, capsys) -> None:
     assert "knee sim/capped/short: c=2" in out
 
 
-def _summary(level: float, p95: float | None, tps: float, success_rate: float = 1.0) -> dict:
-    return {"level": level, "label": f"c={level:g}", "mode": "concurrency",
-            "success_rate": success_rate, "output_tokens_per_second": tps,
-            "latency": {"ttft": {"p95": p95}}}
+def _summary(level: float, p95: float | None, tps: float, success_rate: float = 1.0,
+             series: str = "gw/m/short") -> Summary:
+    """A level's summary with the figures the knee and the comparison read."""
+    target, model, probe = series.split("/")
+    empty = summarize([], series=(target, model, probe), level=Level(LoadMode.CONCURRENCY, level),
+                      wall_seconds=1.0, slo=Slo())
+    latency = {**empty.latency, Latency.TTFT: replace(empty.latency[Latency.TTFT], p95=p95)}
+    return replace(empty, requests=10, success_rate=success_rate, output_tokens_per_second=tps,
+                   latency=latency)
 
 
 @pytest.mark.parametrize(("rows", "label", "reached", "words"), [
@@ -234,8 +244,8 @@ def _summary(level: float, p95: float | None, tps: float, success_rate: float = 
 ])
 def test_knee_rules(rows, label, reached, words) -> None:
     knee = find_knee(rows, 0.5)
-    assert knee["label"] == label and knee["reached"] is reached
-    assert words in knee["reason"]
+    assert knee.label == label and knee.reached is reached
+    assert words in knee.reason
 
 
 # ---------------------------------------------------------------------------------------------
@@ -292,23 +302,15 @@ def test_fail_on_rules() -> None:
         parse_fail_on("ttft_p95")
 
 
-def _doc(series: str, ttft_p95: float, cost: float | None) -> dict[str, Any]:
-    target, model, probe = series.split("/")
-    summary = summarize([], series={"target": target, "model": model, "probe": probe},
-                        level=Level("concurrency", 1), wall_seconds=1.0, slo=parse_slo(None))
-    summary["latency"]["ttft"]["p95"] = ttft_p95
-    summary["cost_per_call"] = cost
-    return {"summaries": [summary]}
-
-
 def test_compare_matches_a_single_other_series_by_level() -> None:
-    base = _doc("gw/model-a/short", 0.2, 0.001)
-    current = _doc("gw/model-b/short", 0.3, None)
+    base = [replace(_summary(1, 0.2, 100, series="gw/model-a/short"), cost_per_call=0.001)]
+    current = [_summary(1, 0.3, 100, series="gw/model-b/short")]
     deltas = {d.metric: d for d in compare(base, current, parse_fail_on(
         "ttft_p95=+20%,cost=+15%"))}
     assert deltas["ttft_p95"].regression and deltas["ttft_p95"].change == pytest.approx(0.5)
     assert not deltas["cost"].regression and deltas["cost"].note == "not measured"
-    assert flat_metrics(current["summaries"][0])["ttft_p95"] == 0.3
+    assert deltas["cost"].unchecked  # a limit that compared nothing is never a pass
+    assert current[0].metrics()["ttft_p95"] == 0.3
 
 
 # ---------------------------------------------------------------------------------------------
@@ -381,7 +383,7 @@ def test_report_is_self_contained(tmp_path: Path, capsys) -> None:
     assert text.count("<svg") == 5 + 3  # five line charts, one TTFT histogram per level
     assert "TTFT percentiles vs concurrency" in text and "knee" in text
     # It renders from run.json alone, too.
-    assert render_report(load(tmp_path / "run.json")).count("<svg") == 8
+    assert render_report(RunDocument.from_json(load(tmp_path / "run.json"))).count("<svg") == 8
     capsys.readouterr()
 
 
@@ -656,10 +658,10 @@ def test_shares(total: int, weights: list[int], expected: list[int]) -> None:
 
 def test_split_level_over_workers() -> None:
     plan = LevelPlan(requests=10, duration=None, warmup=3)
-    parts = split_level(Level("concurrency", 3), plan, 2)
+    parts = split_level(Level(LoadMode.CONCURRENCY, 3), plan, 2)
     assert [(p.value, q.requests, q.warmup) for p, q in parts] == [(2, 7, 2), (1, 3, 1)]
-    assert [p.value for p, _ in split_level(Level("concurrency", 1), plan, 4)] == [1]
-    rate = split_level(Level("rate", 8.0), LevelPlan(None, 5.0, 0), 2)
+    assert [p.value for p, _ in split_level(Level(LoadMode.CONCURRENCY, 1), plan, 4)] == [1]
+    rate = split_level(Level(LoadMode.RATE, 8.0), LevelPlan(None, 5.0, 0), 2)
     assert [(p.mode, p.value, q.requests, q.duration, q.warmup) for p, q in rate] == [
         ("rate", 4.0, None, 5.0, 0)] * 2
 

@@ -17,8 +17,10 @@ from rich.console import Console
 
 from exporter.cli import main
 from exporter.errors import Result
+from exporter.format import fmt_ms
 from exporter.measure import percentile
-from exporter.oneshot import fmt_ms, print_table, run_once, run_probe_command
+from exporter.oneoff import Selection
+from exporter.oneshot import print_table, run_once, run_probe_command
 from tests.conftest import Script, free_port, make_config, ok_stream
 
 PRICE = {"input": 0.15, "output": 0.6, "currency": "USD"}
@@ -135,7 +137,7 @@ async def test_failure_has_reason_and_likely_fix(scripted_server, capsys, script
     else:
         url = (await scripted_server(script)).url
     config = make_config(url, **overrides)
-    code = await run_probe_command(config, target=None, model=None, probe=None, as_json=True)
+    code = await run_probe_command(config, Selection(), as_json=True)
     doc = orjson.loads(capsys.readouterr().out)
     [r] = doc["results"]
     assert code == 1 and doc["ok"] is False
@@ -144,7 +146,7 @@ async def test_failure_has_reason_and_likely_fix(scripted_server, capsys, script
     assert words in r["hint"]
 
     # The table says the same in plain words.
-    code = await run_probe_command(config, target=None, model=None, probe=None, as_json=False)
+    code = await run_probe_command(config, Selection(), as_json=False)
     out = capsys.readouterr().out
     assert code == 1
     assert "likely fix:" in out and expected.value in out
@@ -157,8 +159,7 @@ async def test_api_key_echoed_by_the_server_never_printed(scripted_server, capsy
         401, b'{"error": {"message": "Incorrect API key provided: ' + key.encode() + b'"}}'))
     config = make_config(server.url, target={"api_key": key})
     for as_json in (True, False):
-        code = await run_probe_command(config, target=None, model=None, probe=None,
-                                       as_json=as_json)
+        code = await run_probe_command(config, Selection(), as_json=as_json)
         out = capsys.readouterr().out
         assert code == 1
         assert key not in out and "SECRET" not in out
