@@ -264,10 +264,12 @@ def schema_version(document: Mapping[str, Any], what: str) -> int:
     return version
 
 
-def describe_errors(exc: ValidationError) -> str:
+def describe_errors(exc: ValidationError, shown: int = 5) -> str:
     """Pydantic's errors as `records[3].ttft_seconds: Input should be a valid number; …`."""
-    return "; ".join(f"{_location(e['loc'])}: {e['msg']}" if e["loc"] else e["msg"]
-                     for e in exc.errors(include_url=False)[:5])
+    errors = exc.errors(include_url=False)
+    text = "; ".join(f"{_location(e['loc'])}: {e['msg']}" if e["loc"] else e["msg"]
+                     for e in errors[:shown])
+    return text + (f"; and {len(errors) - shown} more" if len(errors) > shown else "")
 
 
 def _location(loc: Iterable[int | str]) -> str:

@@ -183,6 +183,15 @@ def test_repeat_runs_every_probe_n_times(tmp_path: Path,
     assert "over all runs" in out and "2/2" in out
 
 
+def test_several_names_select_several_series(tmp_path: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    path = sim_config(tmp_path, {"a": FAST, "b": FAST, "c": FAST})
+    code, doc = run_json(capsys, "--config.file", str(path), "--model", "c,a", "--probe", "short")
+    assert code == 0 and [r["model"] for r in doc["results"]] == ["a", "c"]
+    code, doc = run_json(capsys, "--config.file", str(path), "--model", "b", "--model", "b")
+    assert code == 0 and [r["model"] for r in doc["results"]] == ["b"]
+
+
 def test_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # `ghost` is configured but the simulator does not serve it: 404 model.
     path = sim_config(tmp_path, extra_models=("ghost",))
@@ -196,4 +205,6 @@ def test_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["probe", "--config.file", str(path), "--model", "fast"]) == 0
     assert main(["probe", "--config.file", str(path), "--model", "nope"]) == 2
     assert "no configured series matches" in capsys.readouterr().err
+    assert main(["probe", "--config.file", str(path), "--model", "fast,nope"]) == 2
+    assert "matches model 'nope'" in capsys.readouterr().err
     assert main(["probe", "--config.file", str(tmp_path / "missing.yaml")]) == 1
