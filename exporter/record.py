@@ -10,6 +10,7 @@ version; a change an older reader would misread bumps it.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -145,7 +146,10 @@ class RecordJSON(TypedDict):
     slo_met: NotRequired[bool | None]  # bench records only
 
 
-_RECORD = TypeAdapter(RecordJSON)
+@functools.cache
+def _record_adapter() -> TypeAdapter[RecordJSON]:
+    """Built when first needed: only readers need it, and building it takes ~10 ms."""
+    return TypeAdapter(RecordJSON)
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,7 +202,7 @@ class Record:
     def from_json(cls, data: object) -> Record:
         """A record read back from any schema version; ValueError names what is wrong."""
         try:
-            d = _RECORD.validate_python(data)
+            d = _record_adapter().validate_python(data)
         except ValidationError as exc:
             raise ValueError(describe_errors(exc)) from None
         tokens = d["tokens"]

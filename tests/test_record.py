@@ -188,7 +188,7 @@ def test_csv_rows_keep_the_columns_and_values_of_before() -> None:
         assert tuple(reader.fieldnames or ()) == CSV_FIELDS
         rows = list(reader)
     for record, row in zip(document.records, rows, strict=True):
-        again = {k: "" if v is None else str(v) for k, v in csv_row(record).items()}
+        again = {k: "" if v is None else str(v) for k, v in csv_row(record.to_json()).items()}
         assert again == {k: row[k] for k in again}
 
 

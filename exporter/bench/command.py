@@ -83,11 +83,12 @@ async def run_bench_command(config: Config, selection: Selection, *, options: Be
             console.print(f"the baseline has: {_levels(baseline.summaries)}", soft_wrap=True)
         if result.regressions or result.unchecked:
             code = EXIT_FAILED
+    data = document.to_json() if outputs.output or outputs.csv else {}
     if outputs.output is not None:
-        write_json(outputs.output, document)
+        write_json(outputs.output, data)
         console.print(f"wrote {outputs.output}")
     if outputs.csv is not None:
-        write_csv(outputs.csv, document.records)
+        write_csv(outputs.csv, data["records"])
         console.print(f"wrote {outputs.csv} ({len(document.records)} rows)")
     if outputs.report is not None:
         write_report(outputs.report, document)

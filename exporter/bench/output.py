@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import csv
 import io
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +14,7 @@ import orjson
 from exporter.bench.model import RunDocument
 from exporter.bench.report import render_report
 from exporter.log import REDACTOR
-from exporter.record import STAMPS, Record
+from exporter.record import STAMPS, RecordJSON
 
 CSV_FIELDS = (
     "target", "model", "probe", "mode", "level", "index", "started_at", "offset_start",
@@ -27,9 +27,9 @@ CSV_FIELDS = (
 )
 
 
-def csv_row(record: Record) -> dict[str, Any]:
-    """One request as a CSV row (the record's JSON, flattened)."""
-    r: dict[str, Any] = dict(record.to_json())
+def csv_row(record: RecordJSON) -> dict[str, Any]:
+    """One request as a CSV row: its record's JSON, flattened."""
+    r: Mapping[str, Any] = record
     gaps = r["inter_chunk_seconds"]
     row = {**r, "inter_chunk_max_seconds": max(gaps) if gaps else None,
            **{f"{k}_tokens": v for k, v in r["tokens"].items()},
@@ -38,8 +38,9 @@ def csv_row(record: Record) -> dict[str, Any]:
     return {k: v for k, v in row.items() if k in CSV_FIELDS}
 
 
-def write_csv(path: Path, records: Sequence[Record]) -> None:
-    """One row per request; every cell redacted before quoting, the text once more."""
+def write_csv(path: Path, records: Sequence[RecordJSON]) -> None:
+    """One row per request (from the records of `RunDocument.to_json`); every cell redacted
+    before quoting, the text once more."""
     out = io.StringIO()
     writer = csv.DictWriter(out, CSV_FIELDS, extrasaction="ignore")
     writer.writeheader()
@@ -49,9 +50,10 @@ def write_csv(path: Path, records: Sequence[Record]) -> None:
     path.write_text(REDACTOR.net(out.getvalue()), encoding="utf-8", newline="")
 
 
-def write_json(path: Path, document: RunDocument) -> None:
-    """run.json: every string redacted before serialising, the text once more."""
-    text = orjson.dumps(REDACTOR.tree(document.to_json()), option=orjson.OPT_INDENT_2).decode()
+def write_json(path: Path, document: Mapping[str, Any]) -> None:
+    """run.json (`RunDocument.to_json`): every string redacted before serialising, the text
+    once more."""
+    text = orjson.dumps(REDACTOR.tree(document), option=orjson.OPT_INDENT_2).decode()
     path.write_text(REDACTOR.net(text) + "\n", encoding="utf-8")
 
 
