@@ -277,6 +277,7 @@ def describe_errors(exc: ValidationError, shown: int = 5) -> str:
 
 
 def _location(loc: Iterable[int | str]) -> str:
+    # config.errors.format_location's form, without loading the config package for it.
     text = ""
     for part in loc:
         text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
