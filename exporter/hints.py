@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from exporter.config import Series
 from exporter.errors import Result
 from exporter.log import REDACTOR
+from exporter.protocols import protocol_for
 from exporter.result import ProbeResult
 
 PROXY_VARIABLES = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY",
@@ -163,8 +164,6 @@ class _Fields(dict[str, str]):
     def __init__(self, series: Series | None, env: Mapping[str, str]) -> None:
         super().__init__(proxy_note=_proxy_note(env))
         if series is not None:
-            from exporter.protocols import protocol_for
-
             target = series.target
             self.update(base_url=target.base_url, key_source=target.key_source,
                         api=target.api.value, timeout=f"{series.timeout:g}s")
