@@ -124,6 +124,11 @@ class Redactor:
         self._current = current
         self._index = _Index.build((*current, *self._retired))
 
+    def add(self, secrets: Iterable[str]) -> None:
+        """Know `secrets` too, beside the current set (found while running: signing
+        credentials); a later `update` retires them like any other."""
+        self.update((*self._current, *secrets))
+
     def forget(self) -> None:
         """Know no secret at all (tests, and a process that loads a different config)."""
         self._current = ()

@@ -1,8 +1,9 @@
 """The config: load `config.yaml` into a validated, frozen `Config`; every problem is located.
 
 `load` (bounded bytes → YAML → `${VAR}` → per-section models → cross-field checks → a flat plan of
-`Series`), `schema` (the file as written), `model` (the resolved config), `types` (durations,
-secrets, limits), `errors` (`ConfigError` with located problems), `secrets` (where credentials sit).
+`Series`), `schema` (the file as written), `model` (the resolved config), `network` (each target's
+proxy and TLS context), `types` (durations, secrets, limits), `errors` (`ConfigError` with located
+problems), `secrets` (where credentials sit).
 """
 
 from __future__ import annotations
@@ -19,9 +20,11 @@ from exporter.config.load import (
     sources_digest,
 )
 from exporter.config.model import Config, Series, Target, redacted
+from exporter.config.network import TLS, Proxy
 from exporter.config.schema import (
     CONTROL,
     Api,
+    AwsSigV4Config,
     BudgetConfig,
     Case,
     Expect,
@@ -36,6 +39,7 @@ from exporter.config.schema import (
     SimulatedModel,
     SimulatorConfig,
     TargetConfig,
+    TLSConfig,
 )
 from exporter.config.types import (
     LABEL_NAME,
@@ -66,7 +70,9 @@ __all__ = [
     "MAX_PROBE_NAME",
     "MIN_INTERVAL",
     "RESERVED_LABELS",
+    "TLS",
     "Api",
+    "AwsSigV4Config",
     "BudgetConfig",
     "Case",
     "Config",
@@ -83,11 +89,13 @@ __all__ = [
     "PositiveDuration",
     "Price",
     "ProbeConfig",
+    "Proxy",
     "RawConfig",
     "Secret",
     "Series",
     "SimulatedModel",
     "SimulatorConfig",
+    "TLSConfig",
     "Target",
     "TargetConfig",
     "format_duration",
