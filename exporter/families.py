@@ -179,7 +179,7 @@ FAMILIES: tuple[FamilySpec, ...] = (
     FamilySpec(Family.DURATION, "llm_probe_duration_seconds", _H, _P,
                "End-to-end duration of a probe: t_end - t0."),
     FamilySpec(Family.PHASE, "llm_probe_phase_seconds", _H, _P,
-               "Probe phases: resolve, connect, tls, wait, first_token, generate.",
+               "Probe phases: resolve, connect, proxy_tunnel, tls, wait, first_token, generate.",
                "phase", _values(Phase)),
     FamilySpec(Family.SERVER_DURATION, "llm_probe_server_duration_seconds", _H, _P,
                "The server's own timings where it reports them: prefill, decode, total.",
