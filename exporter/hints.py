@@ -19,8 +19,9 @@ from exporter.errors import Result
 from exporter.log import REDACTOR
 from exporter.result import ProbeResult
 
-PROXY_VARIABLES = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY",
-                   "all_proxy", "NO_PROXY", "no_proxy")
+PROXY_VARIABLES = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "NO_PROXY",
+                   "no_proxy")
+UNREAD_PROXY_VARIABLES = ("ALL_PROXY", "all_proxy")  # aiohttp does not read them either
 
 
 @dataclass(frozen=True)
@@ -96,6 +97,10 @@ HINTS: tuple[Hint, ...] = (
     Hint(Result.CONNECT, words=("refused", "connect call failed"),
          text="nothing accepts connections at that host and port: check host and port in "
               "base_url ({base_url}) and that the server is running{proxy_note}"),
+    Hint(Result.CONNECT, words=("reset", "closed it"),
+         text="the server dropped the connection before answering: a firewall or load balancer "
+              "in the way, a server that crashed, or (https) a server that wants a client "
+              "certificate and got none (`tls.cert_file`, `tls.key_file`){proxy_note}"),
     Hint(Result.CONNECT, words=("name or service not known", "nodename nor servname",
                                 "name resolution", "getaddrinfo", "no address"),
          text="the host name does not resolve: check the spelling of the host in base_url "
@@ -143,6 +148,9 @@ HINTS: tuple[Hint, ...] = (
     Hint(Result.HTTP_4XX, words=("no connected db",),
          text="a LiteLLM proxy without its key database accepts only its master key: use the "
               "master key, or give the proxy a database for virtual keys"),
+    Hint(Result.HTTP_4XX, status=400, words=("ssl certificate", "client certificate"),
+         text="the server (nginx answers so) requires a client certificate: set "
+              "`tls.cert_file` and `tls.key_file`"),
     Hint(Result.HTTP_4XX, status=400,
          text="the server rejected the request body: a parameter (temperature, max_tokens, "
               "messages, stream_options) may not be supported by this model; read its message "
@@ -194,15 +202,18 @@ def _proxy_note(series: Series | None, env: Mapping[str, str]) -> str:
     if series is not None and series.target.proxy is not None:
         return f"; probes go through the proxy {series.target.proxy}"
     names = [name for name in PROXY_VARIABLES if env.get(name)]
-    if series is not None:
-        if not names:
-            return ""
-        return (f"; proxy variables are set here ({', '.join(names)}), but this target goes "
+    unread = [name for name in UNREAD_PROXY_VARIABLES if env.get(name)]
+    note = ""
+    if names and series is not None:
+        note = (f"; proxy variables are set here ({', '.join(names)}), but this target goes "
                 "direct (NO_PROXY matches it, or proxy_url is \"\"): should it use the proxy?")
-    if not names:
-        return ""
-    return (f"; proxy variables are set here ({', '.join(names)}): check that NO_PROXY lists "
-            "the host if it must be reached directly")
+    elif names:
+        note = (f"; proxy variables are set here ({', '.join(names)}): check that NO_PROXY "
+                "lists the host if it must be reached directly")
+    if unread:
+        note += (f"; {' and '.join(unread)} is set but not read: set HTTPS_PROXY/HTTP_PROXY or "
+                 "proxy_url if this network needs a proxy")
+    return note
 
 
 def hint_for(result: ProbeResult, series: Series | None = None, *,

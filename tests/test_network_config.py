@@ -23,7 +23,7 @@ from exporter.config.network import bypasses_proxy, environment_proxies, resolve
 from tests.network_support import make_certificates
 
 ROOT = Path(__file__).resolve().parent.parent
-INVALID = Path(__file__).parent / "testdata" / "invalid"
+TESTDATA = Path(__file__).parent / "testdata" / "network"
 
 
 def config(target: dict | None = None, *, env: dict | None = None,
@@ -336,13 +336,13 @@ def test_without_botocore_aws_sigv4_is_a_config_error_naming_the_extra(tmp_path)
 
 def test_one_file_with_every_network_problem(tmp_path) -> None:
     with pytest.raises(ConfigError) as info:
-        load_config(INVALID / "network.yaml", env={"HTTPS_PROXY": "socks5://p:1080",
+        load_config(TESTDATA / "invalid.yaml", env={"HTTPS_PROXY": "socks5://p:1080",
                                                    "NO_PROXY": "api.example,.amazonaws.com"})
     assert [str(p) for p in info.value.details] == [
         "targets[0].proxy_url: proxies reached over TLS (https://) are not supported; use the "
         "proxy's http:// address: requests to https targets stay encrypted end to end inside "
         "its CONNECT tunnel (line 5)",
-        f"targets[1].tls.ca_file: cannot read {INVALID}/no-such-ca.pem: No such file or "
+        f"targets[1].tls.ca_file: cannot read {TESTDATA}/no-such-ca.pem: No such file or "
         "directory (line 9)",
         "targets[2]: tls_verify and tls.insecure_skip_verify disagree; keep "
         "tls.insecure_skip_verify only (line 11)",
