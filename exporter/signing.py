@@ -92,7 +92,9 @@ class SigV4Signer:
         self._redactor = redactor
         self._source: Any = None  # botocore's credentials object, refreshable or not
         self._frozen: Any = None  # a consistent (key, secret, token) snapshot of it
-        self._lock = asyncio.Lock()
+        # The lookup in flight: probes that need credentials meanwhile wait for it, and one that
+        # times out leaves it running for the others rather than starting another thread.
+        self._pending: asyncio.Future[Any] | None = None
 
     async def sign(self, method: str, url: str, headers: Mapping[str, str],
                    body: bytes) -> SignedRequest:
@@ -106,14 +108,20 @@ class SigV4Signer:
     async def _credentials(self) -> Any:
         """Current credentials; found or refreshed in a worker thread when due."""
         if self._frozen is None or self._refresh_due():
-            async with self._lock:
-                if self._frozen is None or self._refresh_due():
-                    self._frozen = await asyncio.to_thread(self._resolve)
-                    if self._redactor is not None:
-                        # The session token travels in a header a server could echo.
-                        self._redactor.add(s for s in (self._frozen.secret_key,
-                                                       self._frozen.token) if s)
+            if self._pending is None:
+                self._pending = asyncio.ensure_future(asyncio.to_thread(self._resolve))
+                self._pending.add_done_callback(self._resolved)
+            await asyncio.shield(self._pending)
         return self._frozen
+
+    def _resolved(self, future: asyncio.Future[Any]) -> None:
+        self._pending = None
+        if future.cancelled() or future.exception() is not None:
+            return  # the waiters get the error; the next probe tries again
+        self._frozen = future.result()
+        if self._redactor is not None:
+            # The session token travels in a header a server could echo.
+            self._redactor.add(s for s in (self._frozen.secret_key, self._frozen.token) if s)
 
     def _refresh_due(self) -> bool:
         return isinstance(self._source, RefreshableCredentials) and self._source.refresh_needed()

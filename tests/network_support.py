@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime
+import select
 import shutil
 import socket
 import ssl
@@ -205,13 +206,19 @@ class TLSFront:
         try:
             secure = self._context.wrap_socket(raw, server_side=True)
         except (ssl.SSLError, OSError):
-            raw.close()  # the alert is on its way already
+            # The alert is sent. Close gently: closing with the client's request unread would
+            # reset the connection, and the client might see the reset before the alert.
+            with contextlib.suppress(OSError):
+                raw.shutdown(socket.SHUT_WR)
+                raw.settimeout(1)
+                while raw.recv(65536):
+                    pass
+            raw.close()
             return
         with secure, socket.create_connection(("127.0.0.1", self._upstream)) as upstream:
             upstream.settimeout(10)
             upstream.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            self._spawn(_pipe, upstream, secure)
-            _pipe(secure, upstream)
+            _relay(secure, upstream)
 
     def close(self) -> None:
         """Stop accepting; running connections end with their peers."""
@@ -221,12 +228,32 @@ class TLSFront:
             thread.join(2)
 
 
-def _pipe(source: socket.socket, sink: socket.socket) -> None:
-    with contextlib.suppress(OSError, ssl.SSLError):
-        while data := source.recv(65536):
-            sink.sendall(data)
-    with contextlib.suppress(OSError):
-        sink.shutdown(socket.SHUT_WR)
+def _relay(secure: ssl.SSLSocket, upstream: socket.socket) -> None:
+    """Copy both ways in one thread (an SSL socket must not be used from two at once) until
+    the upstream has answered and closed."""
+    client_open = True
+    while True:
+        ready = [secure] if secure.pending() else select.select(
+            [secure, upstream] if client_open else [upstream], [], [], 10)[0]
+        if not ready:
+            return  # idle for 10 s
+        for sock in ready:
+            try:
+                data = sock.recv(65536)
+            except ssl.SSLWantReadError:
+                continue
+            except (OSError, ssl.SSLError):
+                data = b""
+            if sock is upstream:
+                if not data:
+                    return  # the answer is complete
+                secure.sendall(data)
+            elif data:
+                upstream.sendall(data)
+            else:
+                client_open = False
+                with contextlib.suppress(OSError):
+                    upstream.shutdown(socket.SHUT_WR)
 
 
 # ---------------------------------------------------------------------------------------------

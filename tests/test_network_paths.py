@@ -211,9 +211,12 @@ async def test_a_proxy_that_is_not_there(certs) -> None:
 
 
 async def test_phases_behind_a_proxy_are_true(fronts, certs, proxies) -> None:
-    """Relays hold the proxy's CONNECT answer back 100 ms and the server's first TLS bytes
-    80 ms: exactly those phases grow, and the phases add up to the probe's wall time."""
-    tunnel_delay, tls_delay = 0.100, 0.080
+    """Relays hold the proxy's CONNECT answer back 300 ms and the server's first TLS bytes
+    200 ms: exactly those phases grow, and the phases add up to the probe's wall time.
+
+    Margins are 150 ms, under either delay, so a phase that went missing or landed in the wrong
+    place fails, while a busy machine (the suite runs beside others on two cores) does not."""
+    tunnel_delay, tls_delay, margin = 0.3, 0.2, 0.15
     to_proxy = await Relay(proxies["open"].port, delay=tunnel_delay).start()
     to_server = await Relay(fronts["tls"].port, delay=tls_delay).start()
     config = make(f"https://127.0.0.1:{to_server.port}/v1",
@@ -228,17 +231,19 @@ async def test_phases_behind_a_proxy_are_true(fronts, certs, proxies) -> None:
         await to_server.close()
     assert result.result is Result.SUCCESS, result.reason
     phases, t = result.timings.phases, result.timings
-    assert phases[Phase.CONNECT] < 0.05
-    assert tunnel_delay <= phases[Phase.PROXY_TUNNEL] < tunnel_delay + 0.06
-    assert tls_delay <= phases[Phase.TLS] < tls_delay + 0.06
+    shown = {phase.value: round(seconds, 4) for phase, seconds in phases.items()}
+    # each delay lands in its own phase, and only there
+    assert phases[Phase.CONNECT] < margin, shown
+    assert tunnel_delay <= phases[Phase.PROXY_TUNNEL] < tunnel_delay + margin, shown
+    assert tls_delay <= phases[Phase.TLS] < tls_delay + margin, shown
     assert t.duration is not None and t.ttft is not None
     # set-up + E2E is the wall time, less what comes before the connect and after the end
     set_up = phases[Phase.CONNECT] + phases[Phase.PROXY_TUNNEL] + phases[Phase.TLS]
     assert set_up + t.duration <= wall
-    assert wall - (set_up + t.duration) < 0.03
+    assert wall - (set_up + t.duration) < margin, (wall, set_up, t.duration)
     # after the request is written: wait, first token, generate, and the stream's last bytes
     after = phases[Phase.WAIT] + phases[Phase.FIRST_TOKEN] + phases[Phase.GENERATE]
-    assert after <= t.duration and t.duration - after < 0.01
+    assert after <= t.duration and t.duration - after < margin / 2, (after, t.duration)
     assert t.ttft == pytest.approx(phases[Phase.WAIT] + phases[Phase.FIRST_TOKEN], abs=1e-9)
     assert t.ttft >= PROFILE.ttft  # TTFT starts at the request write, after the set-up
 
