@@ -16,7 +16,7 @@ import math
 import ssl
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
@@ -29,7 +29,7 @@ from yarl import URL
 
 from exporter import measure
 from exporter.checks import run_checks
-from exporter.config import Case, Expect, Proxy, Series, Target
+from exporter.config import Case, Expect, Proxy, Series
 from exporter.errors import (
     CheckFailed,
     ConnectFailed,
@@ -52,11 +52,14 @@ from exporter.protocols import (
     protocol_for,
 )
 from exporter.result import ProbeResult, TokenSource, Usage
-from exporter.signing import Signer, SigningError, SigV4Signer
+from exporter.signing import AwsSigners, SigningError
 from exporter.sse import SSEDecoder
 from exporter.tokens import estimate_tokens
 
 Clock = Callable[[], float]
+# A series' request signer, if it signs: the request as it must be sent (main's
+# `protocols.SignerFactory`; `signing.AwsSigners` by default).
+SignerFactory = Callable[[Series], Callable[[HttpRequest], Awaitable[HttpRequest]] | None]
 
 # Response headers that report the remaining rate limit, by `kind` label value.
 RATELIMIT_HEADERS = {
@@ -395,7 +398,8 @@ class Prober:
 
     def __init__(self, *, max_output_bytes: int = 4 * 1024 * 1024,
                  redactor: Redactor = REDACTOR, clock: Clock = time.perf_counter,
-                 wall_clock: Clock = time.time, logger: Any = None) -> None:
+                 wall_clock: Clock = time.time, logger: Any = None,
+                 signers: SignerFactory | None = None) -> None:
         self._max_output_bytes = max_output_bytes
         self._redact = redactor
         self._clock = clock
@@ -405,7 +409,8 @@ class Prober:
         self._no_stream_options: set[str] = set()  # targets that rejected stream_options
         self._protocols: dict[Any, ApiProtocol] = {}
         self._case_turn: dict[tuple[str, str, str], int] = {}  # golden-set rotation per series
-        self._signers: dict[tuple[str, str, str | None], Signer] = {}  # by region, service, profile
+        # Signing over the finished request (SigV4 for `aws_sigv4`), per series.
+        self._signers = signers if signers is not None else AwsSigners(redactor)
 
     async def __aenter__(self) -> Prober:
         await self.start()
@@ -494,7 +499,7 @@ class Prober:
             request = protocol.build_request(series, prompt, stream_options=stream_options)
             stamps = attempt.stamps = measure.Stamps(t0=self._clock())
             attempt.net = net = _NetStamps(self._clock)
-            response = await self._send(target, request, net)
+            response = await self._send(series, request, net)
             stamps.t_headers = self._clock()
             if net.sent is not None:
                 stamps.t0 = net.sent
@@ -519,20 +524,21 @@ class Prober:
                 await self._read_stream(response, protocol, series, attempt)
                 return
 
-    async def _send(self, target: Target, request: HttpRequest,
+    async def _send(self, series: Series, request: HttpRequest,
                     net: _NetStamps) -> aiohttp.ClientResponse:
         """Send one request on a fresh connection — signed when the target signs, through its
         proxy, with its TLS — and note how the connection was made in `net`."""
         assert self._session is not None
+        target = series.target
         url: str | URL = request.url
-        headers = request.headers
-        signer = self._signer(target)
+        signer = self._signers(series)
         if signer is not None:
             try:
-                signed = await signer.sign("POST", request.url, headers, request.body)
+                request = await signer(request)  # before t0: signing is not the server's time
             except SigningError as exc:
                 raise CredentialsError(str(exc)) from None
-            url, headers = signed.url, signed.headers
+            url = URL(request.url, encoded=True)  # exactly what was signed
+        headers = request.headers
         proxy = target.proxy
         proxy_headers = None
         if proxy is not None and proxy.authorization is not None:
@@ -570,19 +576,6 @@ class Prober:
             response.release()
             raise ConnectFailed(_proxy_status_reason(407, response.reason, proxy, response.url))
         return response
-
-    def _signer(self, target: Target) -> Signer | None:
-        """The signer of a target that signs its requests; kept across reloads, so its
-        credentials are too."""
-        settings = target.aws_sigv4
-        if settings is None:
-            return None
-        key = (settings.region, settings.service, settings.profile)
-        signer = self._signers.get(key)
-        if signer is None:
-            signer = self._signers[key] = SigV4Signer(
-                settings.region, settings.service, settings.profile, redactor=self._redact)
-        return signer
 
     def _next_case(self, series: Series, attempt: _Attempt) -> Case | None:
         """The golden-set case of this run (round robin per series), and its checks."""

@@ -1,28 +1,31 @@
 """Request signing: AWS SigV4 with botocore (the optional extra `aws`).
 
-The hook between a protocol and the prober: the protocol builds the request (URL, headers,
-body); a `Signer` turns it into what goes on the wire — the URL exactly as sent and the headers
-with the auth added — just before sending, over the very bytes of the body.
+The hook between the protocols and the prober: a protocol builds the request (URL, headers,
+body); the prober asks its signer factory for the series' signer (`AwsSigners`: one for each
+target with `aws_sigv4`), which returns the request as it must go on the wire — the URL exactly
+as sent, the auth headers added — just before sending, over the very bytes of the body.
 
 `SigV4Signer` takes credentials from botocore's standard chain (environment, shared config and
 credentials files and their profiles, `credential_process`, web identity, container and instance
 roles). Finding or refreshing them may read files, run a process or call STS, so that runs in a
 worker thread, never on the event loop; it happens again when botocore says the credentials are
 near their expiry (15 minutes before, or 10 at the latest), so probes never sign with expired
-ones. Signing itself is a few HMACs over the request (~0.1 ms) and runs on the loop.
+ones. Signing itself is a few HMACs over the request (~60 µs) and runs on the loop.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any, Protocol
+from dataclasses import replace
+from typing import Any
 from urllib.parse import quote, unquote
 
 from yarl import URL
 
+from exporter.config import Series
+from exporter.config.network import AWS_EXTRA_MISSING
 from exporter.log import Redactor
+from exporter.protocols import HttpRequest
 
 try:  # optional: `pip install 'llm-probe-exporter[aws]'`
     from botocore.auth import SigV4Auth
@@ -33,8 +36,6 @@ try:  # optional: `pip install 'llm-probe-exporter[aws]'`
 except ImportError:  # pragma: no cover - exercised where botocore is absent
     SigV4Auth = None
 
-SIGNING_MISSING = ("aws_sigv4 needs botocore, which is not installed: "
-                   "pip install 'llm-probe-exporter[aws]'")
 NO_CREDENTIALS = ("no AWS credentials found: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, "
                   "a profile (AWS_PROFILE or aws_sigv4.profile), or web identity "
                   "(AWS_ROLE_ARN and AWS_WEB_IDENTITY_TOKEN_FILE)")
@@ -43,40 +44,18 @@ NO_CREDENTIALS = ("no AWS credentials found: set AWS_ACCESS_KEY_ID and AWS_SECRE
 _SEGMENT_SAFE = "-_.~"
 
 
-def available() -> bool:
-    """Whether botocore is installed, so that `aws_sigv4` can sign."""
-    return SigV4Auth is not None
-
-
 class SigningError(Exception):
     """Credentials to sign with could not be found or refreshed; the message says why."""
 
 
-@dataclass(frozen=True, slots=True)
-class SignedRequest:
-    """What goes on the wire: the URL exactly as sent (already encoded) and every header."""
-
-    url: URL
-    headers: dict[str, str]
-
-
-class Signer(Protocol):
-    """Adds authentication to a built request just before it is sent."""
-
-    async def sign(self, method: str, url: str, headers: Mapping[str, str],
-                   body: bytes) -> SignedRequest:
-        """The request as it must be sent; raises `SigningError` without credentials."""
-        ...
-
-
-def wire_url(url: str) -> URL:
-    """`url` as boto3 puts it on the wire: every path segment percent-encoded the same way
-    whether the protocol encoded it already or not."""
+def wire_url(url: str) -> str:
+    """`url` as boto3 puts it on the wire: every path segment percent-encoded the same way,
+    whether the protocol encoded it already or not. Send it as is (`URL(…, encoded=True)`)."""
     parsed = URL(url)
     path = "/".join(quote(unquote(segment), safe=_SEGMENT_SAFE)
                     for segment in parsed.raw_path.split("/"))
-    return URL.build(scheme=parsed.scheme, authority=parsed.raw_authority, path=path,
-                     query_string=parsed.raw_query_string, encoded=True)
+    return str(URL.build(scheme=parsed.scheme, authority=parsed.raw_authority, path=path,
+                         query_string=parsed.raw_query_string, encoded=True))
 
 
 class SigV4Signer:
@@ -85,7 +64,7 @@ class SigV4Signer:
     def __init__(self, region: str, service: str = "bedrock", profile: str | None = None, *,
                  redactor: Redactor | None = None) -> None:
         if SigV4Auth is None:
-            raise SigningError(SIGNING_MISSING)
+            raise SigningError(AWS_EXTRA_MISSING)
         self.region = region
         self.service = service
         self.profile = profile
@@ -96,14 +75,15 @@ class SigV4Signer:
         # times out leaves it running for the others rather than starting another thread.
         self._pending: asyncio.Future[Any] | None = None
 
-    async def sign(self, method: str, url: str, headers: Mapping[str, str],
-                   body: bytes) -> SignedRequest:
-        """The request with `Authorization`, `X-Amz-Date` (and the session token) added."""
+    async def __call__(self, request: HttpRequest) -> HttpRequest:
+        """`request` as sent: its wire URL, with `Authorization`, `X-Amz-Date` (and the session
+        token) added. Raises `SigningError` without credentials."""
         credentials = await self._credentials()
-        wire = wire_url(url)
-        request = AWSRequest(method=method, url=str(wire), headers=dict(headers), data=body)
-        SigV4Auth(credentials, self.service, self.region).add_auth(request)
-        return SignedRequest(wire, dict(request.headers.items()))
+        url = wire_url(request.url)
+        aws = AWSRequest(method="POST", url=url, headers=dict(request.headers),
+                         data=request.body)
+        SigV4Auth(credentials, self.service, self.region).add_auth(aws)
+        return replace(request, url=url, headers=dict(aws.headers.items()))
 
     async def _credentials(self) -> Any:
         """Current credentials; found or refreshed in a worker thread when due."""
@@ -137,3 +117,24 @@ class SigV4Signer:
             return self._source.get_frozen_credentials()
         except (BotoCoreError, ClientError) as exc:
             raise SigningError(f"AWS credentials: {exc}") from None
+
+
+class AwsSigners:
+    """The prober's signer factory: a series' `SigV4Signer` when its target has `aws_sigv4`.
+
+    One signer per (region, service, profile), kept for the prober's life — across reloads, so
+    are its credentials."""
+
+    def __init__(self, redactor: Redactor | None = None) -> None:
+        self._redactor = redactor
+        self._signers: dict[tuple[str, str, str | None], SigV4Signer] = {}
+
+    def __call__(self, series: Series) -> SigV4Signer | None:
+        settings = series.target.aws_sigv4
+        if settings is None:
+            return None
+        key = (settings.region, settings.service, settings.profile)
+        signer = self._signers.get(key)
+        if signer is None:
+            signer = self._signers[key] = SigV4Signer(*key, redactor=self._redactor)
+        return signer

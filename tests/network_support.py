@@ -8,6 +8,8 @@ a delaying TCP relay, and a private CA with server and client certificates (trus
   a client could never see "certificate required".
 - `Relay`: forwards TCP both ways and holds the upstream's first answer back for a set delay, so
   a test knows how long one phase must take (the proxy's CONNECT answer, the ServerHello).
+- `simulator_in_thread`: the simulator on its own event loop, so the fronts (threads) and the
+  probes (the test's loop) can share one for a whole module.
 """
 
 from __future__ import annotations

@@ -27,10 +27,12 @@ from pydantic import (
 from exporter.config.errors import ConfigError, ConfigProblem, format_location
 from exporter.config.model import Config, Series, Target
 from exporter.config.network import (
+    AWS_EXTRA_MISSING,
     MAX_TLS_FILE_BYTES,
     TLS,
     Proxy,
     TLSProblem,
+    aws_extra_installed,
     build_tls,
     resolve_proxy,
 )
@@ -51,8 +53,6 @@ from exporter.config.types import (
 )
 from exporter.files import FileRefused, YAMLDocument, parse_yaml, read_limited
 from exporter.shard import in_shard, parse_shard
-from exporter.signing import SIGNING_MISSING
-from exporter.signing import available as signing_available
 
 # ---------------------------------------------------------------------------------------------
 # Loading
@@ -384,8 +384,8 @@ def _resolve_network(target: TargetConfig, index: int, env: Mapping[str, str], b
         tls = build_tls(target.tls, target.insecure_skip_verify, base, reads)
     except TLSProblem as exc:
         problems.append(_problem((*where, "tls", exc.key), str(exc)))
-    if target.aws_sigv4 is not None and not signing_available():
-        problems.append(_problem((*where, "aws_sigv4"), SIGNING_MISSING))
+    if target.aws_sigv4 is not None and not aws_extra_installed():
+        problems.append(_problem((*where, "aws_sigv4"), AWS_EXTRA_MISSING))
     return (proxy, tls) if len(problems) == found else None
 
 

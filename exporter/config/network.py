@@ -3,8 +3,9 @@
 Proxies: `proxy_url` wins; unset, the environment decides as aiohttp's `trust_env` and Python's
 `urllib` do — `https_proxy`/`HTTPS_PROXY` for https targets, `http_proxy`/`HTTP_PROXY` for http
 ones (lowercase first; an empty lowercase variable switches the other off), `no_proxy`/`NO_PROXY`
-exempting hosts. Read once per load from the config's environment, not per request: no thread
-hop per probe, and `check` shows what the daemon will do.
+exempting hosts (plus CIDR ranges, which aiohttp and urllib do not match). Read once per load
+from the config's environment, not per request as aiohttp's `trust_env` does (a thread hop and a
+`.netrc` lookup per request, and `.netrc` credentials sent unasked); `/config` shows the route.
 
 TLS: contexts are built here, while loading (off the event loop), from files read once; a reload
 builds new ones. Settings compare by the files' contents, so an unchanged target keeps its context.
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import importlib.util
 import ipaddress
 import ssl
 from collections.abc import Mapping
@@ -27,6 +29,16 @@ from exporter.config.types import Secret
 from exporter.files import FileRefused, read_limited
 
 MAX_TLS_FILE_BYTES = 1024 * 1024  # a CA bundle with every public root is ~250 KB
+AWS_EXTRA_MISSING = ("aws_sigv4 needs botocore, which is not installed: "
+                     "pip install 'llm-probe-exporter[aws]'")
+
+
+def aws_extra_installed() -> bool:
+    """Whether botocore (the `aws` extra) can be imported, without importing it."""
+    try:
+        return importlib.util.find_spec("botocore") is not None
+    except (ImportError, ValueError):  # ValueError: an entry of None in sys.modules
+        return False
 
 
 # ---------------------------------------------------------------------------------------------
