@@ -205,17 +205,19 @@ class TLSFront:
         raw.settimeout(10)
         # As asyncio does: without it, Nagle and delayed ACKs hold small writes back ~40 ms.
         raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        secure = self._context.wrap_socket(raw, server_side=True,
+                                           do_handshake_on_connect=False)
         try:
-            secure = self._context.wrap_socket(raw, server_side=True)
+            secure.do_handshake()
         except (ssl.SSLError, OSError):
             # The alert is sent. Close gently: closing with the client's request unread would
             # reset the connection, and the client might see the reset before the alert.
-            with contextlib.suppress(OSError):
-                raw.shutdown(socket.SHUT_WR)
-                raw.settimeout(1)
-                while raw.recv(65536):
+            with socket.socket(fileno=secure.detach()) as plain, \
+                    contextlib.suppress(OSError):
+                plain.shutdown(socket.SHUT_WR)
+                plain.settimeout(1)
+                while plain.recv(65536):
                     pass
-            raw.close()
             return
         with secure, socket.create_connection(("127.0.0.1", self._upstream)) as upstream:
             upstream.settimeout(10)
@@ -274,7 +276,8 @@ class Relay:
         self._delay = delay
         self.sent = bytearray()
         self._server: asyncio.Server | None = None
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._writers: set[asyncio.StreamWriter] = set()
         self.port = 0
 
     async def start(self) -> Relay:
@@ -284,17 +287,25 @@ class Relay:
         return self
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self._upstream)
         task = asyncio.current_task()
         assert task is not None
-        self._tasks.add(task)  # type: ignore[arg-type]
+        self._tasks.add(task)
+        self._writers.add(writer)
         try:
-            await asyncio.gather(self._copy(reader, up_writer, record=True),
-                                 self._copy(up_reader, writer, delay=self._delay))
+            up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self._upstream)
+        except OSError:
+            up_writer = None
+        try:
+            if up_writer is not None:
+                self._writers.add(up_writer)
+                await asyncio.gather(self._copy(reader, up_writer, record=True),
+                                     self._copy(up_reader, writer, delay=self._delay))
         finally:
-            self._tasks.discard(task)  # type: ignore[arg-type]
             for w in (writer, up_writer):
-                w.close()
+                if w is not None:
+                    w.close()
+                    self._writers.discard(w)
+            self._tasks.discard(task)
 
     async def _copy(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *,
                     delay: float = 0.0, record: bool = False) -> None:
@@ -312,10 +323,10 @@ class Relay:
                 writer.write_eof()
 
     async def close(self) -> None:
-        """Stop listening and cut running connections."""
+        """Stop listening; close running connections, so their copies end, and wait for them."""
         if self._server is not None:
             self._server.close()
-            for task in list(self._tasks):
-                task.cancel()
+            for writer in list(self._writers):
+                writer.close()
             await asyncio.gather(*self._tasks, return_exceptions=True)
             await self._server.wait_closed()

@@ -285,7 +285,7 @@ async def test_a_private_ca_direct_and_through_a_proxy(fronts, certs, proxies) -
 async def test_an_unknown_ca(fronts) -> None:
     config = make(f"https://127.0.0.1:{fronts['tls'].port}/v1")
     result = await probe(config)
-    assert result.result is Result.TLS
+    assert result.result is Result.TLS, result.reason
     assert result.reason == ("TLS failed: the server's certificate was not accepted: unable to "
                              "get local issuer certificate")
     assert "Set `tls.ca_file` to that CA's certificate" in hint(result, config)
@@ -299,7 +299,7 @@ async def test_server_name_sets_sni_and_the_name_verified(fronts, certs) -> None
     base = f"https://localhost:{front.port}/v1"
     wrong = make(base, **ca(certs, server_name="other.internal"))
     result = await probe(wrong)
-    assert result.result is Result.TLS
+    assert result.result is Result.TLS, result.reason
     assert result.reason.endswith("Hostname mismatch, certificate is not valid for "
                                   "'other.internal'.")
     assert "set `tls.server_name` to that name" in hint(result, wrong)
@@ -311,7 +311,7 @@ async def test_server_name_sets_sni_and_the_name_verified(fronts, certs) -> None
 async def test_an_expired_server_certificate(fronts, certs) -> None:
     config = make(f"https://127.0.0.1:{fronts['expired'].port}/v1", **ca(certs))
     result = await probe(config)
-    assert result.result is Result.TLS
+    assert result.result is Result.TLS, result.reason
     assert result.reason.endswith("certificate has expired")
     assert hint(result, config).startswith("the server's certificate has expired")
 
@@ -326,7 +326,7 @@ async def test_mutual_tls(front, fronts, certs, proxies) -> None:
 
     without = make(base, **ca(certs))
     missing = await probe(without)
-    assert missing.result is Result.TLS
+    assert missing.result is Result.TLS, missing.reason
     if front == "mtls":  # TLS 1.3 names the problem
         assert missing.reason == ("TLS failed: the server requires a client certificate "
                                   "(tlsv13_alert_certificate_required)")
@@ -340,7 +340,7 @@ async def test_mutual_tls(front, fronts, certs, proxies) -> None:
     stranger_config = make(base, **ca(certs, cert_file=str(certs.stranger_cert),
                                       key_file=str(certs.stranger_key)))
     stranger = await probe(stranger_config)
-    assert stranger.result is Result.TLS
+    assert stranger.result is Result.TLS, stranger.reason
     assert stranger.reason == ("TLS failed: the server does not trust our client certificate "
                                "(unknown CA) (tlsv1_alert_unknown_ca)")
     assert hint(stranger, stranger_config).startswith(
@@ -360,7 +360,7 @@ async def test_a_plain_port_named_https() -> None:
         result = await probe(config)
     finally:
         server.close()
-    assert result.result is Result.TLS
+    assert result.result is Result.TLS, result.reason
     assert result.reason == ("TLS failed: the other end does not speak TLS (an http:// port?) "
                              "(wrong_version_number)")
     assert "plain-HTTP port" in hint(result, config)
