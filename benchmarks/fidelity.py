@@ -11,7 +11,14 @@ paired with the server's record of it:
   `--bench-tree` columns for A/B comparisons against other options or older code) and the peers
   aiperf, guidellm and inference-perf when installed (`benchmarks/peers/install`).
 
-    python -m benchmarks.fidelity [--levels 1,40,200] [--rounds 2] [--clients ...] [--smoke]
+Then one row per framing (`--framings`: SSE, NDJSON, AWS event stream) at `--framing-levels`:
+a floor client and our prober (with the target's `api` for that framing) side by side, all
+framings' columns rotating within each round, so that the excess over the floor compares across
+framings in one run.
+
+    python -m benchmarks.fidelity [--levels 1,40,200] [--rounds 2] [--clients ...]
+                                  [--framings sse,ndjson,eventstream] [--framing-levels 1,50]
+                                  [--smoke]
 
 Error = measured − true (positive: the client saw it late). Excess = client TTFT − floor TTFT at
 the same level (what the client itself adds, whatever the server and the machine did).
@@ -46,7 +53,9 @@ from benchmarks.common import (
     table,
     truth_server,
 )
+from benchmarks.framings import FRAMINGS
 from benchmarks.tools import BenchTool, Tool, describe_missing, peers
+from exporter.protocols.base import Framing
 
 
 @dataclass
@@ -134,7 +143,7 @@ class Column:
     startup_cpu: float = 0.0  # CPU of starting the tool once (subtracted per run)
 
 
-def in_process(client: Any, spread: float) -> Column:
+def in_process(client: Any, spread: float, name: str | None = None) -> Column:
     """A client of this process: warm up K, then the closed loop; CPU of this process."""
     async def run(concurrency: int, count: int) -> tuple[list[Measured], float]:
         await closed_loop(client.one, concurrency, concurrency, spread)
@@ -142,7 +151,7 @@ def in_process(client: Any, spread: float) -> Column:
         cpu = _self_cpu()
         measured = await closed_loop(client.one, concurrency, count, spread)
         return measured, _self_cpu() - cpu
-    return Column(client.name, run)
+    return Column(name or client.name, run)
 
 
 def as_process(tool: Tool, base_url: str, workdir: Path) -> Column:
@@ -295,7 +304,8 @@ def make_columns(args: argparse.Namespace, server: TruthProcess,
 
 
 async def fidelity(args: argparse.Namespace) -> None:
-    """The main table, the standings of the tools, then the chunk-batching table."""
+    """The main table, the standings of the tools, the chunk-batching table, then the
+    framings."""
     scenario = {"ttft": args.ttft, "tpot": args.tpot, "tokens": args.tokens}
     print(f"# fidelity — {machine_line()}")
     print(f"scenario: first token {args.ttft * 1000:g} ms after the request, then "
@@ -303,13 +313,14 @@ async def fidelity(args: argparse.Namespace) -> None:
           f"{args.rounds} round(s) of max({args.requests}, 2K) requests per client per level, "
           "closed loop (K in flight), after a warm-up of K\n")
     note = describe_missing()
-    if note and not args.smoke:
+    if note and not args.smoke and args.levels:
         print(note + "\n")
     all_rows: list[list[str]] = []
     by_level: dict[int, dict[str, Samples]] = {}
+    batching = framed = ""
     with tempfile.TemporaryDirectory(prefix="fidelity-") as tmp:
         async with truth_server(**scenario) as server:
-            columns, clients = make_columns(args, server, Path(tmp))
+            columns, clients = make_columns(args, server, Path(tmp)) if args.levels else ([], [])
             for client in clients:
                 await client.start()
             try:
@@ -326,13 +337,17 @@ async def fidelity(args: argparse.Namespace) -> None:
                     print(table(FIDELITY_HEADERS, rows), flush=True)
                     print(f"({time.perf_counter() - started:.1f} s, {machine_line()})\n",
                           flush=True)
-                batching = await chunk_batching(server, columns[:len(clients)], args)
+                if clients and args.batch_levels:
+                    batching = await chunk_batching(server, columns[:len(clients)], args)
             finally:
                 for client in clients:
                     await client.close()
-    print("## TTFT error, all levels\n")
-    print(table(FIDELITY_HEADERS, all_rows))
-    print()
+            if args.framings and args.framing_levels:
+                framed = await framings(server, args)
+    if all_rows:
+        print("## TTFT error, all levels\n")
+        print(table(FIDELITY_HEADERS, all_rows))
+        print()
     startup = {c.name: c.startup_cpu for c in columns if c.startup_cpu}
     if startup:
         print("start-up CPU (one run of one request): " + ", ".join(
@@ -347,7 +362,92 @@ async def fidelity(args: argparse.Namespace) -> None:
         print()
         print("\n".join(goals))
         print()
-    print(batching)
+    if batching:
+        print(batching + "\n")
+    print(framed)
+
+
+FRAMING_HEADERS = ["K", "framing", "n", "floor TTFT err p50 / p99 / mean ms",
+                   "ours TTFT err p50 / p99 / mean ms", "ours resp leg p50 / p99",
+                   "excess mean / p99 ms", "excess mean, median of rounds",
+                   "excess − SSE's, median of rounds", "CPU ms/req floor / ours", "failed"]
+
+
+def _excess_by_round(floor: Samples, ours: Samples) -> list[float]:
+    """Ours' mean TTFT error minus the floor's, round by round (each pair ran back to back)."""
+    return [statistics.fmean(o) - statistics.fmean(f)
+            for f, o in zip(floor.rounds, ours.rounds, strict=True) if f and o]
+
+
+def framing_rows(level: int, samples: dict[str, Samples],
+                 names: dict[Framing, tuple[str, str]]) -> list[list[Any]]:
+    """One row per framing: the floor's and our TTFT error side by side, and the excess."""
+    rows = []
+    baseline = None
+    for key, (floor_name, ours_name) in names.items():
+        floor, ours = samples[floor_name], samples[ours_name]
+        by_round = _excess_by_round(floor, ours)
+        if key is Framing.SSE:
+            baseline = by_round
+        if not floor.ttft_err or not ours.ttft_err:
+            excess = "–"
+        else:
+            floor_three, ours_three = _three(floor.ttft_err), _three(ours.ttft_err)
+            excess = (f"{ms(ours_three[2] - floor_three[2])} / "
+                      f"{ms(ours_three[1] - floor_three[1])}")
+        versus_sse = ([a - b for a, b in zip(by_round, baseline, strict=False)]
+                      if baseline is not None and key is not Framing.SSE else [])
+        rows.append([
+            level, FRAMINGS[key].label, len(ours.ttft_err),
+            " / ".join(ms(x) for x in _three(floor.ttft_err)) if floor.ttft_err else "–",
+            " / ".join(ms(x) for x in _three(ours.ttft_err)) if ours.ttft_err else "–",
+            f"{ms(pct(ours.response_leg, 50))} / {ms(pct(ours.response_leg, 99))}",
+            excess,
+            ms(statistics.median(by_round)) if by_round else "–",
+            ms(statistics.median(versus_sse)) if versus_sse else "–",
+            " / ".join(ms(s.cpu_seconds / s.requests if s.requests else None)
+                       for s in (floor, ours)),
+            floor.failed + floor.unmatched + ours.failed + ours.unmatched,
+        ])
+    return rows
+
+
+async def framings(server: TruthProcess, args: argparse.Namespace) -> str:
+    """A floor and our prober per framing, all columns rotating within each round."""
+    spread = args.ttft + args.tokens * args.tpot
+    columns: list[Column] = []
+    clients: list[Any] = []
+    names: dict[Framing, tuple[str, str]] = {}
+    for key in args.framings:
+        spec = FRAMINGS[key]
+        url = server.url_for(spec)
+        floor, ours = FloorClient(url, spec), OursClient(url, api=spec.api)
+        names[key] = (f"{floor.name} · {key}", f"{ours.name} · {key}")
+        clients += [floor, ours]
+        columns += [in_process(floor, spread, names[key][0]),
+                    in_process(ours, spread, names[key][1])]
+    rows: list[list[Any]] = []
+    for client in clients:
+        await client.start()
+    try:
+        for level in args.framing_levels:
+            started = time.perf_counter()
+            samples = await run_level(server, columns, level, max(args.requests, 2 * level),
+                                      args.rounds)
+            level_rows = framing_rows(level, samples, names)
+            rows += level_rows
+            print(table(FRAMING_HEADERS, level_rows), flush=True)
+            print(f"({time.perf_counter() - started:.1f} s, {machine_line()})\n", flush=True)
+    finally:
+        for client in clients:
+            await client.close()
+    head = ("## Framings: the floor and ours (Prober) per framing, side by side\n\n"
+            "The same scenario in each framing (`api`: openai-chat, ollama-chat, "
+            "bedrock-converse); the floor stamps the first read holding a token of that framing. "
+            "Excess = ours − floor, of the TTFT error's mean and p99; per round, each pair ran "
+            "back to back, so the medians of rounds and the difference to SSE's excess hold "
+            "against the machine's noise.\n\n")
+    return head + table(FRAMING_HEADERS, rows)
 
 
 async def chunk_batching(server: TruthProcess, columns: Sequence[Column],
@@ -382,12 +482,30 @@ async def chunk_batching(server: TruthProcess, columns: Sequence[Column],
 
 
 ALL_CLIENTS = "floor,ours,sdk,bench,aiperf,guidellm,inference-perf"
+ALL_FRAMINGS = ",".join(FRAMINGS)
+
+
+def _levels(text: str) -> list[int]:
+    """`1,40,200` → [1, 40, 200]; `none` or empty → []."""
+    return [] if text.strip() in ("", "none") else [int(x) for x in text.split(",")]
+
+
+def _framings(text: str) -> list[Framing]:
+    """`sse,ndjson` → those framings; `none` or empty → []."""
+    if text.strip() in ("", "none"):
+        return []
+    try:
+        return [Framing(x.strip()) for x in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"--framings takes a comma-separated list of {ALL_FRAMINGS} (or none)") from None
 
 
 def main(argv: list[str] | None = None) -> None:
     """Command line entry point."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--levels", default="1,40,200")
+    parser.add_argument("--levels", default="1,40,200", type=_levels,
+                        help="levels of the main table (none: skip it)")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--requests", type=int, default=30,
                         help="requests per client per round (at least 2K)")
@@ -408,17 +526,19 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--tokens", type=int, default=20)
     parser.add_argument("--batch", type=int, default=4, help="tokens per chunk when batching")
     parser.add_argument("--batch-tokens", type=int, default=20)
-    parser.add_argument("--batch-levels", default="1,40")
+    parser.add_argument("--batch-levels", default="1,40", type=_levels)
+    parser.add_argument("--framings", default=ALL_FRAMINGS, type=_framings,
+                        help=f"framings to compare, each a floor and ours side by side "
+                             f"(default: {ALL_FRAMINGS}; none: skip)")
+    parser.add_argument("--framing-levels", default="1,50", type=_levels,
+                        help="levels (K in flight) of the framings table")
     parser.add_argument("--smoke", action="store_true", help="tiny CI run (seconds)")
     args = parser.parse_args(argv)
-    if args.smoke:
-        args.levels, args.rounds, args.requests = "1,4", 1, 4
-        args.ttft, args.tpot, args.tokens = 0.02, 0.002, 5
-        args.batch_tokens, args.batch_levels = 8, "1"
-        if args.clients == ALL_CLIENTS:
-            args.clients = "floor,ours,bench"
-    args.levels = [int(x) for x in args.levels.split(",")]
-    args.batch_levels = [int(x) for x in args.batch_levels.split(",")]
+    if args.smoke:  # smaller defaults; options given still count
+        parser.set_defaults(levels="1,4", rounds=1, requests=4, ttft=0.02, tpot=0.002, tokens=5,
+                            batch_tokens=8, batch_levels="1", framing_levels="2",
+                            clients="floor,ours,bench")
+        args = parser.parse_args(argv)
     args.clients = [x.strip() for x in args.clients.split(",")]
     asyncio.run(fidelity(args))
 
