@@ -369,42 +369,50 @@ async def fidelity(args: argparse.Namespace) -> None:
 
 FRAMING_HEADERS = ["K", "framing", "n", "floor TTFT err p50 / p99 / mean ms",
                    "ours TTFT err p50 / p99 / mean ms", "ours resp leg p50 / p99",
-                   "excess mean / p99 ms", "excess mean, median of rounds",
-                   "excess − SSE's, median of rounds", "CPU ms/req floor / ours", "failed"]
+                   "excess p50 / mean / p99 ms", "excess p50 / mean, median of rounds",
+                   "excess − SSE's p50 / mean, median of rounds", "CPU ms/req floor / ours",
+                   "failed"]
 
 
-def _excess_by_round(floor: Samples, ours: Samples) -> list[float]:
-    """Ours' mean TTFT error minus the floor's, round by round (each pair ran back to back)."""
-    return [statistics.fmean(o) - statistics.fmean(f)
-            for f, o in zip(floor.rounds, ours.rounds, strict=True) if f and o]
+def _excess_by_round(floor: Samples, ours: Samples) -> list[tuple[float, float] | None]:
+    """Ours' TTFT error p50 and mean minus the floor's, round by round (each pair ran back to
+    back in the round); None for a round where either measured nothing."""
+    return [(_three(o)[0] - _three(f)[0], statistics.fmean(o) - statistics.fmean(f))
+            if f and o else None for f, o in zip(floor.rounds, ours.rounds, strict=True)]
+
+
+def _median_pair(pairs: Sequence[tuple[float, float] | None]) -> str:
+    """"p50 / mean", each the median over the rounds."""
+    kept = [pair for pair in pairs if pair is not None]
+    if not kept:
+        return "–"
+    return (f"{ms(statistics.median(p[0] for p in kept))} / "
+            f"{ms(statistics.median(p[1] for p in kept))}")
 
 
 def framing_rows(level: int, samples: dict[str, Samples],
                  names: dict[Framing, tuple[str, str]]) -> list[list[Any]]:
     """One row per framing: the floor's and our TTFT error side by side, and the excess."""
     rows = []
-    baseline = None
+    sse = (_excess_by_round(samples[names[Framing.SSE][0]], samples[names[Framing.SSE][1]])
+           if Framing.SSE in names else None)
     for key, (floor_name, ours_name) in names.items():
         floor, ours = samples[floor_name], samples[ours_name]
         by_round = _excess_by_round(floor, ours)
-        if key is Framing.SSE:
-            baseline = by_round
-        if not floor.ttft_err or not ours.ttft_err:
-            excess = "–"
-        else:
-            floor_three, ours_three = _three(floor.ttft_err), _three(ours.ttft_err)
-            excess = (f"{ms(ours_three[2] - floor_three[2])} / "
-                      f"{ms(ours_three[1] - floor_three[1])}")
-        versus_sse = ([a - b for a, b in zip(by_round, baseline, strict=False)]
-                      if baseline is not None and key is not Framing.SSE else [])
+        excess = "–"
+        if floor.ttft_err and ours.ttft_err:
+            (f50, f99, fmean), (o50, o99, omean) = _three(floor.ttft_err), _three(ours.ttft_err)
+            excess = f"{ms(o50 - f50)} / {ms(omean - fmean)} / {ms(o99 - f99)}"
+        versus_sse = "–"
+        if sse is not None and key is not Framing.SSE:
+            versus_sse = _median_pair([(a[0] - b[0], a[1] - b[1]) if a and b else None
+                                       for a, b in zip(by_round, sse, strict=True)])
         rows.append([
             level, FRAMINGS[key].label, len(ours.ttft_err),
             " / ".join(ms(x) for x in _three(floor.ttft_err)) if floor.ttft_err else "–",
             " / ".join(ms(x) for x in _three(ours.ttft_err)) if ours.ttft_err else "–",
             f"{ms(pct(ours.response_leg, 50))} / {ms(pct(ours.response_leg, 99))}",
-            excess,
-            ms(statistics.median(by_round)) if by_round else "–",
-            ms(statistics.median(versus_sse)) if versus_sse else "–",
+            excess, _median_pair(by_round), versus_sse,
             " / ".join(ms(s.cpu_seconds / s.requests if s.requests else None)
                        for s in (floor, ours)),
             floor.failed + floor.unmatched + ours.failed + ours.unmatched,
@@ -444,9 +452,10 @@ async def framings(server: TruthProcess, args: argparse.Namespace) -> str:
     head = ("## Framings: the floor and ours (Prober) per framing, side by side\n\n"
             "The same scenario in each framing (`api`: openai-chat, ollama-chat, "
             "bedrock-converse); the floor stamps the first read holding a token of that framing. "
-            "Excess = ours − floor, of the TTFT error's mean and p99; per round, each pair ran "
-            "back to back, so the medians of rounds and the difference to SSE's excess hold "
-            "against the machine's noise.\n\n")
+            "Excess = ours − floor, of the TTFT error's p50, mean and p99. Every round runs each "
+            "framing's floor and ours back to back (the columns rotate from round to round): "
+            "the medians over the rounds of the excess, and of its difference to SSE's in the "
+            "same round, hold against the shared machine's noise.\n\n")
     return head + table(FRAMING_HEADERS, rows)
 
 
