@@ -52,10 +52,12 @@ from benchmarks.common import (
     sdk_available,
     table,
     truth_server,
+    us,
 )
-from benchmarks.framings import FRAMINGS
+from benchmarks.framings import FRAMINGS, FramingSpec
 from benchmarks.tools import BenchTool, Tool, describe_missing, peers
-from exporter.protocols.base import Framing
+from exporter.config import Api
+from exporter.protocols import Framing, new_decoder, protocol_for
 
 
 @dataclass
@@ -456,7 +458,35 @@ async def framings(server: TruthProcess, args: argparse.Namespace) -> str:
             "framing's floor and ours back to back (the columns rotate from round to round): "
             "the medians over the rounds of the excess, and of its difference to SSE's in the "
             "same round, hold against the shared machine's noise.\n\n")
-    return head + table(FRAMING_HEADERS, rows)
+    streams = 50 if args.smoke else 1000
+    costs = {key: decode_cost(FRAMINGS[key], args.tokens, streams) for key in args.framings}
+    sse_cost = costs.get(Framing.SSE)
+    cost_rows = [[FRAMINGS[key].label, us(cost), us(cost / (args.tokens + 2), 2),
+                  f"{cost / sse_cost:.2f}×" if sse_cost else "–"] for key, cost in costs.items()]
+    pieces = f"{args.tokens} token chunks, opening and closing"
+    return (head + table(FRAMING_HEADERS, rows)
+            + f"\n\nOur decoder and parser alone, in process ({pieces}; CPU, the best of 5 "
+            f"batches of {streams} streams):\n\n"
+            + table(["framing", "decode + parse µs / stream", "µs / piece", "× SSE"], cost_rows))
+
+
+def decode_cost(spec: FramingSpec, tokens: int, streams: int) -> float:
+    """CPU seconds our framing decoder and API parser take for one stream of `tokens` chunks."""
+    encoder = spec.encoder("chatcmpl-00000001")
+    pieces = [encoder.opening(), *(encoder.token(f" tok{i}") for i in range(tokens)),
+              encoder.closing(tokens)]
+    protocol = protocol_for(Api(spec.api))
+    best = float("inf")
+    for _ in range(5):
+        start = time.process_time()
+        for _ in range(streams):
+            decoder, parser = new_decoder(protocol.framing), protocol.new_parser()
+            for piece in pieces:
+                for event in decoder.feed(piece):
+                    parser.on_event(event)
+            decoder.flush()
+        best = min(best, (time.process_time() - start) / streams)
+    return best
 
 
 async def chunk_batching(server: TruthProcess, columns: Sequence[Column],

@@ -42,6 +42,7 @@ def test_fidelity_smoke() -> None:
                  if line.startswith("| 2 ") and f"| {label} " in line]
         cells = [cell.strip() for cell in row.split("|")[1:-1]]
         assert cells[2] == "4" and cells[-1] == "0"  # all measured, none failed or unmatched
+    assert "decode + parse µs / stream" in framings
 
 
 def test_fidelity_framings_option() -> None:
