@@ -14,7 +14,7 @@ paired with the server's record of it:
 Then one row per framing (`--framings`: SSE, NDJSON, AWS event stream) at `--framing-levels`:
 a floor client and our prober (with the target's `api` for that framing) side by side, all
 framings' columns rotating within each round, so that the excess over the floor compares across
-framings in one run.
+framings in one run; and the CPU our decoder and parser take per stream in each framing.
 
     python -m benchmarks.fidelity [--levels 1,40,200] [--rounds 2] [--clients ...]
                                   [--framings sse,ndjson,eventstream] [--framing-levels 1,50]
