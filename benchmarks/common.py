@@ -15,13 +15,15 @@ from typing import Any
 import aiohttp
 import orjson
 
-from benchmarks.truth_server import TOKEN_MARKER, check_clocks
+from benchmarks.framings import FRAMINGS, MAX_TOKENS, PROMPT, FramingSpec
+from benchmarks.truth_server import check_clocks
 from exporter.config import Series, parse_config
 from exporter.measure import percentile
 from exporter.prober import Prober
+from exporter.protocols.base import Framing
 
 CLOCK = time.perf_counter  # CLOCK_MONOTONIC on Linux, like the truth server's time.monotonic
-PROMPT = "Say hello."
+SSE = FRAMINGS[Framing.SSE]
 
 try:  # the SDK column is optional
     import openai
@@ -45,7 +47,12 @@ class TruthProcess:
 
     @property
     def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/v1"
+        """The OpenAI-style base URL (SSE)."""
+        return self.url_for(SSE)
+
+    def url_for(self, framing: FramingSpec) -> str:
+        """The base URL a target of `framing.api` uses."""
+        return f"http://127.0.0.1:{self.port}{framing.base_path}"
 
     async def _call(self, method: str, path: str, body: Any = None) -> Any:
         async with aiohttp.ClientSession() as session, session.request(
@@ -109,12 +116,13 @@ class Measured:
     t_first: float | None = None
 
 
-def series_for(base_url: str, *, max_tokens: int = 256, timeout: float = 120.0) -> Series:
-    """The one series our prober runs against `base_url`."""
+def series_for(base_url: str, *, max_tokens: int = MAX_TOKENS, timeout: float = 120.0,
+               api: str = SSE.api) -> Series:
+    """The one series our prober runs against `base_url`, speaking `api`."""
     config = parse_config({
         "global": {"timeout": f"{timeout}s", "interval": "60s"},
         "probes": {"bench": {"prompt": PROMPT, "max_tokens": max_tokens}},
-        "targets": [{"name": "truth", "base_url": base_url, "models": ["bench"]}],
+        "targets": [{"name": "truth", "base_url": base_url, "api": api, "models": ["bench"]}],
     }, env={})
     return config.series[0]
 
@@ -124,8 +132,9 @@ class OursClient:
 
     name = "ours (Prober)"
 
-    def __init__(self, base_url: str, *, reuse_connections: bool = False) -> None:
-        self.series = series_for(base_url)
+    def __init__(self, base_url: str, *, reuse_connections: bool = False,
+                 api: str = SSE.api) -> None:
+        self.series = series_for(base_url, api=api)
         self.prober = Prober(reuse_connections=reuse_connections)
 
     async def start(self) -> None:
@@ -188,9 +197,11 @@ class SDKClient:
 
 
 class _FloorProtocol(asyncio.Protocol):
-    """Stamps in `data_received` (the earliest point asyncio can), parses nothing."""
+    """Stamps in `data_received` (the earliest point asyncio can), parses nothing: a read holds
+    a token when it holds the framing's token marker."""
 
-    def __init__(self) -> None:
+    def __init__(self, marker: bytes) -> None:
+        self.marker = marker
         self.transport: asyncio.Transport | None = None
         self.waiter: asyncio.Future[None] | None = None
         self.first: float | None = None
@@ -205,7 +216,7 @@ class _FloorProtocol(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         now = CLOCK()
-        if TOKEN_MARKER in data:
+        if self.marker in data:
             if self.first is None:
                 self.first = now
             self.last = now
@@ -223,20 +234,21 @@ class _FloorProtocol(asyncio.Protocol):
 class FloorClient:
     """Plain asyncio sockets: write the request, stamp the first read holding a token.
 
-    One keep-alive connection per worker; everything is parsed after the stream ended."""
+    One keep-alive connection per worker; everything is parsed after the stream ended (the
+    response id and the token count, where the framing puts them)."""
 
     name = "floor (raw socket)"
 
-    def __init__(self, base_url: str) -> None:
+    def __init__(self, base_url: str, framing: FramingSpec = SSE) -> None:
         m = re.match(r"http://([^:/]+):(\d+)(/.*)?", base_url)
         assert m
         self.host, self.port = m.group(1), int(m.group(2))
-        path = (m.group(3) or "") + "/chat/completions"
-        body = orjson.dumps({"model": "bench", "messages": [{"role": "user", "content": PROMPT}],
-                             "max_tokens": 256, "stream": True,
-                             "stream_options": {"include_usage": True}})
+        self.encoder = framing.encoder
+        path = (m.group(3) or "") + framing.path
+        body = orjson.dumps(framing.floor_body)
         self.request = (f"POST {path} HTTP/1.1\r\nHost: {self.host}:{self.port}\r\n"
-                        f"Content-Type: application/json\r\nAccept: text/event-stream\r\n"
+                        f"Content-Type: application/json\r\n"
+                        f"Accept: {framing.encoder.content_type}\r\n"
                         f"Content-Length: {len(body)}\r\n\r\n").encode() + body
         self.idle: list[_FloorProtocol] = []
         self.all: list[_FloorProtocol] = []
@@ -254,7 +266,8 @@ class FloorClient:
         if self.idle:
             proto = self.idle.pop()
         else:
-            _t, proto = await loop.create_connection(_FloorProtocol, self.host, self.port)
+            _t, proto = await loop.create_connection(
+                lambda: _FloorProtocol(self.encoder.token_marker), self.host, self.port)
             self.all.append(proto)
         proto.first = proto.last = None
         proto.times = []
@@ -266,18 +279,18 @@ class FloorClient:
         proto.transport.write(self.request)
         await proto.waiter
         self.idle.append(proto)
-        body = b"".join(proto.parts)
-        rid = re.search(rb'"id":"(chatcmpl-[0-9]+)"', body)
-        n = re.search(rb'"completion_tokens":(\d+)', body)
+        response = b"".join(proto.parts)
+        found = self.encoder.id_pattern.search(response)
+        rid = found.group(1).decode() if found else None
+        n = self.encoder.tokens_pattern.search(response)
         tokens = int(n.group(1)) if n else 0
         times = proto.times
         if proto.first is None:
-            return Measured(rid and rid.group(1).decode(), None, None, ok=False)
+            return Measured(rid, None, None, ok=False)
         tpot = ((proto.last - proto.first) / (tokens - 1)  # type: ignore[operator]
                 if tokens > 1 and len(times) > 1 else None)
         gap = (times[-1] - times[0]) / (len(times) - 1) if len(times) > 1 else None
-        return Measured(rid.group(1).decode() if rid else None, proto.first - t0, tpot, gap,
-                        True, t0, proto.first)
+        return Measured(rid, proto.first - t0, tpot, gap, True, t0, proto.first)
 
 
 class RawIterAnyClient:

@@ -11,7 +11,14 @@ paired with the server's record of it:
   `--bench-tree` columns for A/B comparisons against other options or older code) and the peers
   aiperf, guidellm and inference-perf when installed (`benchmarks/peers/install`).
 
-    python -m benchmarks.fidelity [--levels 1,40,200] [--rounds 2] [--clients ...] [--smoke]
+Then one row per framing (`--framings`: SSE, NDJSON, AWS event stream) at `--framing-levels`:
+a floor client and our prober (with the target's `api` for that framing) side by side, all
+framings' columns rotating within each round, so that the excess over the floor compares across
+framings in one run; and the CPU our decoder and parser take per stream in each framing.
+
+    python -m benchmarks.fidelity [--levels 1,40,200] [--rounds 2] [--clients ...]
+                                  [--framings sse,ndjson,eventstream] [--framing-levels 1,50]
+                                  [--smoke]
 
 Error = measured − true (positive: the client saw it late). Excess = client TTFT − floor TTFT at
 the same level (what the client itself adds, whatever the server and the machine did).
@@ -45,8 +52,12 @@ from benchmarks.common import (
     sdk_available,
     table,
     truth_server,
+    us,
 )
+from benchmarks.framings import FRAMINGS, FramingSpec
 from benchmarks.tools import BenchTool, Tool, describe_missing, peers
+from exporter.config import Api
+from exporter.protocols import Framing, new_decoder, protocol_for
 
 
 @dataclass
@@ -134,7 +145,7 @@ class Column:
     startup_cpu: float = 0.0  # CPU of starting the tool once (subtracted per run)
 
 
-def in_process(client: Any, spread: float) -> Column:
+def in_process(client: Any, spread: float, name: str | None = None) -> Column:
     """A client of this process: warm up K, then the closed loop; CPU of this process."""
     async def run(concurrency: int, count: int) -> tuple[list[Measured], float]:
         await closed_loop(client.one, concurrency, concurrency, spread)
@@ -142,7 +153,7 @@ def in_process(client: Any, spread: float) -> Column:
         cpu = _self_cpu()
         measured = await closed_loop(client.one, concurrency, count, spread)
         return measured, _self_cpu() - cpu
-    return Column(client.name, run)
+    return Column(name or client.name, run)
 
 
 def as_process(tool: Tool, base_url: str, workdir: Path) -> Column:
@@ -295,7 +306,8 @@ def make_columns(args: argparse.Namespace, server: TruthProcess,
 
 
 async def fidelity(args: argparse.Namespace) -> None:
-    """The main table, the standings of the tools, then the chunk-batching table."""
+    """The main table, the standings of the tools, the chunk-batching table, then the
+    framings."""
     scenario = {"ttft": args.ttft, "tpot": args.tpot, "tokens": args.tokens}
     print(f"# fidelity — {machine_line()}")
     print(f"scenario: first token {args.ttft * 1000:g} ms after the request, then "
@@ -303,13 +315,14 @@ async def fidelity(args: argparse.Namespace) -> None:
           f"{args.rounds} round(s) of max({args.requests}, 2K) requests per client per level, "
           "closed loop (K in flight), after a warm-up of K\n")
     note = describe_missing()
-    if note and not args.smoke:
+    if note and not args.smoke and args.levels:
         print(note + "\n")
     all_rows: list[list[str]] = []
     by_level: dict[int, dict[str, Samples]] = {}
+    batching = framed = ""
     with tempfile.TemporaryDirectory(prefix="fidelity-") as tmp:
         async with truth_server(**scenario) as server:
-            columns, clients = make_columns(args, server, Path(tmp))
+            columns, clients = make_columns(args, server, Path(tmp)) if args.levels else ([], [])
             for client in clients:
                 await client.start()
             try:
@@ -326,13 +339,17 @@ async def fidelity(args: argparse.Namespace) -> None:
                     print(table(FIDELITY_HEADERS, rows), flush=True)
                     print(f"({time.perf_counter() - started:.1f} s, {machine_line()})\n",
                           flush=True)
-                batching = await chunk_batching(server, columns[:len(clients)], args)
+                if clients and args.batch_levels:
+                    batching = await chunk_batching(server, columns[:len(clients)], args)
             finally:
                 for client in clients:
                     await client.close()
-    print("## TTFT error, all levels\n")
-    print(table(FIDELITY_HEADERS, all_rows))
-    print()
+            if args.framings and args.framing_levels:
+                framed = await framings(server, args)
+    if all_rows:
+        print("## TTFT error, all levels\n")
+        print(table(FIDELITY_HEADERS, all_rows))
+        print()
     startup = {c.name: c.startup_cpu for c in columns if c.startup_cpu}
     if startup:
         print("start-up CPU (one run of one request): " + ", ".join(
@@ -347,7 +364,129 @@ async def fidelity(args: argparse.Namespace) -> None:
         print()
         print("\n".join(goals))
         print()
-    print(batching)
+    if batching:
+        print(batching + "\n")
+    print(framed)
+
+
+FRAMING_HEADERS = ["K", "framing", "n", "floor TTFT err p50 / p99 / mean ms",
+                   "ours TTFT err p50 / p99 / mean ms", "ours resp leg p50 / p99",
+                   "excess p50 / mean / p99 ms", "excess p50 / mean, median of rounds",
+                   "excess − SSE's p50 / mean, median of rounds", "CPU ms/req floor / ours",
+                   "failed"]
+
+
+def _excess_by_round(floor: Samples, ours: Samples) -> list[tuple[float, float] | None]:
+    """Ours' TTFT error p50 and mean minus the floor's, round by round (each pair ran back to
+    back in the round); None for a round where either measured nothing."""
+    return [(_three(o)[0] - _three(f)[0], statistics.fmean(o) - statistics.fmean(f))
+            if f and o else None for f, o in zip(floor.rounds, ours.rounds, strict=True)]
+
+
+def _median_pair(pairs: Sequence[tuple[float, float] | None]) -> str:
+    """"p50 / mean", each the median over the rounds."""
+    kept = [pair for pair in pairs if pair is not None]
+    if not kept:
+        return "–"
+    return (f"{ms(statistics.median(p[0] for p in kept))} / "
+            f"{ms(statistics.median(p[1] for p in kept))}")
+
+
+def framing_rows(level: int, samples: dict[str, Samples],
+                 names: dict[Framing, tuple[str, str]]) -> list[list[Any]]:
+    """One row per framing: the floor's and our TTFT error side by side, and the excess."""
+    rows = []
+    sse = (_excess_by_round(samples[names[Framing.SSE][0]], samples[names[Framing.SSE][1]])
+           if Framing.SSE in names else None)
+    for key, (floor_name, ours_name) in names.items():
+        floor, ours = samples[floor_name], samples[ours_name]
+        by_round = _excess_by_round(floor, ours)
+        excess = "–"
+        if floor.ttft_err and ours.ttft_err:
+            (f50, f99, fmean), (o50, o99, omean) = _three(floor.ttft_err), _three(ours.ttft_err)
+            excess = f"{ms(o50 - f50)} / {ms(omean - fmean)} / {ms(o99 - f99)}"
+        versus_sse = "–"
+        if sse is not None and key is not Framing.SSE:
+            versus_sse = _median_pair([(a[0] - b[0], a[1] - b[1]) if a and b else None
+                                       for a, b in zip(by_round, sse, strict=True)])
+        rows.append([
+            level, FRAMINGS[key].label, len(ours.ttft_err),
+            " / ".join(ms(x) for x in _three(floor.ttft_err)) if floor.ttft_err else "–",
+            " / ".join(ms(x) for x in _three(ours.ttft_err)) if ours.ttft_err else "–",
+            f"{ms(pct(ours.response_leg, 50))} / {ms(pct(ours.response_leg, 99))}",
+            excess, _median_pair(by_round), versus_sse,
+            " / ".join(ms(s.cpu_seconds / s.requests if s.requests else None)
+                       for s in (floor, ours)),
+            floor.failed + floor.unmatched + ours.failed + ours.unmatched,
+        ])
+    return rows
+
+
+async def framings(server: TruthProcess, args: argparse.Namespace) -> str:
+    """A floor and our prober per framing, all columns rotating within each round."""
+    spread = args.ttft + args.tokens * args.tpot
+    columns: list[Column] = []
+    clients: list[Any] = []
+    names: dict[Framing, tuple[str, str]] = {}
+    for key in args.framings:
+        spec = FRAMINGS[key]
+        url = server.url_for(spec)
+        floor, ours = FloorClient(url, spec), OursClient(url, api=spec.api)
+        names[key] = (f"{floor.name} · {key}", f"{ours.name} · {key}")
+        clients += [floor, ours]
+        columns += [in_process(floor, spread, names[key][0]),
+                    in_process(ours, spread, names[key][1])]
+    rows: list[list[Any]] = []
+    for client in clients:
+        await client.start()
+    try:
+        for level in args.framing_levels:
+            started = time.perf_counter()
+            samples = await run_level(server, columns, level, max(args.requests, 2 * level),
+                                      args.rounds)
+            level_rows = framing_rows(level, samples, names)
+            rows += level_rows
+            print(table(FRAMING_HEADERS, level_rows), flush=True)
+            print(f"({time.perf_counter() - started:.1f} s, {machine_line()})\n", flush=True)
+    finally:
+        for client in clients:
+            await client.close()
+    head = ("## Framings: the floor and ours (Prober) per framing, side by side\n\n"
+            "The same scenario in each framing (`api`: openai-chat, ollama-chat, "
+            "bedrock-converse); the floor stamps the first read holding a token of that framing. "
+            "Excess = ours − floor, of the TTFT error's p50, mean and p99. Every round runs each "
+            "framing's floor and ours back to back (the columns rotate from round to round): "
+            "the medians over the rounds of the excess, and of its difference to SSE's in the "
+            "same round, hold against the shared machine's noise.\n\n")
+    streams = 50 if args.smoke else 1000
+    costs = {key: decode_cost(FRAMINGS[key], args.tokens, streams) for key in args.framings}
+    sse_cost = costs.get(Framing.SSE)
+    cost_rows = [[FRAMINGS[key].label, us(cost), us(cost / (args.tokens + 2), 2),
+                  f"{cost / sse_cost:.2f}×" if sse_cost else "–"] for key, cost in costs.items()]
+    pieces = f"{args.tokens} token chunks, opening and closing"
+    return (head + table(FRAMING_HEADERS, rows)
+            + f"\n\nOur decoder and parser alone, in process ({pieces}; CPU, the best of 5 "
+            f"batches of {streams} streams):\n\n"
+            + table(["framing", "decode + parse µs / stream", "µs / piece", "× SSE"], cost_rows))
+
+
+def decode_cost(spec: FramingSpec, tokens: int, streams: int) -> float:
+    """CPU seconds our framing decoder and API parser take for one stream of `tokens` chunks."""
+    encoder = spec.encoder("chatcmpl-00000001")
+    pieces = [encoder.opening(), *(encoder.token(f" tok{i}") for i in range(tokens)),
+              encoder.closing(tokens)]
+    protocol = protocol_for(Api(spec.api))
+    best = float("inf")
+    for _ in range(5):
+        start = time.process_time()
+        for _ in range(streams):
+            decoder, parser = new_decoder(protocol.framing), protocol.new_parser()
+            for piece in pieces:
+                for event in decoder.feed(piece):
+                    parser.on_event(event)
+            decoder.flush()
+        best = min(best, (time.process_time() - start) / streams)
+    return best
 
 
 async def chunk_batching(server: TruthProcess, columns: Sequence[Column],
@@ -382,12 +521,30 @@ async def chunk_batching(server: TruthProcess, columns: Sequence[Column],
 
 
 ALL_CLIENTS = "floor,ours,sdk,bench,aiperf,guidellm,inference-perf"
+ALL_FRAMINGS = ",".join(FRAMINGS)
+
+
+def _levels(text: str) -> list[int]:
+    """`1,40,200` → [1, 40, 200]; `none` or empty → []."""
+    return [] if text.strip() in ("", "none") else [int(x) for x in text.split(",")]
+
+
+def _framings(text: str) -> list[Framing]:
+    """`sse,ndjson` → those framings; `none` or empty → []."""
+    if text.strip() in ("", "none"):
+        return []
+    try:
+        return [Framing(x.strip()) for x in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"--framings takes a comma-separated list of {ALL_FRAMINGS} (or none)") from None
 
 
 def main(argv: list[str] | None = None) -> None:
     """Command line entry point."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--levels", default="1,40,200")
+    parser.add_argument("--levels", default="1,40,200", type=_levels,
+                        help="levels of the main table (none: skip it)")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--requests", type=int, default=30,
                         help="requests per client per round (at least 2K)")
@@ -408,17 +565,19 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--tokens", type=int, default=20)
     parser.add_argument("--batch", type=int, default=4, help="tokens per chunk when batching")
     parser.add_argument("--batch-tokens", type=int, default=20)
-    parser.add_argument("--batch-levels", default="1,40")
+    parser.add_argument("--batch-levels", default="1,40", type=_levels)
+    parser.add_argument("--framings", default=ALL_FRAMINGS, type=_framings,
+                        help=f"framings to compare, each a floor and ours side by side "
+                             f"(default: {ALL_FRAMINGS}; none: skip)")
+    parser.add_argument("--framing-levels", default="1,50", type=_levels,
+                        help="levels (K in flight) of the framings table")
     parser.add_argument("--smoke", action="store_true", help="tiny CI run (seconds)")
     args = parser.parse_args(argv)
-    if args.smoke:
-        args.levels, args.rounds, args.requests = "1,4", 1, 4
-        args.ttft, args.tpot, args.tokens = 0.02, 0.002, 5
-        args.batch_tokens, args.batch_levels = 8, "1"
-        if args.clients == ALL_CLIENTS:
-            args.clients = "floor,ours,bench"
-    args.levels = [int(x) for x in args.levels.split(",")]
-    args.batch_levels = [int(x) for x in args.batch_levels.split(",")]
+    if args.smoke:  # smaller defaults; options given still count
+        parser.set_defaults(levels="1,4", rounds=1, requests=4, ttft=0.02, tpot=0.002, tokens=5,
+                            batch_tokens=8, batch_levels="1", framing_levels="2",
+                            clients="floor,ours,bench")
+        args = parser.parse_args(argv)
     args.clients = [x.strip() for x in args.clients.split(",")]
     asyncio.run(fidelity(args))
 

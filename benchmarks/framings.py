@@ -5,21 +5,29 @@ The fidelity benchmark compares every client with the floor at the same level; w
 can do that per framing, so the excess of decoding NDJSON or event-stream frames over SSE shows.
 Each encoder gives the truth server what it writes — the bytes sent with the headers (no token),
 one token chunk (cheap: a template, or one CRC32 per frame) and the closing bytes (finish, usage,
-end marker) — and gives the floor client the marker that only token-bearing chunks contain. The
-truth server picks the encoder by request path (`ENCODERS`), wraps each piece in an HTTP chunk
-and stamps writes exactly as for SSE.
+end marker) — and gives the floor client what it needs without parsing the stream: the marker
+that only token-bearing chunks contain, and where the response id and the token count are. The
+truth server picks the encoder by request path (`encoder_for`), wraps each piece in an HTTP chunk
+and stamps writes exactly as for SSE. `FRAMINGS` says how each framing is probed: the path, the
+target's `api` and the floor's request body.
 """
 
 from __future__ import annotations
 
+import re
 import struct
 import zlib
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import orjson
 
+from exporter.protocols.base import Framing
+
 PROMPT_TOKENS = 12
+PROMPT = "Say hello."
+MAX_TOKENS = 256
 
 
 class StreamEncoder(ABC):
@@ -28,6 +36,13 @@ class StreamEncoder(ABC):
     content_type: ClassVar[str]
     # Bytes that only token-bearing chunks contain (what the floor client looks for).
     token_marker: ClassVar[bytes]
+    # The response header carrying the response id, when the body names none (the truth server
+    # sends it; our prober reads the id from it, as from Bedrock's x-amzn-RequestId).
+    id_header: ClassVar[str | None] = None
+    # Where the floor finds the response id and the completion token count in a whole response
+    # (headers included).
+    id_pattern: ClassVar[re.Pattern[bytes]]
+    tokens_pattern: ClassVar[re.Pattern[bytes]]
 
     def __init__(self, response_id: str) -> None:
         self.response_id = response_id
@@ -50,16 +65,18 @@ class SSEChat(StreamEncoder):
 
     content_type = "text/event-stream"
     token_marker = b'"delta":{"content":"'
+    id_pattern = re.compile(rb'"id":"(chatcmpl-[0-9]+)"')
+    tokens_pattern = re.compile(rb'"completion_tokens":(\d+)')
 
     def __init__(self, response_id: str) -> None:
         super().__init__(response_id)
         self._base = {"id": response_id, "object": "chat.completion.chunk",
-                      "created": 1700000000, "model": "bench"}
+                      "created": 1700000000, "model": "bench", "system_fingerprint": "fp_truth"}
         self._head, _, self._foot = self._chunk({"content": "\0"}).partition(b"\\u0000")
 
     def _chunk(self, delta: dict[str, Any], finish: str | None = None) -> bytes:
         return b"data: " + orjson.dumps({**self._base, "choices": [
-            {"index": 0, "delta": delta, "finish_reason": finish}]}) + b"\n\n"
+            {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]}) + b"\n\n"
 
     def opening(self) -> bytes:
         """The role-only chunk."""
@@ -83,6 +100,9 @@ class NDJSONOllama(StreamEncoder):
 
     content_type = "application/x-ndjson"
     token_marker = b'"content":" '
+    id_header = "X-Request-ID"  # Ollama sends no id at all: this one exists only for pairing
+    id_pattern = re.compile(rb"\r\nX-Request-ID: ([^\r]+)")
+    tokens_pattern = re.compile(rb'"eval_count":(\d+)')
 
     def __init__(self, response_id: str) -> None:
         super().__init__(response_id)
@@ -114,6 +134,9 @@ class EventStreamConverse(StreamEncoder):
 
     content_type = "application/vnd.amazon.eventstream"
     token_marker = b'"delta":{"text":" '
+    id_header = "x-amzn-RequestId"
+    id_pattern = re.compile(rb"\r\nx-amzn-RequestId: ([^\r]+)")
+    tokens_pattern = re.compile(rb'"outputTokens":(\d+)')
 
     def opening(self) -> bytes:
         """`messageStart`."""
@@ -155,16 +178,42 @@ def _aws_event(event_type: str, payload: dict[str, Any]) -> bytes:
     return message + struct.pack("!I", zlib.crc32(message))
 
 
-# Request path (suffix) → encoder, and the `api` a target uses to probe it (base_url: the
-# truth server's root, plus `/v1` for SSE).
-ENCODERS: dict[str, tuple[type[StreamEncoder], str]] = {
-    "/chat/completions": (SSEChat, "openai-chat"),
-    "/api/chat": (NDJSONOllama, "ollama-chat"),
-    "/converse-stream": (EventStreamConverse, "bedrock-converse"),
+@dataclass(frozen=True, slots=True)
+class FramingSpec:
+    """How the fidelity benchmark probes one framing: where, with which `api`, and what the
+    floor client sends (a body like the one our prober sends for that API)."""
+
+    label: str  # in the tables
+    encoder: type[StreamEncoder]
+    api: str  # `targets[].api` of our prober
+    base_path: str  # the target's base_url below the server's root
+    path: str  # the request path below base_url
+    route: str  # what the truth server recognizes the framing by: the path's end
+    floor_body: dict[str, Any]
+
+
+_MESSAGES = [{"role": "user", "content": PROMPT}]
+
+FRAMINGS: dict[Framing, FramingSpec] = {
+    Framing.SSE: FramingSpec(
+        "SSE (openai-chat)", SSEChat, "openai-chat", "/v1", "/chat/completions",
+        "/chat/completions",
+        {"model": "bench", "messages": _MESSAGES, "max_tokens": MAX_TOKENS, "stream": True,
+         "stream_options": {"include_usage": True}}),
+    Framing.NDJSON: FramingSpec(
+        "NDJSON (ollama-chat)", NDJSONOllama, "ollama-chat", "", "/api/chat", "/api/chat",
+        {"model": "bench", "messages": _MESSAGES, "stream": True,
+         "options": {"num_predict": MAX_TOKENS}}),
+    Framing.EVENTSTREAM: FramingSpec(
+        "event stream (bedrock-converse)", EventStreamConverse, "bedrock-converse", "",
+        "/model/bench/converse-stream", "/converse-stream",
+        {"messages": [{"role": "user", "content": [{"text": PROMPT}]}],
+         "inferenceConfig": {"maxTokens": MAX_TOKENS}}),
 }
 
 
 def encoder_for(path: str) -> type[StreamEncoder] | None:
     """The encoder answering a request path, if any."""
     path = path.partition("?")[0]
-    return next((cls for suffix, (cls, _) in ENCODERS.items() if path.endswith(suffix)), None)
+    return next((spec.encoder for spec in FRAMINGS.values() if path.endswith(spec.route)),
+                None)

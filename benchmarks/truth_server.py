@@ -1,15 +1,19 @@
 """Ground-truth streaming server for the benchmarks: a separate process on loopback.
 
-It speaks just enough HTTP/1.1 (keep-alive, chunked responses) to answer
-`POST /v1/chat/completions` with an OpenAI-style event stream on a script: the role-only chunk at
+It speaks just enough HTTP/1.1 (keep-alive, chunked responses) to answer a streaming request in
+the framing its path asks for (`benchmarks.framings.encoder_for`): `POST …/chat/completions`
+with an OpenAI-style event stream (SSE), `POST /api/chat` with Ollama's NDJSON and
+`POST /model/{id}/converse-stream` with Bedrock's AWS binary event stream. Every stream follows
+one script: the opening (SSE's role-only chunk, Converse's `messageStart`; NDJSON has none) at
 once, then token k at `arrived + ttft + k * tpot` (a chunk of several tokens is written when its
-last token is due), then the finish chunk, the usage chunk and `[DONE]`.
+last token is due), then the closing (finish, usage, end of stream).
 
 It records, on CLOCK_MONOTONIC — the clock `time.monotonic()` and `time.perf_counter()` read in
 the client process too (checked at start-up) — when each request arrived (the read that completed
 it) and when each token chunk was written (stamped just before the write, so no client can see a
-token before its stamp), with the response id it gave, the client's `X-Request-ID` (aiperf sends
-one) and the connection it came on. Control endpoints:
+token before its stamp), with the response id it gave (in the stream, or in a response header
+for the framings whose body names none), the client's `X-Request-ID` (aiperf sends one), the
+framing and the connection it came on. Control endpoints:
 
     GET  /control/records     the records since the last call, as JSON (and forgets them)
     POST /control/scenario    {"ttft": s, "tpot": s, "tokens": n, "tokens_per_chunk": k}
@@ -25,18 +29,14 @@ import itertools
 import sys
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any
 
 import orjson
 
+from benchmarks.framings import StreamEncoder, encoder_for
+
 CLOCK = time.monotonic
 HEADERS_END = b"\r\n\r\n"
-STREAM_HEAD = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
-               b"Cache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n\r\n")
 CHUNKED_END = b"0\r\n\r\n"
-PROMPT_TOKENS = 12
-# The marker the floor client looks for: only token-bearing chunks have `"delta":{"content":"x`.
-TOKEN_MARKER = b'"delta":{"content":"'
 
 
 def check_clocks() -> None:
@@ -63,6 +63,7 @@ class Record:
 
     id: str
     arrived: float
+    content_type: str  # the framing the path asked for
     request_id: str | None  # the client's X-Request-ID header, when it sent one
     connection: int  # serial number of the connection it came on (how many a client opened)
     tokens: int
@@ -73,12 +74,17 @@ class Record:
     done: float | None = None
 
 
-def _frame(event: bytes) -> bytes:
-    return b"%x\r\n%s\r\n" % (len(event), event)
+def _frame(piece: bytes) -> bytes:
+    """One HTTP chunk (none for no bytes: an empty chunk would end the response)."""
+    return b"%x\r\n%s\r\n" % (len(piece), piece) if piece else b""
 
 
-def _event(obj: dict[str, Any]) -> bytes:
-    return _frame(b"data: " + orjson.dumps(obj) + b"\n\n")
+def stream_head(encoder: StreamEncoder) -> bytes:
+    """Status line and headers of a stream in the encoder's framing."""
+    id_line = (f"{encoder.id_header}: {encoder.response_id}\r\n"
+               if encoder.id_header else "")
+    return (f"HTTP/1.1 200 OK\r\nContent-Type: {encoder.content_type}\r\n{id_line}"
+            "Cache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n\r\n").encode()
 
 
 class TruthServer:
@@ -151,8 +157,9 @@ class _Connection(asyncio.Protocol):
 
     def _route(self, method: str, path: str, body: bytes, now: float,
                request_id: str | None) -> None:
-        if method == "POST" and path.endswith("/chat/completions"):
-            self._stream(now, request_id)
+        encoder = encoder_for(path) if method == "POST" else None
+        if encoder is not None:
+            self._stream(encoder, now, request_id)
         elif path.startswith("/control/records"):
             records, self.server.records = self.server.records, []
             self._reply("200 OK", orjson.dumps([asdict(r) for r in records]))
@@ -165,44 +172,27 @@ class _Connection(asyncio.Protocol):
         else:
             self._reply("404 Not Found", b'{"error":{"message":"not found"}}')
 
-    def _stream(self, arrived: float, request_id: str | None) -> None:
+    def _stream(self, encoder_class: type[StreamEncoder], arrived: float,
+                 request_id: str | None) -> None:
         assert self.transport is not None
         sc = self.server.scenario
         rid = self.server.new_id()
-        record = Record(rid, arrived, request_id, self.serial, sc.tokens, sc.tokens_per_chunk,
-                        sc.ttft, sc.tpot)
+        encoder = encoder_class(rid)
+        record = Record(rid, arrived, encoder.content_type, request_id, self.serial, sc.tokens,
+                        sc.tokens_per_chunk, sc.ttft, sc.tpot)
         self.server.records.append(record)
-        base = {"id": rid, "object": "chat.completion.chunk", "created": 1700000000,
-                "model": "bench", "system_fingerprint": "fp_truth"}
-
-        def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
-            return _event({**base, "choices": [{"index": 0, "delta": delta, "logprobs": None,
-                                                "finish_reason": finish}]})
-
-        # Token chunks from a template: the server's own CPU per write must stay small, or its
-        # loop reads the next requests late (that delay would show as every client's error).
-        head, _, foot = chunk({"content": "\0"}).partition(b"\\u0000")
-        head = head.split(b"\r\n", 1)[1]
-        foot = foot[:-2]
-
-        def token_chunk(text: str) -> bytes:
-            return _frame(head + text.encode() + foot)
-
         self.busy = True
-        self.transport.write(STREAM_HEAD + chunk({"role": "assistant", "content": ""}))
+        self.transport.write(stream_head(encoder) + _frame(encoder.opening()))
         loop = asyncio.get_running_loop()
         start = arrived + sc.ttft
         k = max(1, sc.tokens_per_chunk)
-        tail = (chunk({}, "stop")
-                + _event({**base, "choices": [], "usage": {
-                    "prompt_tokens": PROMPT_TOKENS, "completion_tokens": sc.tokens,
-                    "total_tokens": PROMPT_TOKENS + sc.tokens}})
-                + _frame(b"data: [DONE]\n\n") + CHUNKED_END)
+        tail = _frame(encoder.closing(sc.tokens)) + CHUNKED_END
+        # Every chunk is encoded now: the server's own CPU per write must stay small, or its
+        # loop reads the next requests late (that delay would show as every client's error).
         plan: list[tuple[float, bytes]] = []
         for first in range(0, sc.tokens, k):
             last = min(first + k, sc.tokens) - 1
-            text = "".join(f" tok{i}" for i in range(first, last + 1))
-            data = token_chunk(text)
+            data = _frame(encoder.token("".join(f" tok{i}" for i in range(first, last + 1))))
             if last == sc.tokens - 1:
                 data += tail
             plan.append((start + last * sc.tpot, data))

@@ -55,7 +55,8 @@ def run_checks(expect: Expect, observed: Observed) -> str | None:
     if expect.min_output_tokens is not None and observed.output_tokens < expect.min_output_tokens:
         return (f"min_output_tokens: got {observed.output_tokens}, "
                 f"expected at least {expect.min_output_tokens}")
-    if expect.finish_reason is not None and observed.finish_reason != expect.finish_reason:
+    if expect.finish_reason is not None and not same_finish(observed.finish_reason,
+                                                          expect.finish_reason):
         return (f"finish_reason: got {observed.finish_reason!r}, "
                 f"expected {expect.finish_reason!r}")
     if expect.contains is not None and expect.contains not in answer:
@@ -79,6 +80,29 @@ def run_checks(expect: Expect, observed: Observed) -> str | None:
             if problem:
                 return f"json_schema: the answer does not satisfy the schema: {problem}"
     return None
+
+
+# Each API names the same endings its own way; `finish_reason: stop` in a probe shared by several
+# API styles means "ended by itself" in all of them.
+_FINISH_CLASSES = {
+    "stop": ("stop", "end_turn", "completed", "stop_sequence"),
+    "length": ("length", "max_tokens", "max_output_tokens", "incomplete"),
+    "tool_calls": ("tool_calls", "tool_use", "function_call"),
+    "content_filter": ("content_filter", "safety", "recitation", "guardrail_intervened",
+                       "content_filtered", "refusal"),
+}
+_FINISH_CLASS = {name.lower(): cls for cls, names in _FINISH_CLASSES.items() for name in names}
+
+
+def same_finish(observed: str | None, expected: str) -> bool:
+    """Whether an API's finish reason is the expected one, or of the same class
+    (stop, length, tool_calls, content_filter) under another API's name."""
+    if observed is None:
+        return False
+    if observed == expected:
+        return True
+    cls = _FINISH_CLASS.get(observed.lower())
+    return cls is not None and cls == _FINISH_CLASS.get(expected.lower())
 
 
 def _check_tool_call(expected: ExpectToolCall, calls: tuple[ToolCall, ...]) -> str | None:

@@ -1,8 +1,10 @@
 """Command line: serve (default), check, probe, bench, simulate.
 
-Commands import the heavy modules they need (asyncio, pydantic, aiohttp…) themselves: loading
-them takes ~0.3 s, and `serve` installs its signal handlers before that, so a SIGHUP or SIGTERM
-right after start is handled rather than killing the process.
+Commands import the heavy modules they need (asyncio, pydantic, aiohttp…) themselves, inside
+their function — the one place function-level imports are allowed (tests/test_imports.py):
+loading them takes ~0.3 s, and `serve` installs its signal handlers before that, so a SIGHUP or
+SIGTERM right after start is handled rather than killing the process; and a command never loads
+another's modules.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from exporter.signals import ProcessSignals
 
 if TYPE_CHECKING:
     from exporter.config import Config
+    from exporter.oneoff import Selection
 
 COMMANDS = ("serve", "check", "probe", "bench", "simulate")
 # promslog's levels and formats (`warning` kept as an alias of `warn`).
@@ -34,6 +37,22 @@ def _shard(text: str) -> str:
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
     return text
+
+
+def _names(text: str) -> list[str]:
+    """`a,b` → ["a", "b"] (a selection option, given once or repeated)."""
+    names = [name.strip() for name in text.split(",")]
+    if not all(names):
+        raise argparse.ArgumentTypeError(f"{text!r}: an empty name")
+    return names
+
+
+def _add_selection(parser: argparse.ArgumentParser) -> None:
+    for flag, dest, what in (("--target", "target", "target"), ("--model", "model", "model"),
+                             ("--probe", "probe_name", "probe")):
+        parser.add_argument(flag, dest=dest, action="extend", type=_names, default=[],
+                            metavar="NAME[,NAME…]",
+                            help=f"only this {what} (several: comma-separated or repeated)")
 
 
 def _add_common(parser: argparse.ArgumentParser) -> None:
@@ -74,9 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     probe = commands.add_parser("probe", help="run probes once and print a table")
     _add_common(probe)
-    probe.add_argument("--target", help="only this target")
-    probe.add_argument("--model", help="only this model")
-    probe.add_argument("--probe", dest="probe_name", help="only this probe")
+    _add_selection(probe)
     probe.add_argument("--json", action="store_true", help="print JSON instead of a table")
     probe.add_argument("--repeat", type=int, default=1, metavar="N",
                        help="run every selected probe N times, one round after another")
@@ -84,9 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench = commands.add_parser(
         "bench", help="benchmark series at concurrency or rate levels; compare with a baseline")
     _add_common(bench)
-    bench.add_argument("--target", help="only this target")
-    bench.add_argument("--model", help="only this model")
-    bench.add_argument("--probe", dest="probe_name", help="only this probe")
+    _add_selection(bench)
     bench.add_argument("--requests", type=int, default=None, metavar="N",
                        help="requests per level (default 20; with --duration: at most N)")
     bench.add_argument("--duration", default=None, metavar="D",
@@ -121,7 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--baseline", type=Path, default=None, metavar="base.json",
                        help="compare with an earlier --output run")
     bench.add_argument("--fail-on", dest="fail_on", default=None,
-                       metavar="ttft_p95=+20%%,cost=+15%%",
+                       metavar="ttft_p95=+20%,cost=+15%",
                        help="exit 1 when a metric regressed beyond its limit vs --baseline")
 
     simulate = commands.add_parser("simulate", help="run the embedded simulator standalone")
@@ -239,6 +254,13 @@ def cmd_check(args: argparse.Namespace) -> int:
     return 0
 
 
+def _selection(args: argparse.Namespace) -> Selection:
+    from exporter.oneoff import Selection
+
+    return Selection(*(tuple(dict.fromkeys(names))
+                       for names in (args.target, args.model, args.probe_name)))
+
+
 def cmd_probe(args: argparse.Namespace) -> int:
     """Run the selected probes once; exit 1 unless all succeeded."""
     import asyncio
@@ -248,8 +270,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
     config = _load(args.config_file, getattr(args, "shard", None))
     if config is None:
         return 1
-    return asyncio.run(run_probe_command(config, target=args.target, model=args.model,
-                                         probe=args.probe_name, as_json=args.json,
+    return asyncio.run(run_probe_command(config, _selection(args), as_json=args.json,
                                          repeat=args.repeat))
 
 
@@ -257,40 +278,15 @@ def cmd_bench(args: argparse.Namespace) -> int:
     """Benchmark the selected series; exit 1 on a regression against --baseline."""
     import asyncio
 
-    from exporter.bench import (
-        DEFAULT_REQUESTS,
-        BenchOptions,
-        BenchOutputs,
-        Connections,
-        Level,
-        parse_levels,
-        parse_slo,
-        run_bench_command,
-    )
-    from exporter.config import parse_duration
+    from exporter.bench.command import BenchOutputs, run_bench_command
+    from exporter.bench.options import parse_options
 
     try:
-        levels = [Level("concurrency", k) for k in
-                  parse_levels(args.concurrency, integer=True)] if args.concurrency else []
-        levels += [Level("rate", r) for r in parse_levels(args.rate, integer=False)] \
-            if args.rate else []
-        threshold_text = args.knee_threshold.strip()
-        threshold = (float(threshold_text[:-1]) / 100 if threshold_text.endswith("%")
-                     else float(threshold_text))
-        duration = parse_duration(args.duration) if args.duration else None
-        ramp = None if args.ramp == "auto" else parse_duration(args.ramp)
-        options = BenchOptions(
-            levels=tuple(levels) or (Level("concurrency", 1),),
-            requests=args.requests if args.requests is not None or duration else
-            DEFAULT_REQUESTS,
-            duration=duration, warmup=args.warmup, slo=parse_slo(args.slo),
-            knee_threshold=threshold, seed=args.seed,
-            connections=Connections(args.connections), workers=args.workers, ramp=ramp)
-        if (options.requests is not None and options.requests < 1) or options.warmup < 0 \
-                or threshold <= 0 or duration == 0 or options.workers < 1 \
-                or (ramp is not None and ramp < 0):
-            raise ValueError("--requests, --duration, --workers and --knee-threshold must be "
-                             "positive, --warmup zero or more")
+        options = parse_options(
+            concurrency=args.concurrency, rate=args.rate, requests=args.requests,
+            duration=args.duration, warmup=args.warmup, slo=args.slo,
+            knee_threshold=args.knee_threshold, seed=args.seed, connections=args.connections,
+            workers=args.workers, ramp=args.ramp)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -299,8 +295,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         return 1
     outputs = BenchOutputs(output=args.output, csv=args.csv, report=args.report,
                            baseline=args.baseline, fail_on=args.fail_on)
-    return asyncio.run(run_bench_command(config, target=args.target, model=args.model,
-                                         probe=args.probe_name, options=options,
+    return asyncio.run(run_bench_command(config, _selection(args), options=options,
                                          outputs=outputs))
 
 

@@ -2,8 +2,10 @@
 
     ProbeError                      (result)
     ├── ProbeTimeout                timeout       whole-probe deadline passed
-    ├── ConnectFailed               connect       DNS, refused, reset before headers
+    ├── ConnectFailed               connect       DNS, refused, reset before headers; a proxy
+    │                                             refused the connection or the CONNECT
     ├── TLSFailed                   tls           handshake or certificate failure
+    ├── CredentialsError            auth          no credentials to sign with (aws_sigv4)
     ├── HTTPStatusError             auth | not_found | rate_limited | http_4xx | http_5xx
     ├── UpstreamError               upstream      error object inside a 200 stream
     ├── StreamError                 stream        malformed/truncated stream, non-SSE body
@@ -68,6 +70,12 @@ class TLSFailed(ProbeError):
     """The TLS handshake or certificate check failed."""
 
     result = Result.TLS
+
+
+class CredentialsError(ProbeError):
+    """Credentials to sign the request could not be found or refreshed."""
+
+    result = Result.AUTH
 
 
 class HTTPStatusError(ProbeError):

@@ -20,6 +20,7 @@ import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from types import MappingProxyType
 
 from exporter.errors import StreamError
 
@@ -124,8 +125,26 @@ class EventStreamDecoder:
             raise StreamError("event stream message checksum mismatch")
         (headers_len,) = _U32.unpack_from(frame, 4)
         headers_end = PRELUDE_BYTES + headers_len
-        headers = _headers(frame[PRELUDE_BYTES:headers_end])
+        headers = _known_headers(frame[PRELUDE_BYTES:headers_end])
         return EventMessage(headers, bytes(frame[headers_end:-4]))
+
+
+# A stream repeats a few header sections (`:event-type contentBlockDelta`, `:content-type`,
+# `:message-type event`) on every frame: each is parsed once. Small sections only, and a bounded
+# number, so a server sending endless distinct headers costs nothing more than parsing.
+_KNOWN: dict[bytes, Mapping[str, HeaderValue]] = {}
+_KNOWN_MAX = 256
+_KNOWN_SECTION_BYTES = 512
+
+
+def _known_headers(data: bytes) -> Mapping[str, HeaderValue]:
+    """`_headers(data)`, read-only, from a cache of the sections seen before."""
+    known = _KNOWN.get(data)
+    if known is None:
+        known = MappingProxyType(_headers(data))
+        if len(data) <= _KNOWN_SECTION_BYTES and len(_KNOWN) < _KNOWN_MAX:
+            _KNOWN[data] = known
+    return known
 
 
 def _headers(data: bytes) -> dict[str, HeaderValue]:

@@ -200,7 +200,8 @@ FAMILIES: tuple[FamilySpec, ...] = (
           buckets=(0.25, 0.5, 1, 2, 3, 5, 7.5, 10, 15, 20, 30, 60, 120)),
     # Six phases per series: fewer edges here keep the page ~15 % smaller.
     _spec(Family.PHASE, "llm_probe_phase_seconds", _H, _P,
-          "Probe phases: resolve, connect, tls, wait, first_token, generate.", "phase", Phase,
+          "Probe phases: resolve, connect, proxy_tunnel, tls, wait, first_token, generate.",
+          "phase", Phase,
           buckets=(0.005, 0.025, 0.1, 0.5, 2.5, 10)),
     _spec(Family.SERVER_DURATION, "llm_probe_server_duration_seconds", _H, _P,
           "The server's own timings where it reports them: prefill, decode, total.", "phase",

@@ -12,13 +12,17 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from yarl import URL
+
 from exporter.config import Series
 from exporter.errors import Result
 from exporter.log import REDACTOR
+from exporter.protocols import protocol_for
 from exporter.result import ProbeResult
 
-PROXY_VARIABLES = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY",
-                   "all_proxy", "NO_PROXY", "no_proxy")
+PROXY_VARIABLES = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "NO_PROXY",
+                   "no_proxy")
+UNREAD_PROXY_VARIABLES = ("ALL_PROXY", "all_proxy")  # aiohttp does not read them either
 
 
 @dataclass(frozen=True)
@@ -50,6 +54,19 @@ HINTS: tuple[Hint, ...] = (
          text="the API key was rejected: check that the key from {key_source} is the right one "
               "for this provider, is not expired or revoked, and has no stray whitespace or "
               "newline (e.g. from `echo` into a secret file)"),
+    Hint(Result.AUTH, words=("aws credentials",),
+         text="no usable AWS credentials for aws_sigv4. The exporter looks where the AWS SDKs "
+              "do: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, the shared config and "
+              "credentials files (AWS_PROFILE or aws_sigv4.profile), web identity "
+              "(AWS_ROLE_ARN and AWS_WEB_IDENTITY_TOKEN_FILE, as on EKS), container and "
+              "instance roles"),
+    Hint(Result.AUTH, status=403, words=("signature",),
+         text="AWS rejected the request signature: aws_sigv4.region ({region}) must be the "
+              "endpoint's region, this machine's clock must be right (within 5 minutes), and "
+              "the secret key must belong to the access key"),
+    Hint(Result.AUTH, status=403, words=("security token", "expired", "not authorized"),
+         text="AWS refused the credentials or their permissions: check that they are current "
+              "and that their role may call bedrock:InvokeModelWithResponseStream on this model"),
     Hint(Result.AUTH, status=403,
          text="the key is valid but not allowed here: check its project, organisation, region or "
               "model permissions with the provider"),
@@ -62,9 +79,29 @@ HINTS: tuple[Hint, ...] = (
     Hint(Result.RATE_LIMITED,
          text="rate limited: probe less often (raise `interval`), lower bench concurrency, or "
               "raise the quota; the daemon waits for Retry-After by itself"),
+    Hint(Result.CONNECT, words=("cannot connect to proxy",),
+         text="nothing accepts connections at the proxy {proxy}: check its host and port and "
+              "that it runs; if this target is reachable without a proxy, set `proxy_url: \"\"` "
+              "or list the host in NO_PROXY"),
+    Hint(Result.CONNECT, words=("answered 407", "answered 401"),
+         text="the proxy wants credentials (407 Proxy Authentication Required), or refused the "
+              "ones given: put them in the proxy URL ({proxy_source}) as `user:password@` "
+              "before the host (percent-encode @, : and / in the password)"),
+    Hint(Result.CONNECT, words=("refused connect",),
+         text="the proxy refused to open a tunnel to {host}: its rules allow other hosts or "
+              "ports only (many allow CONNECT to port 443 alone). Ask its admins to allow it, "
+              "or go direct (NO_PROXY, or `proxy_url: \"\"`) if the host is reachable without "
+              "the proxy"),
+    Hint(Result.CONNECT, words=("could not reach",),
+         text="the proxy could not reach {host}: its DNS or network cannot get there. Is the "
+              "host right? An internal host may have to be listed in NO_PROXY"),
     Hint(Result.CONNECT, words=("refused", "connect call failed"),
          text="nothing accepts connections at that host and port: check host and port in "
               "base_url ({base_url}) and that the server is running{proxy_note}"),
+    Hint(Result.CONNECT, words=("reset", "closed it"),
+         text="the server dropped the connection before answering: a firewall or load balancer "
+              "in the way, a server that crashed, or (https) a server that wants a client "
+              "certificate and got none (`tls.cert_file`, `tls.key_file`){proxy_note}"),
     Hint(Result.CONNECT, words=("name or service not known", "nodename nor servname",
                                 "name resolution", "getaddrinfo", "no address"),
          text="the host name does not resolve: check the spelling of the host in base_url "
@@ -72,10 +109,33 @@ HINTS: tuple[Hint, ...] = (
     Hint(Result.CONNECT,
          text="the connection failed before any answer: check host, port, firewall rules and "
               "whether this network needs a proxy{proxy_note}"),
+    Hint(Result.TLS, words=("requires a client certificate",),
+         text="the server requires a client certificate (mTLS): set `tls.cert_file` and "
+              "`tls.key_file` to a certificate issued by a CA the server trusts"),
+    Hint(Result.TLS, words=("refused the handshake",),
+         text="the server refused the handshake: it may require a client certificate "
+              "(`tls.cert_file`, `tls.key_file`) or a TLS version or cipher we do not offer"),
+    Hint(Result.TLS, words=("client certificate",),
+         text="the server did not accept our client certificate ({cert_file}): it must be "
+              "issued by a CA the server trusts, current, and meant for client authentication"),
+    Hint(Result.TLS, words=("local issuer", "self-signed", "self signed", "unable to get issuer"),
+         text="the server's certificate comes from a CA this machine does not trust: a private "
+              "or company CA, or a TLS-inspecting proxy. Set `tls.ca_file` to that CA's "
+              "certificate (PEM); `tls.insecure_skip_verify: true` only for a lab endpoint"),
+    Hint(Result.TLS, words=("mismatch",),
+         text="the server's certificate is not valid for {host}, the host in base_url: use the "
+              "name it was issued for in base_url, or keep base_url and set `tls.server_name` "
+              "to that name"),
+    Hint(Result.TLS, words=("has expired",),
+         text="the server's certificate has expired (or this machine's clock is far off): it "
+              "must be renewed on the server"),
+    Hint(Result.TLS, words=("not yet valid",),
+         text="the server's certificate is not valid yet: this machine's clock, or the "
+              "certificate's dates, are wrong"),
     Hint(Result.TLS, words=("certificate", "cert"),
          text="the server's certificate was not accepted: wrong host name, an expired or "
-              "self-signed certificate, or a private CA (install the CA, or set "
-              "`tls_verify: false` for a lab endpoint only)"),
+              "self-signed certificate, or a private CA (set `tls.ca_file`, or "
+              "`tls.insecure_skip_verify: true` for a lab endpoint only)"),
     Hint(Result.TLS,
          text="the TLS handshake failed: is base_url https:// on a plain-HTTP port (use "
               "http://) or an intercepting proxy in the way?"),
@@ -89,6 +149,9 @@ HINTS: tuple[Hint, ...] = (
     Hint(Result.HTTP_4XX, words=("no connected db",),
          text="a LiteLLM proxy without its key database accepts only its master key: use the "
               "master key, or give the proxy a database for virtual keys"),
+    Hint(Result.HTTP_4XX, status=400, words=("ssl certificate", "client certificate"),
+         text="the server (nginx answers so) requires a client certificate: set "
+              "`tls.cert_file` and `tls.key_file`"),
     Hint(Result.HTTP_4XX, status=400,
          text="the server rejected the request body: a parameter (temperature, max_tokens, "
               "messages, stream_options) may not be supported by this model; read its message "
@@ -135,12 +198,23 @@ HINTS: tuple[Hint, ...] = (
 )
 
 
-def _proxy_note(env: Mapping[str, str]) -> str:
+def _proxy_note(series: Series | None, env: Mapping[str, str]) -> str:
+    """Which way the probe went, when proxies may be the cause of a connection failure."""
+    if series is not None and series.target.proxy is not None:
+        return f"; probes go through the proxy {series.target.proxy}"
     names = [name for name in PROXY_VARIABLES if env.get(name)]
-    if not names:
-        return ""
-    return (f"; proxy variables are set here ({', '.join(names)}): make sure the host is "
-            "reachable from this machine without them, or listed in NO_PROXY as intended")
+    unread = [name for name in UNREAD_PROXY_VARIABLES if env.get(name)]
+    note = ""
+    if names and series is not None:
+        note = (f"; proxy variables are set here ({', '.join(names)}), but this target goes "
+                "direct (NO_PROXY matches it, or proxy_url is \"\"): should it use the proxy?")
+    elif names:
+        note = (f"; proxy variables are set here ({', '.join(names)}): check that NO_PROXY "
+                "lists the host if it must be reached directly")
+    if unread:
+        note += (f"; {' and '.join(unread)} is set but not read: set HTTPS_PROXY/HTTP_PROXY or "
+                 "proxy_url if this network needs a proxy")
+    return note
 
 
 def hint_for(result: ProbeResult, series: Series | None = None, *,
@@ -161,16 +235,23 @@ class _Fields(dict[str, str]):
     """Format fields for hint texts; unknown or unavailable values render as '?'."""
 
     def __init__(self, series: Series | None, env: Mapping[str, str]) -> None:
-        super().__init__(proxy_note=_proxy_note(env))
+        super().__init__(proxy_note=_proxy_note(series, env))
         if series is not None:
-            from exporter.protocols import protocol_for
-
             target = series.target
             self.update(base_url=target.base_url, key_source=target.key_source,
-                        api=target.api.value, timeout=f"{series.timeout:g}s")
+                        api=target.api.value, timeout=f"{series.timeout:g}s",
+                        host=URL(target.base_url).host or "the host")
+            if target.proxy is not None:
+                self.update(proxy=str(target.proxy), proxy_source=target.proxy.source)
+            if target.tls.cert_file is not None:
+                self["cert_file"] = str(target.tls.cert_file)
+            if target.aws_sigv4 is not None:
+                self["region"] = target.aws_sigv4.region
             with contextlib.suppress(ValueError):  # the query is left out: it may carry a key
                 self["url"] = protocol_for(target.api).url(series).partition("?")[0]
 
     def __missing__(self, key: str) -> str:
         return {"base_url": "base_url", "key_source": "its source", "api": "the configured api",
-                "timeout": "configured", "url": "the endpoint"}.get(key, "?")
+                "timeout": "configured", "url": "the endpoint", "proxy": "(see the reason)",
+                "proxy_source": "HTTPS_PROXY / HTTP_PROXY", "host": "the target's host",
+                "cert_file": "tls.cert_file", "region": "the configured region"}.get(key, "?")

@@ -26,6 +26,49 @@ class Stamps:
     chunk_times: list[float] = field(default_factory=list)  # reads that carried tokens
 
 
+@dataclass(slots=True)
+class ConnectStamps:
+    """Monotonic stamps of one connection's set-up; None where a step did not happen.
+
+    Behind a proxy the first hop is the proxy: `tcp_connected` is the TCP connect to it,
+    `tunnel_open` its answer to CONNECT (https targets), and the TLS handshake with the server
+    runs inside that tunnel.
+    """
+
+    start: float | None = None  # connection creation began
+    dns_start: float | None = None
+    dns_end: float | None = None
+    tcp_connected: float | None = None  # TCP to the first hop (the server, or the proxy)
+    tunnel_open: float | None = None  # the proxy answered CONNECT with 200
+    tls_done: float | None = None  # TLS handshake with the server done
+    end: float | None = None  # connection ready
+
+
+def network_phases(c: ConnectStamps) -> dict[Phase, float]:
+    """resolve (DNS), connect (TCP to the first hop), proxy_tunnel (the CONNECT round trip),
+    tls (the handshake, after the tunnel when there is one); they add up to set-up time.
+
+    Without the connection's own stamps, connect is the whole set-up less DNS.
+    """
+    out: dict[Phase, float] = {}
+    if c.start is None or c.end is None:
+        return out
+    if c.dns_start is not None and c.dns_end is not None:
+        out[Phase.RESOLVE] = max(0.0, c.dns_end - c.dns_start)
+    resolve = out.get(Phase.RESOLVE, 0.0)
+    if c.tcp_connected is None:
+        out[Phase.CONNECT] = max(0.0, c.end - c.start - resolve)
+        return out
+    out[Phase.CONNECT] = max(0.0, c.tcp_connected - c.start - resolve)
+    ready = c.tcp_connected
+    if c.tunnel_open is not None:
+        out[Phase.PROXY_TUNNEL] = max(0.0, c.tunnel_open - ready)
+        ready = c.tunnel_open
+    if c.tls_done is not None:
+        out[Phase.TLS] = max(0.0, c.tls_done - ready)
+    return out
+
+
 def ttft(s: Stamps) -> float | None:
     """Time to first token: t_f − t0 (reasoning tokens count)."""
     return None if s.t_first is None else s.t_first - s.t0

@@ -17,6 +17,7 @@ import select
 import ssl
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import SimpleNamespace
@@ -26,13 +27,15 @@ import aiohttp
 import orjson
 from aiohttp.client_proto import ResponseHandler
 from aiohttp.http_exceptions import HttpProcessingError
+from yarl import URL
 
 from exporter import measure
 from exporter.checks import Observed, run_checks
-from exporter.config import Case, Expect, ProbeKind, Series
+from exporter.config import Case, Expect, ProbeKind, Proxy, Series
 from exporter.errors import (
     CheckFailed,
     ConnectFailed,
+    CredentialsError,
     EmptyOutput,
     HTTPStatusError,
     ProbeError,
@@ -57,7 +60,8 @@ from exporter.protocols import (
     new_decoder,
     protocol_for,
 )
-from exporter.result import Phase, ProbeResult, ProbeStamps, TokenSource, ToolCall, Usage
+from exporter.result import ProbeResult, ProbeStamps, TokenSource, ToolCall, Usage
+from exporter.signing import AwsSigners, SigningError
 from exporter.tokens import estimate_tokens
 
 Clock = Callable[[], float]
@@ -101,11 +105,20 @@ class _NetStamps:
     create_start: float | None = None
     create_end: float | None = None
     tcp_connected: float | None = None  # from the connection protocol (see _StampingHandler)
+    tunnel_open: float | None = None  # https through a proxy: CONNECT answered
     tls_done: float | None = None  # https only
     sent: float | None = None  # request (headers, then body) written
     handler: _StampingHandler | None = None  # this request's connection protocol
     reused: bool = False  # the connection came from the pool (reuse_connections)
     stale: bool = False  # the pooled connection was found closed before anything was written
+    proxy_handler: _StampingHandler | None = None  # the tunnel's connection to the proxy
+
+    def connection(self) -> measure.ConnectStamps:
+        """The connection set-up stamps, for `measure.network_phases`."""
+        return measure.ConnectStamps(
+            start=self.create_start, dns_start=self.dns_start, dns_end=self.dns_end,
+            tcp_connected=self.tcp_connected, tunnel_open=self.tunnel_open,
+            tls_done=self.tls_done, end=self.create_end)
 
 
 @dataclass(slots=True)
@@ -130,14 +143,20 @@ _CURRENT_REQUEST: contextvars.ContextVar[_NetStamps | None] = contextvars.Contex
 
 
 class _StampingHandler(ResponseHandler):
-    """aiohttp's connection protocol, noting when the oldest not-yet-read bytes arrived.
+    """aiohttp's connection protocol, noting when each piece of the response body arrived.
 
     `data_received` runs straight from the selector, before aiohttp parses HTTP and before the
     reading task is woken; under load that wake-up waits behind every other ready callback, so a
-    stamp taken after `iter_any()` returns is late by exactly the work of other streams.
+    stamp taken after `iter_any()` returns is late by exactly the work of other streams. And
+    when the reading task falls behind by more than one write of the server, one read returns
+    pieces that arrived at different times: each keeps its own arrival time (`arrivals`, by
+    body offset), so a token is never stamped with the time of older bytes in front of it.
 
     It also splits connection set-up: asyncio builds the protocol right after the TCP connect
-    and calls `connection_made` once the TLS handshake is done (at once for plain TCP).
+    and calls `connection_made` once the TLS handshake is done (at once for plain TCP). Through
+    a proxy, https takes two: the first on the TCP connection to the proxy, which carries the
+    CONNECT; aiohttp builds the second when the proxy has answered it, then runs the TLS
+    handshake with the server over the tunnel and calls its `connection_made`.
     """
 
     def __init__(self, loop: asyncio.AbstractEventLoop, clock: Clock) -> None:
@@ -145,11 +164,16 @@ class _StampingHandler(ResponseHandler):
         self._clock = clock
         self.tcp_connected = clock()
         self.handshake_done: float | None = None
-        self.arrived: float | None = None
+        # (when, body bytes fed to the response's reader once that data_received ended)
+        self.arrivals: deque[tuple[float, int]] = deque()
+        self.body: aiohttp.StreamReader | None = None  # the response being read
+        self.headers_at: float | None = None  # when the latest response's head arrived
         # Connections are made inside the probing task (one per probe: force_close), so the
         # request being made is the one in this context.
         net = _CURRENT_REQUEST.get()
         if net is not None:
+            if net.handler is not None and net.proxy_handler is None:
+                net.proxy_handler = net.handler
             net.handler = self
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -157,10 +181,16 @@ class _StampingHandler(ResponseHandler):
         super().connection_made(transport)  # type: ignore[arg-type]
 
     def data_received(self, data: bytes) -> None:
-        if self.arrived is None:
-            self.arrived = self._clock()
+        now = self._clock()
         payload = self._payload
         super().data_received(data)
+        if self._payload is not payload and self._payload is not None:
+            self.headers_at = now  # a new response's head was in these bytes
+        body = self.body or self._payload
+        if body is not None and data:
+            fed = body.total_bytes
+            if not self.arrivals or fed > self.arrivals[-1][1]:
+                self.arrivals.append((now, fed))
         # aiohttp (3.14) keeps a parse error of the body (a bad chunk size mid-stream) on the
         # connection and never tells the body's reader, which then waits for the whole probe
         # timeout. Hand the error to the reader, so the probe ends now, as `stream`.
@@ -287,17 +317,27 @@ def _http_problem(exc: BaseException) -> str:
     return ""
 
 
-def _request_error(exc: Exception) -> ProbeError | None:
+def _request_error(exc: Exception, proxy: Proxy | None = None) -> ProbeError | None:
     """The probe error for a failure before the response headers were in (None: not ours).
 
     A response aiohttp cannot parse (bad status line, a header over 8 KB, too many headers, a
     bad chunk size in the first read) is the server's fault: `stream`. A connection that could
-    not be made or broke first is `connect`. Reasons are fixed phrases plus the parser's words,
-    never an exception's repr (it carries the request's URL and headers).
+    not be made or broke first is `connect`, and so is a proxy that refused the connection or
+    the CONNECT: the target could not be reached. Reasons are fixed phrases plus the parser's
+    or OpenSSL's words, never an exception's repr (it carries the request's URL and headers).
     """
+    if isinstance(exc, aiohttp.ClientProxyConnectionError):
+        return ConnectFailed(f"cannot connect to proxy {exc.host}:{exc.port}"
+                             f"{_via(proxy)}: {_os_error_text(exc.os_error)}")
+    if isinstance(exc, aiohttp.ClientHttpProxyError):
+        return ConnectFailed(_proxy_status_reason(exc.status, exc.message, proxy,
+                                                  exc.request_info.url))
     if isinstance(exc, aiohttp.ClientConnectorCertificateError | aiohttp.ClientConnectorSSLError
-                  | aiohttp.ClientSSLError | ssl.SSLError):
-        return TLSFailed(f"TLS failed: {exc}")
+                  | aiohttp.ClientSSLError | ssl.SSLError) or isinstance(
+                      exc.__cause__, ssl.SSLError):
+        # (A TLS 1.3 server checks the client certificate after our handshake is done: its
+        # alert comes while the response is awaited, as the cause of a ClientOSError.)
+        return TLSFailed(_tls_reason(exc))
     if isinstance(exc, aiohttp.ClientConnectorError):
         return ConnectFailed(f"cannot connect to {exc.host}:{exc.port}: "
                              f"{_os_error_text(exc.os_error)}")
@@ -313,6 +353,61 @@ def _request_error(exc: Exception) -> ProbeError | None:
     if isinstance(exc, aiohttp.ClientError):
         return ConnectFailed(f"connection failed before response headers: {type(exc).__name__}")
     return None
+
+
+def _via(proxy: Proxy | None) -> str:
+    return f" (from {proxy.source})" if proxy is not None else ""
+
+
+def _proxy_status_reason(status: int, message: str | None, proxy: Proxy | None,
+                         url: Any) -> str:
+    """Plain words for a proxy's non-200 answer to CONNECT (or 407 to a forwarded request)."""
+    where = f"proxy {proxy.address}{_via(proxy)}" if proxy is not None else "the proxy"
+    phrase = " ".join(str(message or "").split())[:MESSAGE_LIMIT]
+    answer = f"{status} {phrase}".strip()
+    host = f"{url.host}:{url.port}" if getattr(url, "host", None) else "the target"
+    if status in (401, 407):  # tinyproxy answers wrong credentials with 401
+        return (f"{where} answered {answer}: it wants credentials, or refused them"
+                if proxy is None or proxy.username is None else
+                f"{where} answered {answer}: it refused the credentials in the proxy URL")
+    if status in (403, 405) or 400 <= status < 500:
+        return f"{where} refused CONNECT to {host}: {answer}"
+    return f"{where} could not reach {host}: {answer}"
+
+
+# OpenSSL's reason codes for alerts and failures, in plain words.
+_TLS_REASONS = {
+    "TLSV13_ALERT_CERTIFICATE_REQUIRED": "the server requires a client certificate",
+    "SSLV3_ALERT_HANDSHAKE_FAILURE": "the server refused the handshake (it may require a "
+                                     "client certificate, or share no protocol version or "
+                                     "cipher with us)",
+    "TLSV1_ALERT_UNKNOWN_CA": "the server does not trust our client certificate (unknown CA)",
+    "SSLV3_ALERT_BAD_CERTIFICATE": "the server rejected our client certificate",
+    "SSLV3_ALERT_CERTIFICATE_EXPIRED": "the server says our client certificate has expired",
+    "SSLV3_ALERT_CERTIFICATE_UNKNOWN": "the server rejected our client certificate",
+    "TLSV1_ALERT_DECRYPT_ERROR": "the server could not verify our client certificate's key",
+    "TLSV1_ALERT_ACCESS_DENIED": "the server denied access to our client certificate",
+    "TLSV1_ALERT_PROTOCOL_VERSION": "no TLS version in common with the server",
+    "TLSV1_UNRECOGNIZED_NAME": "the server does not know the name (SNI) we asked for",
+    "WRONG_VERSION_NUMBER": "the other end does not speak TLS (an http:// port?)",
+}
+
+
+def _tls_reason(exc: BaseException) -> str:
+    """Plain words for a failed handshake or certificate check, then OpenSSL's own."""
+    error = (getattr(exc, "certificate_error", None) or getattr(exc, "os_error", None)
+             or (exc.__cause__ if isinstance(exc.__cause__, ssl.SSLError) else exc))
+    if isinstance(error, ssl.SSLCertVerificationError):
+        detail = " ".join(str(error.verify_message or error.reason or "").split())
+        return f"TLS failed: the server's certificate was not accepted: {detail}"
+    reason = getattr(error, "reason", None)
+    if isinstance(reason, str) and reason in _TLS_REASONS:
+        return f"TLS failed: {_TLS_REASONS[reason]} ({reason.lower()})"
+    if isinstance(reason, str) and reason:
+        return f"TLS failed: {reason.lower()}"
+    if isinstance(error, OSError) and not isinstance(error, ssl.SSLError):
+        return f"TLS failed: {_os_error_text(error)}"
+    return f"TLS failed: {type(error).__name__}"
 
 
 def _body_error(exc: Exception) -> StreamError:
@@ -340,6 +435,37 @@ def _mark(stamps: measure.Stamps, kinds: int, now: float) -> None:
         stamps.t_answer = now
     stamps.t_last = now
     stamps.chunk_times.append(now)
+
+
+def _pieces(arrivals: deque[tuple[float, int]], data: bytes, start: int,
+            read_at: float) -> list[tuple[bytes, float]]:
+    """Split one read (body bytes `start`…`start + len(data)`) at the points where its bytes
+    arrived in different `data_received` calls; each piece with its arrival time.
+
+    `arrivals` holds (when, body bytes fed by then), oldest first; consumed entries are dropped.
+    Bytes with no recorded arrival (another aiohttp) take the time of the read.
+    """
+    end = start + len(data)
+    if not arrivals:
+        return [(data, read_at)]
+    when, fed = arrivals[0]
+    if fed >= end:  # the common case: everything in this read came in one data_received
+        if fed == end:
+            arrivals.popleft()
+        return [(data, when)]
+    pieces: list[tuple[bytes, float]] = []
+    cut = start
+    while arrivals and cut < end:
+        when, fed = arrivals[0]
+        upto = min(fed, end)
+        if upto > cut:
+            pieces.append((data[cut - start:upto - start], when))
+            cut = upto
+        if fed <= end:
+            arrivals.popleft()
+    if cut < end:
+        pieces.append((data[cut - start:], read_at))
+    return pieces
 
 
 def _os_error_text(error: OSError) -> str:
@@ -390,13 +516,13 @@ class Prober:
         self._clock = clock
         self._wall = wall_clock
         self._log = logger or get_logger()
-        # Request signing computed over the finished request (SigV4 for `aws_sigv4`).
-        self._signers = signers
         self._keys = KeyFiles(redactor, self._log)
         self._session: aiohttp.ClientSession | None = None
         self._no_stream_options: set[str] = set()  # targets that rejected stream_options
         self._protocols: dict[Any, ApiProtocol] = {}
         self._case_turn: dict[tuple[str, str, str], int] = {}  # golden-set rotation per series
+        # Signing over the finished request (SigV4 for `aws_sigv4`), per series.
+        self._signers = signers if signers is not None else AwsSigners(redactor)
 
     async def __aenter__(self) -> Prober:
         await self.start()
@@ -523,7 +649,8 @@ class Prober:
 
     async def _send(self, series: Series, attempt: _Attempt,
                     request: HttpRequest) -> aiohttp.ClientResponse:
-        """Sign (when the target needs it) and send one request; stamp t0 and the headers.
+        """Send one request — signed when the target signs, through its proxy, with its TLS —
+        stamp t0 and the headers, and note in `attempt.net` how the connection was made.
 
         A pooled connection that the server closed is found before anything is written, and the
         request then goes once more on a new connection; a request that may have reached the
@@ -531,17 +658,32 @@ class Prober:
         """
         assert self._session is not None
         target = series.target
-        signer = self._signers(series) if self._signers is not None else None
+        url: str | URL = request.url
+        signer = self._signers(series)
         if signer is not None:
-            request = await signer(request)  # before t0: signing is not the server's time
+            try:
+                request = await signer(request)  # before t0: signing is not the server's time
+            except SigningError as exc:
+                raise CredentialsError(str(exc)) from None
+            url = URL(request.url, encoded=True)  # exactly what was signed
+        headers = request.headers
+        proxy = target.proxy
+        proxy_headers = None
+        if proxy is not None and proxy.authorization is not None:
+            credentials = {"Proxy-Authorization": proxy.authorization.reveal()}
+            if URL(request.url).scheme == "https":
+                proxy_headers = credentials  # on the CONNECT only, never inside the tunnel
+            else:
+                headers = {**headers, **credentials}  # the proxy forwards this very request
         for last_try in (False, True):
             stamps = attempt.stamps = measure.Stamps(t0=self._clock())
             attempt.net = net = _NetStamps(self._clock)
             _CURRENT_REQUEST.set(net)
             try:
                 response = await self._session.post(
-                    request.url, data=request.body, headers=request.headers,
-                    ssl=None if target.tls_verify else False, trace_request_ctx=net,
+                    url, data=request.body, headers=headers, trace_request_ctx=net,
+                    ssl=target.tls.ssl, server_hostname=target.tls.server_name,
+                    proxy=proxy.url if proxy else None, proxy_headers=proxy_headers,
                     # A redirect would resend the key (x-api-key, custom headers) to wherever it
                     # points and turn the POST into a GET: report it instead.
                     allow_redirects=False,
@@ -551,7 +693,7 @@ class Prober:
                 if (isinstance(exc, aiohttp.ClientConnectionError) and net.stale
                         and not last_try):
                     continue
-                error = _request_error(exc)
+                error = _request_error(exc, proxy)
                 if error is None:
                     raise
                 raise error from None
@@ -559,12 +701,23 @@ class Prober:
         if net.sent is not None:
             stamps.t0 = net.sent
         handler = net.handler
+        if (handler is not None and handler.headers_at is not None
+                and stamps.t0 <= handler.headers_at < stamps.t_headers):
+            stamps.t_headers = handler.headers_at  # where the head arrived, not when we woke
         if handler is not None and net.create_start is not None:
-            net.tcp_connected = handler.tcp_connected
+            # (`is not None`: a protocol with nothing buffered is falsy)
+            first = net.proxy_handler if net.proxy_handler is not None else handler
+            net.tcp_connected = first.tcp_connected
+            if net.proxy_handler is not None:
+                net.tunnel_open = handler.tcp_connected
             if response.url.scheme == "https":
                 net.tls_done = handler.handshake_done
         attempt.status = response.status
         attempt.headers = response.headers
+        if response.status == 407 and proxy is not None:
+            # An http target's request is forwarded by the proxy, which answers for itself.
+            response.release()
+            raise ConnectFailed(_proxy_status_reason(407, response.reason, proxy, response.url))
         return response
 
     def _status_error(self, response: aiohttp.ClientResponse, message: str) -> HTTPStatusError:
@@ -618,34 +771,37 @@ class Prober:
         try:
             async for data in response.content.iter_any():
                 now = clock()  # stamp first: nothing below may delay it
-                if handler is not None:
-                    # When the first of these bytes reached the socket: earlier than `now` by
-                    # the time this task waited for the loop. Taken, so the next read gets its own.
-                    arrived, handler.arrived = handler.arrived, None
-                    if arrived is not None:
-                        now = arrived
+                start = received
                 received += len(data)
                 if received > limit:
                     raise StreamError(f"stream exceeded {limit} bytes (max_tokens ignored?); cut")
-                kinds = 0
-                for i, event in enumerate(decoder.feed(data), 1):
-                    events_seen += 1
-                    if events_seen > event_limit:
-                        raise StreamError(f"more than {event_limit} events for "
-                                          f"max_tokens={max_tokens}; cut")
-                    kind = on_event(event)
-                    if kind:
-                        kinds |= kind
-                        token_events += 1
-                        if token_events > chunk_limit:
-                            raise StreamError(f"server ignored max_tokens={max_tokens}: more "
-                                              f"than {chunk_limit} token chunks; cut")
+                # Each piece with the time its bytes reached the socket: earlier than `now` by
+                # the time this task waited for the loop.
+                pieces = (_pieces(handler.arrivals, data, start, now) if handler is not None
+                          else ((data, now),))
+                # `now` becomes each piece's arrival: the last one's ends the stream.
+                for piece, now in pieces:
+                    kinds = 0
+                    for i, event in enumerate(decoder.feed(piece), 1):
+                        events_seen += 1
+                        if events_seen > event_limit:
+                            raise StreamError(f"more than {event_limit} events for "
+                                              f"max_tokens={max_tokens}; cut")
+                        kind = on_event(event)
+                        if kind:
+                            kinds |= kind
+                            token_events += 1
+                            if token_events > chunk_limit:
+                                raise StreamError(f"server ignored max_tokens={max_tokens}: "
+                                                  f"more than {chunk_limit} token chunks; cut")
+                        if parser.done:
+                            break  # nothing after the end marker counts
+                        if not i % EVENT_SLICE:
+                            await asyncio.sleep(0)  # a packed read must not hold the loop
+                    if kinds:
+                        _mark(stamps, kinds, now)
                     if parser.done:
-                        break  # nothing after the end marker counts
-                    if not i % EVENT_SLICE:
-                        await asyncio.sleep(0)  # a read packed with events must not hold the loop
-                if kinds:
-                    _mark(stamps, kinds, now)
+                        break
                 if parser.done:
                     break
             else:
@@ -670,11 +826,12 @@ class Prober:
                        attempt: _Attempt) -> _StampingHandler | None:
         """This request's connection protocol, ready to stamp the body's first bytes."""
         handler = attempt.net.handler
-        if handler is not None and (response.content.total_bytes == 0 or (
-                handler.arrived is not None and handler.arrived < attempt.stamps.t0)):
-            # Only headers (or an earlier response's bytes) arrived so far: the body's first
-            # bytes must take their own stamp.
-            handler.arrived = None
+        if handler is not None:
+            handler.body = response.content
+            # Pieces of an earlier response on this (pooled) connection are not this one's.
+            t0 = attempt.stamps.t0
+            while handler.arrivals and handler.arrivals[0][0] < t0:
+                handler.arrivals.popleft()
         return handler
 
     async def _read_body(self, response: aiohttp.ClientResponse, attempt: _Attempt) -> bytes:
@@ -775,17 +932,7 @@ class Prober:
                             else (0, TokenSource.NONE))
         if stamps.t_end is None:
             stamps.t_end = self._clock()
-        network: dict[Phase, float] = {}
-        if net.dns_start is not None and net.dns_end is not None:
-            network[Phase.RESOLVE] = net.dns_end - net.dns_start
-        if net.create_start is not None and net.create_end is not None:
-            dns = network.get(Phase.RESOLVE, 0.0)
-            if net.tcp_connected is not None and net.tls_done is not None:
-                network[Phase.CONNECT] = max(0.0, net.tcp_connected - net.create_start - dns)
-                network[Phase.TLS] = max(0.0, net.tls_done - net.tcp_connected)
-            else:
-                network[Phase.CONNECT] = max(0.0, net.create_end - net.create_start - dns)
-        timings = measure.timings(stamps, n_tokens, network)
+        timings = measure.timings(stamps, n_tokens, measure.network_phases(net.connection()))
         clocks = ProbeStamps(stamps.t0, stamps.t_headers, stamps.t_first, stamps.t_answer,
                              stamps.t_last, stamps.t_end, unix_offset=self._wall() - self._clock())
         usage = Usage()

@@ -13,8 +13,9 @@ class Phase(StrEnum):
     """Phases of one probe, in order (`llm_probe_phase_seconds{phase}`)."""
 
     RESOLVE = "resolve"
-    CONNECT = "connect"
-    TLS = "tls"
+    CONNECT = "connect"  # TCP, to the proxy when there is one
+    PROXY_TUNNEL = "proxy_tunnel"  # the proxy's answer to CONNECT (https through a proxy)
+    TLS = "tls"  # the handshake with the server (inside the tunnel behind a proxy)
     WAIT = "wait"
     FIRST_TOKEN = "first_token"
     GENERATE = "generate"

@@ -42,6 +42,7 @@ from exporter.listener import (
 from exporter.log import REDACTOR, get_logger
 from exporter.metrics import ExporterMetrics
 from exporter.ondemand import SCRAPE_TIMEOUT_HEADER, ondemand_answer, owning_shard, probe_deadline
+from exporter.record import SCHEMA_VERSION, Record
 from exporter.result import ProbeResult
 from exporter.scheduler import Scheduler
 from exporter.store import ResultStore, Snapshot
@@ -399,47 +400,18 @@ async def reload_handler(request: web.Request) -> web.Response:
     return web.Response(text="Config reloaded.\n")
 
 
-def result_json(result: ProbeResult) -> dict[str, Any]:
-    """One probe result as JSON-ready data, every string redacted (before any serialising)."""
-    t = result.timings
-    redact = REDACTOR
-    return {
-        "target": redact(result.target), "model": redact(result.model),
-        "probe": redact(result.probe),
-        "result": result.result.value, "reason": redact(result.reason),
-        "status": result.status, "started_at": result.started_at,
-        "finished_at": result.finished_at,
-        "ttft_seconds": t.ttft, "time_to_first_answer_seconds": t.time_to_first_answer,
-        "tpot_seconds": t.tpot, "output_tokens_per_second": t.tps,
-        "duration_seconds": t.duration,
-        "phases": {p.value: v for p, v in t.phases.items()},
-        "chunks": len(t.inter_chunk) + 1 if t.ttft is not None else 0,
-        "output_tokens": result.output_tokens, "token_source": result.token_source.value,
-        "token_efficiency": result.token_efficiency, "case": result.case,
-        "tokens": {"prompt": result.usage.prompt, "completion": result.usage.completion,
-                   "reasoning": result.usage.reasoning, "cached": result.usage.cached},
-        "cost": result.cost, "currency": result.currency and redact(result.currency),
-        "finish_reason": result.finish_reason and redact(result.finish_reason),
-        "response_id": result.response_id and redact(result.response_id),
-        "answer": redact(result.answer), "ratelimit_remaining": dict(result.ratelimit),
-        "tool_calls": [{"name": redact(call.name), "arguments": redact(call.arguments)}
-                       for call in result.tool_calls],
-        "server_timings": {phase.value: seconds
-                           for phase, seconds in result.server_timings.items()},
-        "dimensions": result.dimensions,
-    }
-
-
 def _results_document(snapshot: Snapshot, state_info: dict[str, Any]) -> bytes:
+    """/api/v1/results: every series' last result and the recent failures, as records (without
+    their inter-chunk gaps, which `chunks` counts)."""
     series = []
     for (target, model, probe), result in snapshot.latest.items():
         entry = {"target": REDACTOR(target), "model": REDACTOR(model), "probe": REDACTOR(probe),
                  "last": None}
         if result is not None:
-            entry["last"] = result_json(result)
+            entry["last"] = Record(result).to_json(gaps=False)
         series.append(entry)
-    doc = {**REDACTOR.tree(state_info), "series": series,
-           "recent_failures": [result_json(r) for r in snapshot.failures]}
+    doc = {"schema_version": SCHEMA_VERSION, **REDACTOR.tree(state_info), "series": series,
+           "recent_failures": [Record(r).to_json(gaps=False) for r in snapshot.failures]}
     # Values were redacted before serialising; the text once more, as a second net.
     return REDACTOR.net(orjson.dumps(doc).decode()).encode()
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import free_port
 
@@ -112,13 +113,18 @@ class Daemon(Process):
 
     def sample(self, name: str, **labels: str) -> float | None:
         """One sample value from /metrics (text format)."""
-        from prometheus_client.parser import text_string_to_metric_families
+        return self.samples(name, **labels)[0]
 
+    def samples(self, *names: str, **labels: str) -> list[float | None]:
+        """Several sample values from one scrape of /metrics (so they belong together: a
+        histogram's sum and count read in two scrapes may straddle a probe)."""
+        values: dict[str, float] = {}
         for family in text_string_to_metric_families(self.metrics()):
             for s in family.samples:
-                if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
-                    return s.value
-        return None
+                if (s.name in names and s.name not in values
+                        and all(s.labels.get(k) == v for k, v in labels.items())):
+                    values[s.name] = s.value
+        return [values.get(name) for name in names]
 
 
 def start_daemon(config: Path, tmp: Path, *extra: str, env: dict[str, str] | None = None) -> Daemon:
@@ -146,9 +152,9 @@ class Prometheus(Process):
 
     url: str = ""
 
-    def query(self, expr: str) -> list[dict[str, Any]]:
-        """Instant query; returns the result vector."""
-        q = urllib.parse.urlencode({"query": expr})
+    def query(self, expr: str, when: float | None = None) -> list[dict[str, Any]]:
+        """Instant query (now, or at unix time `when`); returns the result vector."""
+        q = urllib.parse.urlencode({"query": expr, **({} if when is None else {"time": when})})
         body = json.loads(http_get(f"{self.url}/api/v1/query?{q}"))
         assert body["status"] == "success", body
         return body["data"]["result"]

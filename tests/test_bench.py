@@ -16,6 +16,7 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -25,26 +26,21 @@ import yaml
 from prometheus_client import CollectorRegistry
 from rich.console import Console
 
-from exporter.bench import (
-    Slo,
-    distribution_table,
-    find_knee,
-    flat_metrics,
-    make_record,
-    parse_slo,
-    summarize,
-    sweep_table,
-    totals_table,
-)
+from exporter.bench.compare import compare
+from exporter.bench.loadgen import LevelPlan, LevelRunner
+from exporter.bench.model import Latency, RunDocument, Slo, Summary
+from exporter.bench.options import parse_fail_on
+from exporter.bench.report import render_report
+from exporter.bench.summary import find_knee, summarize
+from exporter.bench.tables import distribution_table, sweep_table, totals_table
+from exporter.bench.workers import shares, split_level
 from exporter.cli import main
-from exporter.compare import compare, parse_fail_on
 from exporter.config import SimulatorConfig
 from exporter.errors import Result
-from exporter.loadgen import Level, LevelPlan, LevelRunner, shares, split_level
+from exporter.format import fmt_ms
 from exporter.metrics import ExporterMetrics
-from exporter.oneshot import fmt_ms
 from exporter.prober import Prober, _StampingHandler
-from exporter.report import render_report
+from exporter.record import Level, LoadMode, Record
 from exporter.scheduler import Scheduler
 from exporter.simulator import start_simulator
 from exporter.store import ResultStore
@@ -100,12 +96,14 @@ def test_sweep_summaries_match_hand_computed_values(tmp_path: Path, capsys) -> N
         for name, key in (("ttft", "ttft_seconds"), ("tpot", "tpot_seconds"),
                           ("e2e", "duration_seconds"), ("tps", "output_tokens_per_second"),
                           ("time_to_first_answer", "time_to_first_answer_seconds")):
-            values = [r[key] for r in mine]
+            # TPOT is undefined when a busy machine coalesced every token into one read.
+            values = [r[key] for r in mine if r[key] is not None]
             stats = summary["latency"][name]
             for q in (50, 90, 95, 99):
                 assert stats[f"p{q}"] == pytest.approx(hand_percentile(values, q), rel=1e-12)
             assert stats["mean"] == pytest.approx(sum(values) / len(values))
-            assert stats["max"] == max(values) and stats["count"] == 6
+            assert stats["max"] == max(values) and stats["count"] == len(values)
+            assert len(values) == 6 or name == "tpot"
         gaps = [g for r in mine for g in r["inter_chunk_seconds"]]
         assert summary["latency"]["inter_chunk"]["p99"] == pytest.approx(
             hand_percentile(gaps, 99))
@@ -227,10 +225,15 @@ def test_knee_found_where_capacity_runs_out(tmp_path: Path, capsys) -> None:
     assert "knee sim/capped/short: c=2" in out
 
 
-def _summary(level: float, p95: float | None, tps: float, success_rate: float = 1.0) -> dict:
-    return {"level": level, "label": f"c={level:g}", "mode": "concurrency",
-            "success_rate": success_rate, "output_tokens_per_second": tps,
-            "latency": {"ttft": {"p95": p95}}}
+def _summary(level: float, p95: float | None, tps: float, success_rate: float = 1.0,
+             series: str = "gw/m/short") -> Summary:
+    """A level's summary with the figures the knee and the comparison read."""
+    target, model, probe = series.split("/")
+    empty = summarize([], series=(target, model, probe), level=Level(LoadMode.CONCURRENCY, level),
+                      wall_seconds=1.0, slo=Slo())
+    latency = {**empty.latency, Latency.TTFT: replace(empty.latency[Latency.TTFT], p95=p95)}
+    return replace(empty, requests=10, success_rate=success_rate, output_tokens_per_second=tps,
+                   latency=latency)
 
 
 @pytest.mark.parametrize(("rows", "label", "reached", "words"), [
@@ -246,8 +249,8 @@ def _summary(level: float, p95: float | None, tps: float, success_rate: float = 
 ])
 def test_knee_rules(rows, label, reached, words) -> None:
     knee = find_knee(rows, 0.5)
-    assert knee["label"] == label and knee["reached"] is reached
-    assert words in knee["reason"]
+    assert knee.label == label and knee.reached is reached
+    assert words in knee.reason
 
 
 # ---------------------------------------------------------------------------------------------
@@ -288,6 +291,88 @@ def test_baseline_comparison_passes_and_fails(tmp_path: Path, capsys) -> None:
     assert "unknown metric" in capsys.readouterr().err
 
 
+def test_fail_on_never_passes_when_nothing_was_compared(tmp_path: Path, capsys) -> None:
+    config = str(sim_config(tmp_path, {"m": FAST}))
+    base, current = tmp_path / "base.json", tmp_path / "current.json"
+    assert bench("--config.file", config, "--requests", "2", "--warmup", "0",
+                 "--output", str(base)) == 0
+    capsys.readouterr()
+
+    # c=2 is not in the baseline: its limit compared nothing, which is not a pass.
+    code = bench("--config.file", config, "--concurrency", "1,2", "--requests", "2",
+                 "--warmup", "0", "--baseline", str(base), "--fail-on", "ttft_p95=+900%",
+                 "--output", str(current))
+    out = capsys.readouterr().out
+    assert code == 1, out
+    assert "no regression" not in out
+    assert "not checked: level not in baseline" in out
+    assert "1 limit(s) compared nothing, which is not a pass" in out
+    assert "the baseline has: sim/m/short c=1" in out
+    comparison = load(current)["comparison"]
+    assert comparison["regressions"] == 0 and comparison["unchecked"] == 1
+
+    # Nothing compared at all.
+    code = bench("--config.file", config, "--concurrency", "3", "--requests", "2",
+                 "--warmup", "0", "--baseline", str(base), "--fail-on", "ttft_p95=+900%")
+    out = capsys.readouterr().out
+    assert code == 1 and "nothing was compared, which is not a pass" in out
+
+    # Without --fail-on the diff is information only.
+    assert bench("--config.file", config, "--concurrency", "3", "--requests", "2",
+                 "--warmup", "0", "--baseline", str(base)) == 0
+    assert "level not in baseline" in capsys.readouterr().out
+
+
+def test_a_baseline_kept_from_an_earlier_version_still_gates(tmp_path: Path, capsys) -> None:
+    """run.json written by the first bench (no schema_version, no stamps) as the baseline."""
+    baseline = Path(__file__).parent / "testdata" / "bench" / "run-204416b.json"
+    code = bench("--config.file", str(sim_config(tmp_path)), "--concurrency", "1,2",
+                 "--rate", "50", "--requests", "3", "--baseline", str(baseline),
+                 "--fail-on", "ttft_p95=+1000%,success_rate=-1%")
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "no regression beyond the --fail-on limits" in out and "not checked" not in out
+
+
+def test_a_broken_baseline_is_a_usage_error(tmp_path: Path, capsys) -> None:
+    config = str(sim_config(tmp_path))
+    broken = tmp_path / "broken.json"
+    for text, words in (("{", "not JSON"), ('{"kind": "x"}', "no `summaries`"),
+                        ('{"summaries": [{"label": 1}]}', "version: Field required; "),
+                        ('{"summaries": [{"label": 1}]}', " more")):
+        broken.write_text(text)
+        assert bench("--config.file", config, "--baseline", str(broken)) == 2
+        err = capsys.readouterr().err
+        assert f"baseline {broken}" in err and words in err, err
+
+
+def test_help_shows_percent_signs_once(capsys) -> None:
+    with pytest.raises(SystemExit):
+        bench("--help")
+    out = capsys.readouterr().out
+    assert "ttft_p95=+20%,cost=+15%" in out and "%%" not in out
+
+
+@pytest.mark.parametrize("selection", [["--model", "a,b"], ["--model", "a", "--model", "b"],
+                                       ["--model", "b,a", "--target", "sim"]])
+def test_several_models_in_one_run(tmp_path: Path, capsys, selection: list[str]) -> None:
+    out_json = tmp_path / "run.json"
+    config = str(sim_config(tmp_path, {"a": FAST, "b": FAST, "c": FAST}))
+    assert bench("--config.file", config, *selection, "--requests", "2", "--warmup", "0",
+                 "--output", str(out_json)) == 0
+    assert [s["model"] for s in load(out_json)["summaries"]] == ["a", "b"]  # config order
+    capsys.readouterr()
+
+
+def test_a_name_that_matches_nothing_is_a_usage_error(tmp_path: Path, capsys) -> None:
+    config = str(sim_config(tmp_path, {"a": FAST, "b": FAST}))
+    assert bench("--config.file", config, "--model", "a,nope") == 2
+    assert "no configured series matches model 'nope'" in capsys.readouterr().err
+    with pytest.raises(SystemExit, match="2"):
+        bench("--config.file", config, "--model", "a,")
+    assert "an empty name" in capsys.readouterr().err
+
+
 def test_fail_on_rules() -> None:
     rules = {r.metric: r for r in parse_fail_on(
         "ttft_p95=+20%,success_rate=-1%,e2e_p50=+50ms,cost=15%,output_tps=10%")}
@@ -304,23 +389,15 @@ def test_fail_on_rules() -> None:
         parse_fail_on("ttft_p95")
 
 
-def _doc(series: str, ttft_p95: float, cost: float | None) -> dict[str, Any]:
-    target, model, probe = series.split("/")
-    summary = summarize([], series={"target": target, "model": model, "probe": probe},
-                        level=Level("concurrency", 1), wall_seconds=1.0, slo=parse_slo(None))
-    summary["latency"]["ttft"]["p95"] = ttft_p95
-    summary["cost_per_call"] = cost
-    return {"summaries": [summary]}
-
-
 def test_compare_matches_a_single_other_series_by_level() -> None:
-    base = _doc("gw/model-a/short", 0.2, 0.001)
-    current = _doc("gw/model-b/short", 0.3, None)
+    base = [replace(_summary(1, 0.2, 100, series="gw/model-a/short"), cost_per_call=0.001)]
+    current = [_summary(1, 0.3, 100, series="gw/model-b/short")]
     deltas = {d.metric: d for d in compare(base, current, parse_fail_on(
         "ttft_p95=+20%,cost=+15%"))}
     assert deltas["ttft_p95"].regression and deltas["ttft_p95"].change == pytest.approx(0.5)
     assert not deltas["cost"].regression and deltas["cost"].note == "not measured"
-    assert flat_metrics(current["summaries"][0])["ttft_p95"] == 0.3
+    assert deltas["cost"].unchecked  # a limit that compared nothing is never a pass
+    assert current[0].metrics()["ttft_p95"] == 0.3
 
 
 # ---------------------------------------------------------------------------------------------
@@ -393,7 +470,7 @@ def test_report_is_self_contained(tmp_path: Path, capsys) -> None:
     assert text.count("<svg") == 5 + 3  # five line charts, one TTFT histogram per level
     assert "TTFT percentiles vs concurrency" in text and "knee" in text
     # It renders from run.json alone, too.
-    assert render_report(load(tmp_path / "run.json")).count("<svg") == 8
+    assert render_report(RunDocument.from_json(load(tmp_path / "run.json"))).count("<svg") == 8
     capsys.readouterr()
 
 
@@ -437,6 +514,9 @@ def _slow_first_token() -> Script:
     return Script(steps)
 
 
+ROUNDS = 4
+
+
 async def test_probe_bench_and_daemon_agree_on_ttft(scripted_server, tmp_path: Path,
                                                     capsys) -> None:
     server = await scripted_server(_slow_first_token())
@@ -459,7 +539,7 @@ async def test_probe_bench_and_daemon_agree_on_ttft(scripted_server, tmp_path: P
     probe_runs, bench_runs, daemon_runs = [], [], []
     async with Prober() as prober:
         scheduler = Scheduler(prober, metrics, ResultStore())
-        for _ in range(3):
+        for _ in range(ROUNDS):
             assert await asyncio.to_thread(
                 main, ["probe", "--config.file", str(path), "--json"]) == 0
             probe_runs.append(
@@ -473,11 +553,13 @@ async def test_probe_bench_and_daemon_agree_on_ttft(scripted_server, tmp_path: P
             await scheduler.run_now(config.series[0])
             daemon_runs.append(
                 registry.get_sample_value("llm_probe_ttft_seconds_sum", labels) - before)
-    assert registry.get_sample_value("llm_probe_ttft_seconds_count", labels) == 3
+    assert registry.get_sample_value("llm_probe_ttft_seconds_count", labels) == ROUNDS
 
+    # One definition gives one number; a path timing something else (connection set-up, a
+    # parse ahead of the stamp) would stand out of the others by more than machine noise.
     ttfts = [min(probe_runs), min(bench_runs), min(daemon_runs)]
     assert all(t >= 0.3 for t in ttfts), ttfts
-    assert max(ttfts) / min(ttfts) - 1 < 0.01, (probe_runs, bench_runs, daemon_runs)
+    assert max(ttfts) / min(ttfts) - 1 < 0.02, (probe_runs, bench_runs, daemon_runs)
     capsys.readouterr()
 
 
@@ -496,7 +578,7 @@ def test_records_carry_absolute_stamps_on_one_clock(tmp_path: Path, capsys) -> N
     for r in doc["records"]:
         mono, unix = r["stamps"]["monotonic"], r["stamps"]["unix"]
         # CLOCK_MONOTONIC is system-wide: the bench's stamps fall inside this test's window.
-        assert before_mono < mono["t0"] < mono["t_h"] < mono["t_f"] <= mono["t_L"]
+        assert before_mono < mono["t0"] < mono["t_h"] <= mono["t_f"] <= mono["t_L"]
         assert mono["t_L"] <= mono["t_end"] < after_mono
         assert mono["t_f"] - mono["t0"] == pytest.approx(r["ttft_seconds"], abs=1e-9)
         assert mono["t_end"] - mono["t0"] == pytest.approx(r["duration_seconds"], abs=1e-9)
@@ -668,10 +750,10 @@ def test_shares(total: int, weights: list[int], expected: list[int]) -> None:
 
 def test_split_level_over_workers() -> None:
     plan = LevelPlan(requests=10, duration=None, warmup=3)
-    parts = split_level(Level("concurrency", 3), plan, 2)
+    parts = split_level(Level(LoadMode.CONCURRENCY, 3), plan, 2)
     assert [(p.value, q.requests, q.warmup) for p, q in parts] == [(2, 7, 2), (1, 3, 1)]
-    assert [p.value for p, _ in split_level(Level("concurrency", 1), plan, 4)] == [1]
-    rate = split_level(Level("rate", 8.0), LevelPlan(None, 5.0, 0), 2)
+    assert [p.value for p, _ in split_level(Level(LoadMode.CONCURRENCY, 1), plan, 4)] == [1]
+    rate = split_level(Level(LoadMode.RATE, 8.0), LevelPlan(None, 5.0, 0), 2)
     assert [(p.mode, p.value, q.requests, q.duration, q.warmup) for p, q in rate] == [
         ("rate", 4.0, None, 5.0, 0)] * 2
 
@@ -700,20 +782,19 @@ async def test_bench_marks_figures_resting_on_estimated_tokens(scripted_server) 
     """A server without usage: TPOT, TPS and output tokens say "(est.)" in every table."""
     server = await scripted_server(ok_stream(["Hello", " there", " my", " friend"], gap=0.01))
     config = make_config(server.url)
-    level = Level("concurrency", 1)
+    level = Level(LoadMode.CONCURRENCY, 1)
     async with Prober() as prober:
-        results = [await prober.probe(config.series[0]) for _ in range(2)]
-    records = [make_record(r, level, i, 0.0, 1.0, Slo()) for i, r in enumerate(results)]
-    summary = summarize(records, series={"target": "t", "model": "m", "probe": "short"},
-                        level=level, wall_seconds=1.0, slo=Slo())
-    assert summary["estimated_records"] == 2
+        records = [Record(await prober.probe(config.series[0])) for _ in range(2)]
+    summary = summarize(records, series=("t", "m", "short"), level=level, wall_seconds=1.0,
+                        slo=Slo())
+    assert summary.estimated_records == 2
     buffer = io.StringIO()
     console = Console(file=buffer, width=400)
     for table in (sweep_table([summary], [], None), distribution_table([summary]),
                   totals_table([summary])):
         console.print(table)
     out = buffer.getvalue()
-    assert f"{fmt_ms(summary['latency']['tpot']['p50'])} (est.)" in out
+    assert f"{fmt_ms(summary.latency[Latency.TPOT].p50)} (est.)" in out
     assert "TPOT (est.)" in out and "TPS (tok/s) (est.)" in out
-    assert f"{summary['tokens']['completion']} (est.)" in out
+    assert f"{summary.tokens.completion} (est.)" in out
     assert "TTFT (est.)" not in out  # TTFT does not depend on N

@@ -97,3 +97,18 @@ async def test_a_backtracking_regex_fails_its_check_without_stalling_the_loop() 
     assert reason is not None and "took over" in reason
     assert elapsed < REGEX_TIMEOUT + 3
     assert worst < 0.25, f"the loop stalled {worst * 1000:.0f} ms"
+
+
+@pytest.mark.parametrize(("observed", "expected", "passes"), [
+    ("stop", "stop", True), ("end_turn", "stop", True), ("completed", "stop", True),
+    ("STOP", "stop", True), ("stop_sequence", "end_turn", True), ("max_tokens", "length", True),
+    ("MAX_TOKENS", "length", True), ("tool_use", "tool_calls", True), ("SAFETY", "stop", False),
+    ("length", "stop", False), ("incomplete", "stop", False), (None, "stop", False),
+    ("weird", "weird", True), ("weird", "stop", False),
+])
+def test_finish_reason_matches_across_api_styles(observed, expected, passes) -> None:
+    """One probe shared by several API styles: `finish_reason: stop` means "ended by itself"
+    whatever the API calls it (end_turn, completed, STOP)."""
+    observed_result = Observed("an answer", 3, observed)
+    reason = run_checks(Expect(finish_reason=expected), observed_result)
+    assert (reason is None) is passes, reason

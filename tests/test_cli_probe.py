@@ -17,8 +17,10 @@ from rich.console import Console
 
 from exporter.cli import main
 from exporter.errors import Result
+from exporter.format import fmt_ms
 from exporter.measure import percentile
-from exporter.oneshot import fmt_ms, print_table, run_once, run_probe_command
+from exporter.oneoff import Selection
+from exporter.oneshot import print_table, run_once, run_probe_command
 from tests.conftest import Script, free_port, make_config, ok_stream
 
 PRICE = {"input": 0.15, "output": 0.6, "currency": "USD"}
@@ -150,7 +152,7 @@ async def test_failure_has_reason_and_likely_fix(scripted_server, capsys, script
     else:
         url = (await scripted_server(script)).url
     config = make_config(url, **overrides)
-    code = await run_probe_command(config, target=None, model=None, probe=None, as_json=True)
+    code = await run_probe_command(config, Selection(), as_json=True)
     doc = orjson.loads(capsys.readouterr().out)
     [r] = doc["results"]
     assert code == 1 and doc["ok"] is False
@@ -159,7 +161,7 @@ async def test_failure_has_reason_and_likely_fix(scripted_server, capsys, script
     assert words in r["hint"]
 
     # The table says the same in plain words.
-    code = await run_probe_command(config, target=None, model=None, probe=None, as_json=False)
+    code = await run_probe_command(config, Selection(), as_json=False)
     out = capsys.readouterr().out
     assert code == 1
     assert "likely fix:" in out and expected.value in out
@@ -172,8 +174,7 @@ async def test_api_key_echoed_by_the_server_never_printed(scripted_server, capsy
         401, b'{"error": {"message": "Incorrect API key provided: ' + key.encode() + b'"}}'))
     config = make_config(server.url, target={"api_key": key})
     for as_json in (True, False):
-        code = await run_probe_command(config, target=None, model=None, probe=None,
-                                       as_json=as_json)
+        code = await run_probe_command(config, Selection(), as_json=as_json)
         out = capsys.readouterr().out
         assert code == 1
         assert key not in out and "SECRET" not in out
@@ -197,6 +198,15 @@ def test_repeat_runs_every_probe_n_times(tmp_path: Path,
     assert "over all runs" in out and "2/2" in out
 
 
+def test_several_names_select_several_series(tmp_path: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    path = sim_config(tmp_path, {"a": FAST, "b": FAST, "c": FAST})
+    code, doc = run_json(capsys, "--config.file", str(path), "--model", "c,a", "--probe", "short")
+    assert code == 0 and [r["model"] for r in doc["results"]] == ["a", "c"]
+    code, doc = run_json(capsys, "--config.file", str(path), "--model", "b", "--model", "b")
+    assert code == 0 and [r["model"] for r in doc["results"]] == ["b"]
+
+
 def test_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # `ghost` is configured but the simulator does not serve it: 404 model.
     path = sim_config(tmp_path, extra_models=("ghost",))
@@ -210,4 +220,6 @@ def test_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["probe", "--config.file", str(path), "--model", "fast"]) == 0
     assert main(["probe", "--config.file", str(path), "--model", "nope"]) == 2
     assert "no configured series matches" in capsys.readouterr().err
+    assert main(["probe", "--config.file", str(path), "--model", "fast,nope"]) == 2
+    assert "matches model 'nope'" in capsys.readouterr().err
     assert main(["probe", "--config.file", str(tmp_path / "missing.yaml")]) == 1

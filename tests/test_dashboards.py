@@ -51,11 +51,7 @@ NOT_SHOWN = {
     Scope.ONDEMAND: "what /probe answers for one run (a Probe resource or blackbox-style scrape "
                     "under its own job); the scheduled series of the same probe are shown",
 }
-NOT_SHOWN_FAMILIES = {
-    family: "the exporter port's connection guard (see README Security); no panel yet"
-    for family in (Family.HTTP_CONNECTIONS, Family.HTTP_CONNECTIONS_LIMIT,
-                   Family.HTTP_CONNECTIONS_CLOSED)
-}
+NOT_SHOWN_FAMILIES: dict[Family, str] = {}
 # Queries that may return nothing on a healthy exporter: they read a server's own timings (only
 # some servers report them) or compare with days ago (`offset`). They must still run.
 OPTIONAL_NAMES = frozenset(

@@ -181,9 +181,10 @@ def count(daemon, target: str, probe: str, result: str = "success") -> float:
 def test_daemon_probes_every_style_and_kind(daemon, api: str, probe: str) -> None:
     wait_for(lambda: count(daemon, api, probe) >= 2, 30, f"{api}/{probe} successes")
     labels = {"target": api, "model": "sim-chat", "probe": probe}
-    assert daemon.sample("llm_probe_ttft_seconds_count", **labels) >= 2
-    ttft = daemon.sample("llm_probe_ttft_seconds_sum", **labels) / daemon.sample(
-        "llm_probe_ttft_seconds_count", **labels)
+    total, observed = daemon.samples("llm_probe_ttft_seconds_sum",
+                                     "llm_probe_ttft_seconds_count", **labels)
+    assert observed >= 2
+    ttft = total / observed
     assert 0.030 <= ttft < 0.060
     assert daemon.sample("llm_probe_tokens_total", **labels, type="output") > 0
     if probe != "short":

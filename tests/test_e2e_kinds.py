@@ -77,9 +77,9 @@ def test_each_style_succeeds_with_tokens_from_usage(daemon, target, model, probe
 @pytest.mark.parametrize("target", ["openai", "anthropic"])
 def test_reasoning_model_answers_after_thinking(daemon, target) -> None:
     wait_for(lambda: count(daemon, target, "thinker") >= 2, 30, "reasoning probes")
-    ttft = daemon.sample("llm_probe_ttft_seconds_sum", target=target, model="thinker")
-    ttfa = daemon.sample("llm_probe_time_to_first_answer_seconds_sum", target=target,
-                         model="thinker")
+    ttft, ttfa = daemon.samples("llm_probe_ttft_seconds_sum",
+                                "llm_probe_time_to_first_answer_seconds_sum",
+                                target=target, model="thinker")
     assert ttfa > ttft
     assert daemon.sample("llm_probe_tokens_total", target=target, model="thinker",
                          type="reasoning") > 0

@@ -14,6 +14,7 @@ from botocore.eventstream import EventStreamBuffer
 from hypothesis import given
 from hypothesis import strategies as st
 
+from exporter import eventstream
 from exporter.errors import StreamError
 from exporter.eventstream import EventMessage, EventStreamDecoder
 from exporter.simulator.framing import aws_event, aws_exception, event_frame
@@ -240,3 +241,17 @@ def test_simulator_encoder_round_trip(headers: dict[str, str], payload: bytes) -
     data = event_frame(headers, payload)
     assert [(m.headers, m.payload) for m in decode([data])] == [(headers, payload)]
     assert botocore_decode(data) == [(headers, payload)]
+
+
+def test_repeated_header_sections_are_parsed_once_and_distinct_ones_stay_bounded() -> None:
+    """A stream repeats its few header sections on every frame: they come from a cache, read
+    only; a server sending endless distinct sections cannot grow it."""
+    section = header(":event-type", 7, b"\x00\x11contentBlockDelta")
+    first, second = decode([frame(section, b"{}"), frame(section, b"[]")])
+    assert first.headers is second.headers and first.payload != second.payload
+    with pytest.raises(TypeError):
+        first.headers[":event-type"] = "x"  # type: ignore[index]
+    for i in range(eventstream._KNOWN_MAX + 50):
+        name = f":h{i}".encode()
+        decode([frame(header(name.decode(), 7, b"\x00\x01x"), b"")])
+    assert len(eventstream._KNOWN) <= eventstream._KNOWN_MAX

@@ -1,144 +1,177 @@
-"""The import graph of `exporter`: no cycle, and no function-level import that hides one.
+"""The import graph of `exporter`: no cycle, no function-level import dodging one, and the
+offline readers of a run (`bench.compare`, `bench.report`) load no probing machinery.
 
-Parsed with `ast`, so nothing is imported. An import inside a function is allowed only for an
-optional third-party extra (a library the daemon runs without); every other one is a module-level
-import that was moved into a function, usually to dodge a cycle or to defer start-up work.
+Read from the source with `ast`: module-level imports make the graph (those under
+`if TYPE_CHECKING:` only name types and run never). A function-level import of an `exporter`
+module is allowed only in `cli.py`, where each command loads what it needs (see its docstring);
+a function-level import of anything else only for an optional extra, inside a
+`try: … except ImportError:`.
 """
 
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from collections.abc import Iterator
+from dataclasses import dataclass
+from graphlib import CycleError, TopologicalSorter
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parent.parent / "exporter"
-# Third-party modules that may be imported lazily: optional at run time.
-OPTIONAL_EXTRAS = frozenset({"botocore", "tiktoken", "yaml.cyaml"})
-# Modules with function-level imports of exporter modules, left to their owners (listed in the
-# report): the CLI defers its commands' imports; bench imports compare and report lazily, which
-# hides the cycle bench → compare/report → bench until bench becomes a package; protocols'
-# registry imports its submodules lazily (they import the package: a cycle); hints imports
-# protocols lazily. Remove entries as they go.
-PENDING = frozenset({
-    "exporter.cli", "exporter.bench", "exporter.hints",
-})
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "exporter"
+# Where commands import what they need when they run (exporter/cli.py's docstring says why).
+LAZY_ALLOWED = {"exporter.cli"}
 
 
 def module_name(path: Path) -> str:
-    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    """`exporter/bench/model.py` → `exporter.bench.model`; a package is its `__init__`."""
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-MODULES = {module_name(path): path for path in sorted(PACKAGE.rglob("*.py"))}
+MODULES = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
 
 
-def _resolve(name: str) -> str | None:
-    """The exporter module an imported name lives in (`exporter.config.Config` → the package)."""
+@dataclass(frozen=True)
+class Import:
+    """One import statement: what it names, where, and how it is guarded."""
+
+    module: str  # the importing module
+    names: tuple[str, ...]  # every dotted name it may load (`from a import b`: a and a.b)
+    line: int
+    in_function: bool
+    guarded: bool  # inside `try: … except ImportError`
+
+    @property
+    def targets(self) -> set[str]:
+        """The `exporter` modules it loads."""
+        return {t for t in map(resolve, self.names) if t is not None}
+
+
+def resolve(name: str) -> str | None:
+    """The `exporter` module a dotted name is, or lives in (None: not ours)."""
     while name and name not in MODULES:
         name = name.rpartition(".")[0]
     return name or None
 
 
-def _imports(module: str) -> Iterator[tuple[str, bool, int]]:
-    """(imported name, inside a function, line) of every import of a module, outside
-    `if TYPE_CHECKING:` blocks."""
+def _names(node: ast.Import | ast.ImportFrom, module: str, is_package: bool) -> tuple[str, ...]:
+    if isinstance(node, ast.Import):
+        return tuple(alias.name for alias in node.names)
+    base = node.module or ""
+    if node.level:  # relative: from the package the module is in
+        package = module.split(".") if is_package else module.split(".")[:-1]
+        package = package[:len(package) - node.level + 1]
+        base = ".".join([*package, base] if base else package)
+    return (base, *(f"{base}.{alias.name}" for alias in node.names))
+
+
+def _is_type_checking(node: ast.If) -> bool:
+    return any(isinstance(n, ast.Name | ast.Attribute) and ast.unparse(n).endswith(
+        "TYPE_CHECKING") for n in ast.walk(node.test))
+
+
+def _catches_import_error(node: ast.Try) -> bool:
+    return any(handler.type is not None and any(
+        ast.unparse(n).split(".")[-1] in ("ImportError", "ModuleNotFoundError")
+        for n in ast.walk(handler.type)) for handler in node.handlers)
+
+
+def imports_of(module: str) -> Iterator[Import]:
+    """Every import statement of `module` that runs (not the TYPE_CHECKING-only ones)."""
     path = MODULES[module]
-    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    is_package = path.name == "__init__.py"
 
-    def walk(node: ast.AST, in_function: bool) -> Iterator[tuple[str, bool, int]]:
+    def visit(node: ast.AST, in_function: bool, guarded: bool) -> Iterator[Import]:
         for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+            if isinstance(child, ast.If) and _is_type_checking(child):
+                yield from (i for n in child.orelse for i in visit_one(n, in_function, guarded))
                 continue
-            if isinstance(child, ast.Import):
-                for alias in child.names:
-                    yield alias.name, in_function, child.lineno
-            elif isinstance(child, ast.ImportFrom):
-                base = child.module or ""
-                if child.level:
-                    parent = package.split(".")[:len(package.split(".")) - child.level + 1]
-                    base = ".".join([*parent, *([base] if base else [])])
-                for alias in child.names:
-                    yield f"{base}.{alias.name}", in_function, child.lineno
-            inner = in_function or isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef)
-            yield from walk(child, inner)
+            yield from visit_one(child, in_function, guarded)
 
-    yield from walk(ast.parse(path.read_text(encoding="utf-8")), False)
+    def visit_one(node: ast.AST, in_function: bool, guarded: bool) -> Iterator[Import]:
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            yield Import(module, _names(node, module, is_package), node.lineno, in_function,
+                         guarded)
+            return
+        if isinstance(node, ast.Try):
+            catches = _catches_import_error(node)
+            for child in node.body:
+                yield from visit_one(child, in_function, guarded or catches)
+            for part in (*node.handlers, *node.orelse, *node.finalbody):
+                yield from visit_one(part, in_function, guarded)
+            return
+        function = isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda)
+        yield from visit(node, in_function or function, guarded)
 
-
-def graph(lazy: frozenset[str] = frozenset(MODULES)) -> dict[str, set[str]]:
-    """Module → the exporter modules it imports: at module level, and inside functions for the
-    modules in `lazy`."""
-    edges: dict[str, set[str]] = {module: set() for module in MODULES}
-    for module in MODULES:
-        for name, in_function, _line in _imports(module):
-            if in_function and module not in lazy:
-                continue
-            target = _resolve(name) if name.startswith("exporter") else None
-            if target is not None and target != module:
-                edges[module].add(target)
-    return edges
+    yield from visit(ast.parse(path.read_text(encoding="utf-8")), False, False)
 
 
-def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
-    """The strongly connected components with more than one module (Tarjan)."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    found: list[list[str]] = []
+ALL_IMPORTS = [i for module in MODULES for i in imports_of(module)]
 
-    def visit(node: str) -> None:
-        index[node] = low[node] = len(index)
-        stack.append(node)
-        for other in sorted(edges[node]):
-            if other not in index:
-                visit(other)
-                low[node] = min(low[node], low[other])
-            elif other in stack:
-                low[node] = min(low[node], index[other])
-        if low[node] == index[node]:
-            component = []
-            while True:
-                member = stack.pop()
-                component.append(member)
-                if member == node:
-                    break
-            if len(component) > 1:
-                found.append(sorted(component))
 
-    for node in sorted(edges):
-        if node not in index:
-            visit(node)
-    return found
+def module_graph() -> dict[str, set[str]]:
+    """Each module → the `exporter` modules its module-level imports load."""
+    graph: dict[str, set[str]] = {module: set() for module in MODULES}
+    for i in ALL_IMPORTS:
+        if not i.in_function:
+            graph[i.module] |= i.targets - {i.module}
+    return graph
+
+
+def test_the_parser_sees_what_python_sees() -> None:
+    """The graph is not empty by mistake: known edges are in it, TYPE_CHECKING ones are not."""
+    graph = module_graph()
+    assert {"exporter.bench.model", "exporter.bench.summary"} <= graph["exporter.bench.report"]
+    assert "exporter.record" in graph["exporter.server"]
+    assert "exporter.errors" in graph["exporter.result"]
+    assert "exporter.config" not in graph["exporter.cli"]  # only under TYPE_CHECKING there
+    assert len(MODULES) > 50
 
 
 def test_the_import_graph_has_no_cycle() -> None:
-    assert cycles(graph(lazy=frozenset())) == []
+    try:
+        TopologicalSorter(module_graph()).prepare()
+    except CycleError as exc:
+        cycle = exc.args[1][::-1]  # graphlib lists each module before the one importing it
+        pytest.fail("import cycle (each imports the next): " + " → ".join(cycle))
 
 
-def test_no_function_level_import_hides_a_cycle() -> None:
-    """Counted as if at module level; PENDING modules' lazy imports still do (see PENDING)."""
-    assert cycles(graph(lazy=frozenset(MODULES) - PENDING)) == []
-
-
-def test_the_cycle_finder_finds_cycles() -> None:
-    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
-    assert cycles({"a": {"b"}, "b": set()}) == []
-
-
-def test_no_function_level_imports_but_optional_extras() -> None:
-    lazy = []
-    for module in MODULES:
-        for name, in_function, line in _imports(module):
-            optional = any(name == extra or name.startswith(f"{extra}.")
-                           for extra in OPTIONAL_EXTRAS)
-            if not in_function or optional:
-                continue
-            if module not in PENDING:
-                lazy.append(f"{MODULES[module].relative_to(PACKAGE.parent)}:{line} {name}")
+def test_no_function_level_import_of_an_exporter_module() -> None:
+    """A function-level import would hide a cycle the test above cannot see."""
+    lazy = [f"{MODULES[i.module].relative_to(ROOT)}:{i.line} imports "
+            f"{', '.join(sorted(i.targets))}"
+            for i in ALL_IMPORTS if i.in_function and i.targets
+            and i.module not in LAZY_ALLOWED]
     assert not lazy, "\n".join(lazy)
 
 
-def test_pending_modules_still_have_function_level_imports() -> None:
-    """An entry of PENDING whose module was cleaned up must go, so the list only shrinks."""
-    for module in PENDING:
-        assert any(lazy for _, lazy, _ in _imports(module)), f"{module} is clean: drop it"
+def test_lazy_third_party_imports_are_optional_extras() -> None:
+    """Outside cli.py, a function-level import is an optional dependency: guarded."""
+    lazy = [f"{MODULES[i.module].relative_to(ROOT)}:{i.line} imports {i.names[0]}"
+            for i in ALL_IMPORTS if i.in_function and not i.targets
+            and i.module not in LAZY_ALLOWED and not i.guarded]
+    assert not lazy, "\n".join(lazy)
+
+
+def _loaded_by(module: str) -> set[str]:
+    """Every module a fresh interpreter has loaded after importing `module`."""
+    code = f"import sys, {module}; print('\\n'.join(sorted(sys.modules)))"
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60, check=True)
+    return set(done.stdout.split())
+
+
+@pytest.mark.parametrize("module", ["exporter.bench.report", "exporter.bench.compare"])
+def test_offline_readers_load_only_the_run_model(module: str) -> None:
+    """Comparing or rendering a run.json loads the model of a run, not what made it."""
+    loaded = _loaded_by(module)
+    ours = {m for m in loaded if m.startswith("exporter")}
+    assert ours <= {"exporter", "exporter.bench", "exporter.bench.model",
+                    "exporter.bench.summary", "exporter.bench.compare",
+                    "exporter.bench.report", "exporter.record", "exporter.result",
+                    "exporter.errors", "exporter.measure", "exporter.format", "exporter.log"}
+    assert "aiohttp" not in loaded

@@ -1,8 +1,9 @@
 """The config: load `config.yaml` into a validated, frozen `Config`; every problem is located.
 
 `load` (bounded bytes → YAML → `${VAR}` → per-section models → cross-field checks → a flat plan of
-`Series`), `schema` (the file as written), `model` (the resolved config), `types` (durations,
-secrets, limits), `errors` (`ConfigError` with located problems), `secrets` (where credentials sit).
+`Series`), `schema` (the file as written), `model` (the resolved config), `network` (each target's
+proxy and TLS context), `types` (durations, secrets, limits), `errors` (`ConfigError` with located
+problems), `secrets` (where credentials sit).
 """
 
 from __future__ import annotations
@@ -23,10 +24,24 @@ from exporter.config.load import (
     sources_digest,
 )
 from exporter.config.model import Config, Objectives, Series, Target, redacted
+from exporter.config.network import (
+    AWS_EXTRA_MISSING,
+    MAX_TLS_FILE_BYTES,
+    TLS,
+    Proxy,
+    TLSProblem,
+    aws_extra_installed,
+    build_tls,
+    bypasses_proxy,
+    environment_proxies,
+    no_proxy_value,
+    resolve_proxy,
+)
 from exporter.config.schema import (
     CONTROL,
     HISTOGRAMS,
     Api,
+    AwsSigV4Config,
     BudgetConfig,
     Case,
     Expect,
@@ -46,11 +61,13 @@ from exporter.config.schema import (
     SimulatorConfig,
     SloConfig,
     TargetConfig,
+    TLSConfig,
     Tool,
     ToolChoice,
     ToolChoiceName,
     ToolName,
     check_json_schema,
+    check_proxy_url,
 )
 from exporter.config.types import (
     LABEL_NAME,
@@ -71,6 +88,7 @@ from exporter.config.types import (
 )
 
 __all__ = [
+    "AWS_EXTRA_MISSING",
     "CONTROL",
     "HISTOGRAMS",
     "LABEL_NAME",
@@ -82,9 +100,12 @@ __all__ = [
     "MAX_LABEL_VALUE",
     "MAX_MODEL_NAME",
     "MAX_PROBE_NAME",
+    "MAX_TLS_FILE_BYTES",
     "MIN_INTERVAL",
     "RESERVED_LABELS",
+    "TLS",
     "Api",
+    "AwsSigV4Config",
     "BudgetConfig",
     "Case",
     "Config",
@@ -105,6 +126,7 @@ __all__ = [
     "Price",
     "ProbeConfig",
     "ProbeKind",
+    "Proxy",
     "Ratio",
     "RawConfig",
     "ResponseFormat",
@@ -113,24 +135,33 @@ __all__ = [
     "SimulatedModel",
     "SimulatorConfig",
     "SloConfig",
+    "TLSConfig",
+    "TLSProblem",
     "Target",
     "TargetConfig",
     "Tool",
     "ToolChoice",
     "ToolChoiceName",
     "ToolName",
+    "aws_extra_installed",
     "bucket_edges",
+    "build_tls",
+    "bypasses_proxy",
     "check_json_schema",
+    "check_proxy_url",
     "clean_key",
+    "environment_proxies",
     "format_duration",
     "format_location",
     "key_file_path",
     "load_config",
+    "no_proxy_value",
     "objectives",
     "parse_config",
     "parse_duration",
     "parse_ratio",
     "redacted",
+    "resolve_proxy",
     "reuse_unchanged",
     "sources_digest",
 ]

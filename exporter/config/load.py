@@ -26,6 +26,16 @@ from pydantic import (
 
 from exporter.config.errors import ConfigError, ConfigProblem, format_location
 from exporter.config.model import Config, Objectives, Series, Target
+from exporter.config.network import (
+    AWS_EXTRA_MISSING,
+    MAX_TLS_FILE_BYTES,
+    TLS,
+    Proxy,
+    TLSProblem,
+    aws_extra_installed,
+    build_tls,
+    resolve_proxy,
+)
 from exporter.config.schema import (
     CONTROL,
     Api,
@@ -294,9 +304,11 @@ def _parse(data: Any, env: Mapping[str, str], base_dir: Path, source: Path | Non
     _check_interval(raw_global, ("global",), interval_floor, problems)
     names: dict[str, int] = {}
     keys: list[tuple[Secret | None, str]] = []
+    paths: list[tuple[Proxy | None, TLS] | None] = []
     for index, (raw, target) in enumerate(zip(raw_targets, targets, strict=True)):
         if not isinstance(raw, dict):
             keys.append((None, "none"))
+            paths.append(None)
             continue
         name = raw.get("name")
         if isinstance(name, str):
@@ -314,15 +326,22 @@ def _parse(data: Any, env: Mapping[str, str], base_dir: Path, source: Path | Non
         keys.append(_resolve_key(raw, index, env, base_dir, problems, reads))
         if target is not None:
             _check_target(target, index, probes, problems)
+            paths.append(_resolve_network(target, index, env, base_dir, problems, reads))
+        else:
+            paths.append(None)
     if problems or global_ is None:
         raise ConfigError("invalid config", problems)
 
     resolved_probes = {name: probe for name, probe in probes.items() if probe is not None}
     built = []
     written: dict[str, TargetConfig] = {}
-    for target, (key, key_source) in zip(targets, keys, strict=True):
-        assert target is not None  # a target that did not validate left a problem
+    for target, (key, key_source), path in zip(targets, keys, paths, strict=True):
+        assert target is not None and path is not None  # or a problem was reported
         written[target.name] = target
+        proxy, tls = path
+        if target.aws_sigv4 is not None:
+            key_source = f"aws_sigv4:{target.aws_sigv4.region}" + (
+                f" (profile {target.aws_sigv4.profile})" if target.aws_sigv4.profile else "")
         built.append(Target(
             name=target.name, api=target.api, base_url=target.base_url, api_key=key,
             headers=dict(target.headers), query=dict(target.query), path=target.path,
@@ -330,9 +349,10 @@ def _parse(data: Any, env: Mapping[str, str], base_dir: Path, source: Path | Non
             interval=target.interval or global_.interval,
             timeout=target.timeout or global_.timeout,
             jitter=global_.jitter if target.jitter is None else target.jitter,
-            prices=dict(target.prices), tls_verify=target.tls_verify, key_source=key_source,
+            prices=dict(target.prices), key_source=key_source,
             key_file=key_file_path(target.api_key_file, base_dir)
             if target.api_key_file else None,
+            proxy=proxy, tls=tls, aws_sigv4=target.aws_sigv4,
         ))
     series = tuple(
         Series(target=t, model=m, probe_name=p, probe=resolved_probes[p],
@@ -435,6 +455,29 @@ def _check_target(target: TargetConfig, index: int, probes: Mapping[str, ProbeCo
                                      "objectives for a model this target does not probe"))
 
 
+def _resolve_network(target: TargetConfig, index: int, env: Mapping[str, str], base: Path,
+                     problems: list[ConfigProblem],
+                     reads: list[tuple[Path, bytes]]) -> tuple[Proxy | None, TLS] | None:
+    """The target's proxy (from `proxy_url` or the environment) and TLS context; signing's
+    library. Problems are located at the key at fault."""
+    where: Loc = ("targets", index)
+    found = len(problems)
+    proxy = None
+    try:
+        proxy = resolve_proxy(target.base_url, target.proxy_url, env)
+    except ValueError as exc:
+        problems.append(_problem(where if target.proxy_url is None else (*where, "proxy_url"),
+                                 str(exc)))
+    tls = TLS()
+    try:
+        tls = build_tls(target.tls, target.insecure_skip_verify, base, reads)
+    except TLSProblem as exc:
+        problems.append(_problem((*where, "tls", exc.key), str(exc)))
+    if target.aws_sigv4 is not None and not aws_extra_installed():
+        problems.append(_problem((*where, "aws_sigv4"), AWS_EXTRA_MISSING))
+    return (proxy, tls) if len(problems) == found else None
+
+
 def load_config(path: str | Path, *, env: Mapping[str, str] | None = None,
                 shard: str | None = None) -> Config:
     """Read and validate a YAML config file, or raise `ConfigError` — and nothing else."""
@@ -485,14 +528,14 @@ def _digest(config: bytes, files: Iterable[tuple[Path, bytes | None]]) -> str:
 
 
 def sources_digest(path: str | Path, files: Iterable[Path]) -> str:
-    """The digest `load_config` would record for the config file and these key files now.
+    """The digest `load_config` would record for the config file and these files now.
 
     Equal to `Config.digest` when nothing the config was built from changed on disk, so a
-    reload can skip the work (`files` are the running config's key files).
+    reload can skip the work (`files` are the running config's key and TLS files).
     """
     def read(file: Path) -> bytes | None:
         try:
-            return read_limited(file, MAX_KEY_BYTES)
+            return read_limited(file, max(MAX_KEY_BYTES, MAX_TLS_FILE_BYTES))
         except (OSError, FileRefused):
             return None
 

@@ -9,7 +9,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from exporter.config.schema import Api, GlobalConfig, Price, ProbeConfig, RawConfig, SimulatorConfig
+from exporter.config.network import TLS, Proxy
+from exporter.config.schema import (
+    Api,
+    AwsSigV4Config,
+    GlobalConfig,
+    Price,
+    ProbeConfig,
+    RawConfig,
+    SimulatorConfig,
+)
 from exporter.config.secrets import is_secret, redacted_url, url_secrets
 from exporter.config.types import Secret
 from exporter.families import Family, Objective, RatioObjective
@@ -36,9 +45,16 @@ class Target:
     timeout: float
     jitter: float
     prices: Mapping[str, Price]
-    tls_verify: bool
     key_source: str
     key_file: Path | None = None  # api_key_file, re-read when it changes (a refreshed token)
+    proxy: Proxy | None = None  # None: direct
+    tls: TLS = field(default_factory=TLS)
+    aws_sigv4: AwsSigV4Config | None = None  # sign requests (instead of an API key)
+
+    @property
+    def route(self) -> str:
+        """How probes reach the target, for people: `direct` or the proxy and its source."""
+        return "direct" if self.proxy is None else f"proxy {self.proxy}"
 
 
 @dataclass(frozen=True)
@@ -94,7 +110,7 @@ class Config:
     buckets: Mapping[Family, tuple[float, ...]] = field(default_factory=dict)
     source: Path | None = None
     raw: Mapping[str, Any] = field(default_factory=dict, repr=False)
-    files: tuple[Path, ...] = ()  # key files the config read (a reload re-reads them)
+    files: tuple[Path, ...] = ()  # key and TLS files the config read (a reload re-reads them)
     digest: str = ""  # sha256 over the config file and those files, as loaded
     interpolated_secrets: tuple[str, ...] = field(default=(), repr=False)  # `${*_KEY}` values
 
@@ -109,6 +125,8 @@ class Config:
                     found += [value, value.rpartition(" ")[2]]
             found += [value for name, value in target.query.items() if is_secret(name, value, ())]
             found += url_secrets(target.base_url + (target.path or ""))
+            if target.proxy is not None:
+                found += target.proxy.secrets()
         if self.simulator is not None and self.simulator.api_key:
             found.append(self.simulator.api_key)
         return found + list(self.interpolated_secrets)
@@ -138,9 +156,10 @@ def redacted(config: Config) -> dict[str, Any]:
         for place in ("headers", "query"):
             raw_target[place] = {k: (REDACTED if is_secret(k, v, secrets) else v)
                                  for k, v in raw_target.get(place, {}).items()}
-        for place in ("base_url", "path"):
-            if place in raw_target:
+        for place in ("base_url", "path", "proxy_url"):
+            if raw_target.get(place):
                 raw_target[place] = redacted_url(raw_target[place], secrets)
+        raw_target["route"] = target.route
     simulator = data.get("simulator")
     if simulator and simulator.get("api_key"):
         simulator["api_key"] = REDACTED

@@ -445,6 +445,90 @@ CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _CONTROL_BUT_TAB = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 
 
+_HOST_NAME = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9_]([A-Za-z0-9_.-]*[A-Za-z0-9_])?$")
+_REGION = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
+_AWS_NAME = re.compile(r"^[A-Za-z0-9_.+=@,-]{1,128}$")
+
+
+class TLSConfig(_Strict):
+    """A target's TLS settings, as blackbox_exporter's: private CA, client certificate, name."""
+
+    ca_file: str | None = None      # replaces the system CAs for this target
+    cert_file: str | None = None    # client certificate (mTLS)
+    key_file: str | None = None     # its private key; defaults to cert_file (one PEM with both)
+    server_name: str | None = None  # SNI, and the name the certificate must carry
+    insecure_skip_verify: bool = False
+
+    @field_validator("ca_file", "cert_file", "key_file")
+    @classmethod
+    def _check_file(cls, name: str | None) -> str | None:
+        if name is not None and (not name.strip() or CONTROL.search(name)):
+            raise ValueError("must be a file path without control characters")
+        return name
+
+    @field_validator("server_name")
+    @classmethod
+    def _check_server_name(cls, name: str | None) -> str | None:
+        if name is not None and not _HOST_NAME.match(name):
+            raise ValueError(f"{name!r} is not a host name")
+        return name
+
+    @model_validator(mode="after")
+    def _key_needs_cert(self) -> TLSConfig:
+        if self.key_file is not None and self.cert_file is None:
+            raise ValueError("key_file needs cert_file (the client certificate)")
+        return self
+
+
+class AwsSigV4Config(_Strict):
+    """Sign requests with AWS SigV4; credentials come from the standard AWS chain."""
+
+    region: str
+    service: str = "bedrock"
+    profile: str | None = None  # a profile of the shared AWS config; default: AWS_PROFILE
+
+    @field_validator("region")
+    @classmethod
+    def _check_region(cls, region: str) -> str:
+        if not _REGION.match(region):
+            raise ValueError(f"{region!r} is not an AWS region (e.g. us-east-1)")
+        return region
+
+    @field_validator("service", "profile")
+    @classmethod
+    def _check_name(cls, name: str | None) -> str | None:
+        if name is not None and not _AWS_NAME.match(name):
+            raise ValueError(f"{name!r} is not a valid name")
+        return name
+
+
+def check_proxy_url(url: str) -> str:
+    """A proxy URL the prober can use: `http://[user:password@]host[:port]`; "" means direct."""
+    if url == "":
+        return url
+    if re.search(r"\s", url) or CONTROL.search(url):
+        raise ValueError("the proxy URL contains whitespace or control characters")
+    if "://" not in url:
+        url = f"http://{url}"  # `proxy:3128`, as curl and Go read it
+    scheme = url.partition("://")[0].lower()
+    if scheme == "https":
+        raise ValueError("proxies reached over TLS (https://) are not supported; use the "
+                         "proxy's http:// address: requests to https targets stay encrypted "
+                         "end to end inside its CONNECT tunnel")
+    if scheme != "http":
+        raise ValueError(f"{scheme}:// proxies are not supported; use an HTTP proxy (http://)")
+    try:
+        parsed = URL(url)
+        parsed.port  # noqa: B018 - yarl checks the port range when it is read
+    except ValueError as exc:
+        raise ValueError(f"not a valid URL: {exc}") from None
+    if not parsed.host:
+        raise ValueError("the proxy URL has no host")
+    if parsed.path not in ("", "/") or parsed.query_string or parsed.fragment:
+        raise ValueError("a proxy URL is scheme, host and port only (no path or query)")
+    return url
+
+
 class TargetConfig(_Strict):
     """Where to send probes."""
 
@@ -463,7 +547,10 @@ class TargetConfig(_Strict):
     timeout: PositiveDuration | None = None
     jitter: float | None = Field(default=None, ge=0.0, le=1.0)
     prices: dict[str, Price] = Field(default_factory=dict)
-    tls_verify: bool = True
+    proxy_url: str | None = None  # unset: HTTPS_PROXY/HTTP_PROXY/NO_PROXY; "": direct
+    tls: TLSConfig | None = None
+    tls_verify: bool | None = None  # alias: `tls_verify: false` = tls.insecure_skip_verify
+    aws_sigv4: AwsSigV4Config | None = None
     slo: SloConfig = Field(default_factory=SloConfig)
     model_slo: dict[str, SloConfig] = Field(default_factory=dict)
 
@@ -525,12 +612,40 @@ class TargetConfig(_Strict):
                                  f"{MAX_MODEL_NAME} characters, without control characters")
         return models
 
+    @field_validator("proxy_url")
+    @classmethod
+    def _check_proxy_url(cls, url: str | None) -> str | None:
+        return None if url is None else check_proxy_url(url)
+
     @model_validator(mode="after")
     def _one_key_source(self) -> TargetConfig:
         sources = [s for s in (self.api_key_env, self.api_key_file, self.api_key) if s]
         if len(sources) > 1:
             raise ValueError("set only one of api_key_env, api_key_file, api_key")
+        if self.aws_sigv4 is not None:
+            if sources:
+                raise ValueError("aws_sigv4 signs requests itself: drop the API key "
+                                 "(api_key_env, api_key_file, api_key) or aws_sigv4")
+            if any(name.lower() == "authorization" for name in self.headers):
+                raise ValueError("aws_sigv4 sets the Authorization header: drop it from "
+                                 "headers")
         return self
+
+    @model_validator(mode="after")
+    def _tls_verify_agrees(self) -> TargetConfig:
+        if (self.tls_verify is not None and self.tls is not None
+                and "insecure_skip_verify" in self.tls.model_fields_set
+                and self.tls.insecure_skip_verify == self.tls_verify):
+            raise ValueError("tls_verify and tls.insecure_skip_verify disagree; "
+                             "keep tls.insecure_skip_verify only")
+        return self
+
+    @property
+    def insecure_skip_verify(self) -> bool:
+        """Whether certificate checks are off, by `tls` or its alias `tls_verify: false`."""
+        if self.tls is not None and "insecure_skip_verify" in self.tls.model_fields_set:
+            return self.tls.insecure_skip_verify
+        return self.tls_verify is False
 
 
 class RawConfig(_Strict):

@@ -255,6 +255,18 @@ local p = import '../lib/promql.libsonnet';
                  [['process_resident_memory_bytes{%s}' % e, '{{instance}}']], 'bytes', w=6),
     g.timeseries('Exporter CPU', 'CPU seconds per second of each exporter process (rate of process_cpu_seconds_total): 1 is one core busy.',
                  [['rate(process_cpu_seconds_total{%s}[%s])' % [e, RI], '{{instance}}']], 'short', w=6),
+    g.newline,
+    g.timeseries('Exporter port: connections',
+                 "Open connections to each exporter's port (llm_probe_http_connections) against its cap (llm_probe_http_connections_limit, kept below the descriptor limit). Near the cap, idle and slow clients are evicted first; see README Security.",
+                 [
+                   ['llm_probe_http_connections{%s}' % e, '{{instance}} open'],
+                   ['llm_probe_http_connections_limit{%s}' % e, '{{instance}} limit'],
+                 ],
+                 'none', w=12),
+    g.timeseries('Exporter port: connections closed',
+                 'Connections the port closed per second, by reason: header_timeout (no request head within the limit: slowloris), idle_timeout, evicted (made room at the cap), rejected (at the cap with every connection busy). A steady rate means a client is misbehaving.',
+                 [['sum by (instance, reason) (rate(llm_probe_http_connections_closed_total{%s}[%s]))' % [e, RI], '{{instance}} {{reason}}']],
+                 'reqps', w=12),
   ],
 
   grafanaDashboards+:: {

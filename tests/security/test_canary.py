@@ -3,17 +3,19 @@ it controls (split across every cut point too), reaches no output surface — no
 12 or more of its characters anywhere.
 
 Inputs: api_key_env, api_key_file, inline api_key, an `api-key` header, an `api-key` query
-parameter, `${VAR}` interpolation (each with its own key, so one input cannot hide another's
-leak). Echo points: tests/security/hostile.py. Surfaces: the daemon's logs in json, logfmt and
-console (with stdlib and asyncio lines, see leaky/sitecustomize.py), /metrics as text and as
-OpenMetrics with exemplars, /, /api/v1/results, /config (YAML and JSON), /probe, `probe --json`
-and its table, `bench` with --output, --csv and --report and its console output.
+parameter, `${VAR}` interpolation, the password of a proxy (`proxy_url`, a real tinyproxy
+that demands it) — each with its own key, so one input cannot hide another's leak. Echo points:
+tests/security/hostile.py. Surfaces: the daemon's logs in json, logfmt and console (with
+stdlib and asyncio lines, see leaky/sitecustomize.py), /metrics as text and as OpenMetrics with
+exemplars, /, /api/v1/results, /config (YAML and JSON), /probe, `probe --json` and its table,
+`bench` with --output, --csv and --report and its console output.
 """
 
 from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import orjson
@@ -22,12 +24,16 @@ import yaml
 
 from exporter import cli
 from tests.e2e_support import ROOT, Daemon, http_get, start_daemon, wait_for
+from tests.network_support import TINYPROXY, Tinyproxy, tinyproxy
 from tests.security import hostile
 from tests.security.conftest import canary, leaks
 
 pytestmark = pytest.mark.e2e
 
-INPUTS = ("env", "file", "inline", "header", "query", "var")
+INPUTS = ("env", "file", "inline", "header", "query", "var") + (("proxy",) if TINYPROXY else ())
+# Inputs the hostile server never receives, so it cannot echo them (a proxy keeps its password).
+UNECHOED = {"proxy"}
+PROXY_USER = "probe"
 CUTS = (80, 120, 200, 300)
 STRADDLE = 25  # characters of the key before the cut
 LOG_FORMATS = ("json", "logfmt", "console")
@@ -45,7 +51,7 @@ def plan() -> list[tuple[str, str, int]]:
 
 
 def target(source: str, echo: str, at: int, base: str, keys: dict[str, str],
-           key_file: Path) -> dict:
+           key_file: Path, proxy_port: int | None = None) -> dict:
     """One target of the plan: the key given through `source`, echoed at `echo`."""
     entry: dict = {"name": f"{source}.{echo}.{at}", "base_url": f"{base}/{echo}/{at}/v1",
                    "models": ["m"]}
@@ -56,6 +62,7 @@ def target(source: str, echo: str, at: int, base: str, keys: dict[str, str],
         "header": {"headers": {"api-key": keys["header"]}},
         "query": {"query": {"api-key": keys["query"], "api-version": "2024-06-01"}},
         "var": {"headers": {"Authorization": "Bearer ${CANARY_VAR}"}},
+        "proxy": {"proxy_url": f"http://{PROXY_USER}:{keys['proxy']}@127.0.0.1:{proxy_port}"},
     }[source])
     return entry
 
@@ -72,14 +79,26 @@ def hostile_url():
 
 
 @pytest.fixture(scope="module")
-def config_file(tmp_path_factory, keys, hostile_url) -> Path:
+def canary_proxy(tmp_path_factory, keys) -> Iterator[Tinyproxy | None]:
+    """A tinyproxy that wants the proxy input's key as its password."""
+    if "proxy" not in keys:
+        yield None
+        return
+    with tinyproxy(tmp_path_factory.mktemp("canary-proxy"), user=PROXY_USER,
+                   password=keys["proxy"]) as proxy:
+        yield proxy
+
+
+@pytest.fixture(scope="module")
+def config_file(tmp_path_factory, keys, hostile_url, canary_proxy) -> Path:
     tmp = tmp_path_factory.mktemp("canary")
     key_file = tmp / "key"
     key_file.write_text(keys["file"] + "\n")
+    port = canary_proxy.port if canary_proxy is not None else None
     data = {
         "global": {"interval": "3s", "timeout": "5s", "jitter": 0.0},
         "probes": {"short": {"prompt": "Say hello.", "max_tokens": 32}},
-        "targets": [target(*row, hostile_url, keys, key_file) for row in plan()],
+        "targets": [target(*row, hostile_url, keys, key_file, port) for row in plan()],
     }
     path = tmp / "config.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
@@ -186,8 +205,12 @@ def test_the_daemon_surfaces_really_saw_the_echoes(daemon_outputs) -> None:
     unseen = {s["target"] for s in api["series"] if "<redacted>" not in orjson.dumps(s).decode()}
     # Unpadded, every echo but the cookie (kept nowhere) shows up redacted; padded ones may be
     # cut before the key starts.
-    assert {name for name in unseen if name.endswith(".0")} == {
-        f"{source}.cookie.0" for source in INPUTS}
+    assert {name for name in unseen if name.endswith(".0")
+            and name.split(".")[0] not in UNECHOED} == {
+        f"{source}.cookie.0" for source in INPUTS if source not in UNECHOED}
+    # the proxy rows went through the proxy, which took the password: they succeeded
+    proxied = [s["last"]["result"] for s in api["series"] if s["target"] == "proxy.chunk-id.0"]
+    assert proxied == (["success"] if "proxy" in INPUTS else []), proxied
     assert '# {response_id="c-1"}' in daemon_outputs["/metrics openmetrics"]
     assert "&lt;redacted&gt;" in daemon_outputs["/"]
     assert "<redacted>" in daemon_outputs["/config"]

@@ -33,7 +33,13 @@ PLACES = {
     "token as base_url user": ({"base_url": f"https://{KEY}@api.example/v1"}, {}),
     "secret in base_url query": ({"base_url": f"https://api.example/v1?token={KEY}"}, {}),
     "secret in path query": ({"path": f"/chat/completions?access_token={KEY}"}, {}),
+    "password in proxy_url": ({"proxy_url": f"http://probe:{KEY}@proxy.corp:3128"}, {}),
+    "token as proxy_url user": ({"proxy_url": f"http://{KEY}@proxy.corp:3128"}, {}),
+    "${VAR} in proxy_url": ({"proxy_url": "http://probe:${K}@proxy.corp:3128"}, {"K": KEY}),
+    "password in HTTPS_PROXY": ({}, {"HTTPS_PROXY": f"http://probe:{KEY}@proxy.corp:3128"}),
 }
+# Places the config file does not hold: /config shows only where the secret came from.
+NOT_IN_THE_FILE = {"api_key_env", "password in HTTPS_PROXY"}
 
 
 @pytest.mark.parametrize("place", list(PLACES))
@@ -43,7 +49,7 @@ def test_every_secret_place_is_known_and_blanked(place) -> None:
     assert KEY in config.secrets()
     shown = json.dumps(redacted(config))
     assert not leaks(shown, [KEY]), shown
-    assert "<redacted>" in shown or place == "api_key_env"  # that one shows only its name
+    assert "<redacted>" in shown or place in NOT_IN_THE_FILE
 
 
 def test_the_simulators_key_is_a_secret() -> None:
@@ -69,3 +75,16 @@ def test_ordinary_settings_stay_readable() -> None:
     assert target["query"] == {"api-version": "2024-06-01"}
     assert target["base_url"] == "https://user:<redacted>@api.example/v1"
     assert set(config.secrets()) == {KEY, "pw-123456"}
+
+
+def test_a_proxy_password_is_known_in_every_form_it_travels_in() -> None:
+    """Decoded, as the URL spells it, and inside the Proxy-Authorization header."""
+    config = config_with({"proxy_url": "http://probe:pa%2Fss-0123456789abcdef@proxy.corp:3128"})
+    proxy = config.targets[0].proxy
+    assert proxy is not None and proxy.authorization is not None
+    header = proxy.authorization.reveal()
+    secrets = config.secrets()
+    assert "pa/ss-0123456789abcdef" in secrets and "pa%2Fss-0123456789abcdef" in secrets
+    assert header.removeprefix("Basic ") in secrets
+    shown = json.dumps(redacted(config))
+    assert not leaks(shown, ["pa/ss-0123456789abcdef", "pa%2Fss-0123456789abcdef"]), shown

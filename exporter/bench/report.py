@@ -1,21 +1,24 @@
 """The `bench --report` page: one self-contained HTML file with inline SVG charts.
 
-No scripts, no fonts, no CDN: it opens offline and prints. Rendered from the run document alone
-(run.json), so an old run can be re-rendered: `render_report(orjson.loads(path.read_bytes()))`.
+No scripts, no fonts, no CDN: it opens offline and prints. Rendered from the run document alone,
+so an old run.json can be re-rendered:
+`render_report(RunDocument.from_json(orjson.loads(path.read_bytes())))`.
 """
 
 from __future__ import annotations
 
 import html
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import orjson
 
-from exporter.bench import flat_metrics, latency_values, series_name
+from exporter.bench.model import BenchOptions, Comparison, Knee, Latency, RunDocument, Summary
+from exporter.bench.summary import latency_values
+from exporter.format import fmt_ms
 from exporter.log import REDACTOR
-from exporter.oneshot import fmt_ms
+from exporter.record import LoadMode, Record
 
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2",
            "#17becf")
@@ -143,25 +146,24 @@ def _bin_edges(values: Sequence[float], bins: int = HISTOGRAM_BINS) -> list[floa
     return [low + (high - low) * i / bins for i in range(bins + 1)]
 
 
-def _series_section(name: str, summaries: Sequence[Mapping[str, Any]],
-                    records: Sequence[Mapping[str, Any]],
-                    knees: Sequence[Mapping[str, Any]]) -> str:
+def _series_section(name: str, summaries: Sequence[Summary], records: Sequence[Record],
+                    knees: Sequence[Knee]) -> str:
     out = [f"<section><h2>{_e(name)}</h2>"]
-    for mode in ("concurrency", "rate"):
-        rows = sorted((s for s in summaries if s["mode"] == mode), key=lambda s: s["level"])
+    for mode in LoadMode:
+        rows = sorted((s for s in summaries if s.mode is mode), key=lambda s: s.level)
         if not rows:
             continue
-        labels = [s["label"] for s in rows]
-        knee = next((k for k in knees if k["mode"] == mode), None)
+        labels = [s.label for s in rows]
+        knee = next((k for k in knees if k.mode is mode), None)
         marker = None
-        if knee is not None and knee["reached"] and knee["level"] is not None:
-            marker = next((i for i, s in enumerate(rows) if s["level"] == knee["level"]), None)
+        if knee is not None and knee.reached and knee.level is not None:
+            marker = next((i for i, s in enumerate(rows) if s.level == knee.level), None)
         if knee is not None:
-            verdict = (f"knee at <b>{_e(knee['label'])}</b>" if knee["reached"] and knee["label"]
+            verdict = (f"knee at <b>{_e(knee.label)}</b>" if knee.reached and knee.label
                        else "no knee found")
-            out.append(f'<p class="knee-line">{verdict} — {_e(knee["reason"])}</p>')
-        axis = "requests in flight" if mode == "concurrency" else "arrivals per second"
-        metrics = [flat_metrics(s) for s in rows]
+            out.append(f'<p class="knee-line">{verdict} — {_e(knee.reason)}</p>')
+        axis = "requests in flight" if mode is LoadMode.CONCURRENCY else "arrivals per second"
+        metrics = [s.metrics() for s in rows]
 
         def col(key: str, metrics: list[dict[str, float | None]] = metrics) -> list[float | None]:
             return [m[key] for m in metrics]
@@ -187,14 +189,15 @@ def _series_section(name: str, summaries: Sequence[Mapping[str, Any]],
                                ("goodput req/s", col("goodput"))],
                               y_label="requests/s", y_format=plain, marker=marker))
         out.append("</div>")
-        level_records = {s["level"]: [r for r in records if r["mode"] == mode
-                                      and r["level"] == s["level"]] for s in rows}
-        all_ttft = [v for recs in level_records.values() for v in latency_values(recs, "ttft")]
+        level_records = {s.level: [r for r in records if r.bench is not None
+                                   and r.bench.level == s.at] for s in rows}
+        all_ttft = [v for recs in level_records.values()
+                    for v in latency_values(recs, Latency.TTFT)]
         edges = _bin_edges(all_ttft)
         out.append(f"<h3>TTFT histogram per level ({_e(axis)})</h3><div class=\"charts\">")
         for i, s in enumerate(rows):
-            values = latency_values(level_records[s["level"]], "ttft")
-            out.append(histogram(f"TTFT {s['label']} (n={len(values)})", values, edges,
+            values = latency_values(level_records[s.level], Latency.TTFT)
+            out.append(histogram(f"TTFT {s.label} (n={len(values)})", values, edges,
                                  color=PALETTE[i % len(PALETTE)]))
         out.append("</div>")
         out.append(_summary_table(rows))
@@ -202,39 +205,39 @@ def _series_section(name: str, summaries: Sequence[Mapping[str, Any]],
     return "".join(out)
 
 
-def _summary_table(rows: Sequence[Mapping[str, Any]]) -> str:
+def _summary_table(rows: Sequence[Summary]) -> str:
     head = ("level", "requests", "success", "TTFT p50", "TTFT p95", "TTFT p99", "TPOT p50",
             "E2E p95", "out tok/s", "req/s", "goodput/s", "cost/call", "results")
     body = []
     for s in rows:
-        m = flat_metrics(s)
-        cells = (s["label"], s["requests"],
-                 "–" if s["success_rate"] is None else f"{s['success_rate']:.1%}",
+        m = s.metrics()
+        cells = (s.label, s.requests,
+                 "–" if s.success_rate is None else f"{s.success_rate:.1%}",
                  fmt_ms(m["ttft_p50"]), fmt_ms(m["ttft_p95"]), fmt_ms(m["ttft_p99"]),
                  fmt_ms(m["tpot_p50"]), fmt_ms(m["e2e_p95"]),
                  "–" if m["output_tps"] is None else f"{m['output_tps']:.1f}",
                  "–" if m["throughput"] is None else f"{m['throughput']:.2f}",
                  "–" if m["goodput"] is None else f"{m['goodput']:.2f}",
                  "–" if m["cost"] is None else f"{m['cost']:.6f}",
-                 ", ".join(f"{k} {v}" for k, v in s["results"].items()))
+                 ", ".join(f"{k} {v}" for k, v in s.results.items()))
         body.append("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in cells) + "</tr>")
     return ("<table><thead><tr>" + "".join(f"<th>{_e(h)}</th>" for h in head)
             + "</tr></thead><tbody>" + "".join(body) + "</tbody></table>")
 
 
-def _comparison(document: Mapping[str, Any]) -> str:
-    comparison = document.get("comparison")
-    if not comparison:
+def _comparison(comparison: Comparison | None) -> str:
+    if comparison is None:
         return ""
     rows = []
-    for d in comparison["deltas"]:
-        change = "–" if d["change"] is None else f"{d['change']:+.1%}"
-        verdict = "REGRESSION" if d["regression"] else (d["note"] or "ok")
-        cls = ' class="bad"' if d["regression"] else ""
+    for d in comparison.deltas:
+        change = "–" if d.change is None else f"{d.change:+.1%}"
+        verdict = ("REGRESSION" if d.regression else f"not checked: {d.note}" if d.unchecked
+                   else d.note or "ok")
+        cls = ' class="bad"' if d.regression or d.unchecked else ""
         rows.append(f"<tr{cls}>" + "".join(f"<td>{_e(c)}</td>" for c in (
-            d["series"], d["level"], d["metric"], d["baseline"], d["current"], change,
-            d["limit"] or "", verdict)) + "</tr>")
-    return (f"<section><h2>Compared with {_e(comparison['baseline'])}</h2><table><thead><tr>"
+            d.series, d.level, d.metric, d.baseline, d.current, change, d.limit or "",
+            verdict)) + "</tr>")
+    return (f"<section><h2>Compared with {_e(comparison.baseline)}</h2><table><thead><tr>"
             + "".join(f"<th>{h}</th>" for h in ("series", "level", "metric", "baseline",
                                                  "current", "change", "limit", "verdict"))
             + "</tr></thead><tbody>" + "".join(rows) + "</tbody></table></section>")
@@ -255,42 +258,39 @@ pre{background:#f6f6f6;padding:10px;overflow:auto;font-size:12px}
 """
 
 
-def _amount(options: Mapping[str, Any]) -> str:
+def _amount(options: BenchOptions) -> str:
     parts = []
-    if options.get("requests") is not None:
-        parts.append(f"{options['requests']} requests")
-    if options.get("duration") is not None:
-        parts.append(f"{options['duration']:g}s")
+    if options.requests is not None:
+        parts.append(f"{options.requests} requests")
+    if options.duration is not None:
+        parts.append(f"{options.duration:g}s")
     return " or ".join(parts) or "?"
 
 
-def render_report(document: Mapping[str, Any]) -> str:
+def render_report(document: RunDocument) -> str:
     """The whole HTML page for a run document."""
-    summaries = document["summaries"]
-    records = document["records"]
-    names = list(dict.fromkeys(series_name(s) for s in summaries))
-    options = document.get("options", {})
+    summaries, records, options = document.summaries, document.records, document.options
+    names = list(dict.fromkeys(s.series for s in summaries))
     sections = []
     for name in names:
         sections.append(_series_section(
-            name, [s for s in summaries if series_name(s) == name],
-            [r for r in records if series_name(r) == name],
-            [k for k in document.get("knees", []) if k["series"] == name]))
+            name, [s for s in summaries if s.series == name],
+            [r for r in records if "/".join(r.result.key) == name],
+            [k for k in document.knees if k.series == name]))
     interrupted = ('<p class="knee-line">Interrupted: the numbers cover the requests that '
-                   'finished.</p>' if document.get("interrupted") else "")
-    slo = options.get("slo") or {}
-    slo_text = ", ".join(f"{k}={v:g}" for k, v in slo.items()) or "none"
-    config = orjson.dumps(document.get("config", {}), option=orjson.OPT_INDENT_2).decode()
+                   'finished.</p>' if document.interrupted else "")
+    slo_text = ", ".join(f"{k}={v:g}" for k, v in options.slo.to_json().items()) or "none"
+    config = orjson.dumps(document.config, option=orjson.OPT_INDENT_2).decode()
     return (
         "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
         f"<title>llm-probe-exporter bench — {_e(', '.join(names))}</title>"
         f"<style>{STYLE}</style></head><body>"
         "<h1>llm-probe-exporter bench</h1>"
-        f"<p class=\"meta\">version {_e(document.get('version'))} · "
-        f"{_e(document.get('started'))} → {_e(document.get('finished'))} · "
-        f"{len(records)} requests · warm-up {_e(options.get('warmup'))} per level · "
+        f"<p class=\"meta\">version {_e(document.version)} · "
+        f"{_e(document.started)} → {_e(document.finished)} · "
+        f"{len(records)} requests · warm-up {_e(options.warmup)} per level · "
         f"{_e(_amount(options))} per level · SLO (seconds) {_e(slo_text)} · knee threshold "
-        f"+{(options.get('knee_threshold') or 0):.0%}</p>{interrupted}"
-        + "".join(sections) + _comparison(document)
+        f"+{options.knee_threshold:.0%}</p>{interrupted}"
+        + "".join(sections) + _comparison(document.comparison)
         + f"<h2>Config (secrets removed)</h2><details><summary>show</summary><pre>"
           f"{_e(config)}</pre></details></body></html>\n")

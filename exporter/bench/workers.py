@@ -1,12 +1,11 @@
-"""Load generation for `bench`: levels, the closed and open loops, and where they run.
+"""`bench --workers N`: a level split over N worker processes, merged into one stream of results.
 
-A level runs in this process (`LocalDriver`, one prober) or, with `bench --workers N`, split over
-N worker processes (`WorkerPool`): K in flight becomes K/N per process, a rate R becomes R/N
-per process (independent Poisson streams add up to one of rate R), the request count is split
-the same way. Every process warms up first; then all start together, and their results come
-back to the parent as one stream, with offsets from one origin: CLOCK_MONOTONIC is system-wide
-on Linux, so stamps taken in different processes line up. The parent merges them into one run,
-so summaries and percentiles are the same as if one process had made every request.
+K in flight becomes K/N per process, a rate R becomes R/N per process (independent Poisson streams
+add up to one of rate R), the request count is split the same way. Every process warms up first;
+then all start together, and their results come back to the parent as one stream, with offsets
+from one origin: CLOCK_MONOTONIC is system-wide on Linux, so stamps taken in different processes
+line up. The parent merges them into one run, so summaries and percentiles are the same as if one
+process had made every request.
 """
 
 from __future__ import annotations
@@ -21,194 +20,31 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection
-from typing import Any, Protocol
+from typing import Any
 
 from exporter import tokens
+from exporter.bench.loadgen import (
+    SWITCH_INTERVAL,
+    Clock,
+    Done,
+    LevelPlan,
+    LevelRunner,
+    steady_gc,
+    warm_up,
+)
 from exporter.config import Config, Series
 from exporter.log import REDACTOR
 from exporter.prober import Prober
+from exporter.record import Level, LoadMode
 from exporter.result import ProbeResult
 from exporter.simulator import start_simulator
 
-Clock = Callable[[], float]
 # How long the parent waits for workers to hand over what finished after a stop or at exit.
 STOP_GRACE = 10.0
 # How often a worker sends the results that finished meanwhile.
 FLUSH_INTERVAL = 0.2
-SWITCH_INTERVAL = 0.0005
-# Full collections only when asked (between warm-up and measurement), never on their own.
-NO_AUTOMATIC_FULL_GC = 1 << 30
-
-
-@contextlib.contextmanager
-def steady_gc() -> Iterator[None]:
-    """While load runs: everything loaded so far frozen out of collections, and no automatic
-    full collection. A full collection scans the whole heap and holds the loop that stamps
-    tokens for tens of milliseconds (measured at K = 200); young ones stay short and still run.
-    Each level takes its full collection after warm-up, before timing starts."""
-    thresholds = gc.get_threshold()
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(thresholds[0], thresholds[1], NO_AUTOMATIC_FULL_GC)
-    try:
-        yield
-    finally:
-        gc.set_threshold(*thresholds)
-        gc.unfreeze()
-
-
-@dataclass(frozen=True)
-class Level:
-    """One load level: `concurrency` K in flight, or `rate` R arrivals per second."""
-
-    mode: str
-    value: float
-
-    @property
-    def label(self) -> str:
-        """`c=4` or `r=2/s`."""
-        if self.mode == "concurrency":
-            return f"c={self.value:g}"
-        return f"r={self.value:g}/s"
-
-
-Done = Callable[[int, ProbeResult, float, float], None]
-
-
-class LevelRunner:
-    """Drives one level against one series; results reach `on_done` as they finish."""
-
-    def __init__(self, prober: Prober, series: Series, *,
-                 clock: Callable[[], float] = time.perf_counter,
-                 rng: random.Random | None = None) -> None:
-        self._prober = prober
-        self._series = series
-        self._clock = clock
-        self._rng = rng or random.Random()
-
-    async def closed_loop(self, concurrency: int, count: int | None, duration: float | None,
-                          on_done: Done, ramp: float = 0.0, phase: float = 0.0) -> None:
-        """Keep `concurrency` requests in flight until `count` started or `duration` passed.
-
-        Stream k starts `(k + phase) · ramp / concurrency` late: equal-length streams started
-        together stay in lock-step and hit the server with K-wide bursts for good.
-        """
-        origin = self._clock()
-        deadline = None if duration is None else origin + duration
-        issued = itertools.count()
-        started = 0
-
-        async def worker(k: int) -> None:
-            nonlocal started
-            delay = origin + (k + phase) * ramp / concurrency - self._clock()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            while True:
-                if count is not None and started >= count:
-                    return
-                if deadline is not None and self._clock() >= deadline:
-                    return
-                index = next(issued)
-                started += 1
-                t_start = self._clock() - origin
-                result = await self._prober.probe(self._series)
-                on_done(index, result, t_start, self._clock() - origin)
-
-        async with asyncio.TaskGroup() as group:
-            for k in range(concurrency):
-                group.create_task(worker(k))
-
-    async def open_loop(self, rate: float, count: int | None, duration: float | None,
-                        on_done: Done) -> None:
-        """Start requests at Poisson arrivals of `rate`/s until `count` or `duration`."""
-        origin = self._clock()
-        loop_sleep = asyncio.sleep
-        next_at = 0.0
-        async with asyncio.TaskGroup() as group:
-            for index in itertools.count():
-                if count is not None and index >= count:
-                    break
-                if duration is not None and next_at >= duration:
-                    break
-                delay = next_at - (self._clock() - origin)
-                if delay > 0:
-                    await loop_sleep(delay)
-                group.create_task(self._one(index, origin, on_done))
-                next_at += self._rng.expovariate(rate)
-
-    async def _one(self, index: int, origin: float, on_done: Done) -> None:
-        t_start = self._clock() - origin
-        result = await self._prober.probe(self._series)
-        on_done(index, result, t_start, self._clock() - origin)
-
-    async def run(self, level: Level, count: int | None, duration: float | None,
-                  on_done: Done, ramp: float = 0.0, phase: float = 0.0) -> None:
-        """Run `level` for `count` requests or `duration` seconds (a closed loop ramps up)."""
-        if level.mode == "concurrency":
-            await self.closed_loop(int(level.value), count, duration, on_done, ramp, phase)
-        else:
-            await self.open_loop(level.value, count, duration, on_done)
-
-
-@dataclass(frozen=True)
-class LevelPlan:
-    """How much of a level to run: `requests` (or for `duration`), after `warmup` uncounted;
-    a closed loop's streams start spread over `ramp` seconds (None: the warm-up's mean request
-    duration), this worker's shifted by `phase` of a slot."""
-
-    requests: int | None
-    duration: float | None
-    warmup: int
-    ramp: float | None = None
-    phase: float = 0.0
-
-
-async def warm_up(runner: LevelRunner, level: Level, plan: LevelPlan) -> float:
-    """Run the plan's warm-up requests; the ramp to use (see LevelPlan)."""
-    durations: list[float] = []
-    if plan.warmup:
-        await runner.run(warmup_level(level, plan.warmup), plan.warmup, None,
-                         lambda _i, _r, start, end: durations.append(end - start))
-    if plan.ramp is not None:
-        return plan.ramp
-    return sum(durations) / len(durations) if durations else 0.0
-
-
-def warmup_level(level: Level, warmup: int) -> Level:
-    """How warm-up requests run: like the level (open loop: one at a time), at most `warmup`."""
-    warm = level if level.mode == "concurrency" else Level("concurrency", 1)
-    return Level("concurrency", warmup) if warm.value > warmup else warm
-
-
-class LevelDriver(Protocol):
-    """Runs one level's warm-up, then its measured requests."""
-
-    async def run_level(self, series: Series, level: Level, plan: LevelPlan, on_done: Done,
-                        measuring: Callable[[], None]) -> None:
-        """Warm up, call `measuring()`, then run the level; results reach `on_done`."""
-        ...
-
-
-class LocalDriver:
-    """Runs levels in this process, on one prober."""
-
-    def __init__(self, prober: Prober, *, clock: Clock = time.perf_counter,
-                 rng: random.Random | None = None) -> None:
-        self._prober = prober
-        self._clock = clock
-        self._rng = rng or random.Random()
-
-    async def run_level(self, series: Series, level: Level, plan: LevelPlan, on_done: Done,
-                        measuring: Callable[[], None]) -> None:
-        """Warm up, call `measuring()`, then run the level; results reach `on_done`."""
-        runner = LevelRunner(self._prober, series, clock=self._clock, rng=self._rng)
-        ramp = await warm_up(runner, level, plan)
-        gc.collect()  # see steady_gc
-        measuring()
-        await runner.run(level, plan.requests, plan.duration, on_done, ramp, plan.phase)
 
 
 def shares(total: int, weights: Sequence[int]) -> list[int]:
@@ -224,12 +60,12 @@ def shares(total: int, weights: Sequence[int]) -> list[int]:
 
 def split_level(level: Level, plan: LevelPlan, workers: int) -> list[tuple[Level, LevelPlan]]:
     """Each worker's part of a level (workers with nothing to do get none)."""
-    if level.mode == "concurrency":
+    if level.mode is LoadMode.CONCURRENCY:
         weights = [k for k in shares(int(level.value), [1] * workers) if k]
-        parts = [Level("concurrency", k) for k in weights]
+        parts = [Level(LoadMode.CONCURRENCY, k) for k in weights]
     else:
         weights = [1] * workers
-        parts = [Level("rate", level.value / workers)] * workers
+        parts = [Level(LoadMode.RATE, level.value / workers)] * workers
     requests = shares(plan.requests, weights) if plan.requests is not None else None
     warmup = shares(plan.warmup, weights)
     # Worker i's streams take every len(parts)-th start slot of the ramp, shifted by i.
