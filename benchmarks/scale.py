@@ -198,8 +198,7 @@ async def run_level(series: int, tree: Path, gc_threshold: str, args: argparse.N
         # `exporter` comes from `tree` (first on the path), the child script from this tree.
         child = await asyncio.create_subprocess_exec(
             sys.executable, str(CHILD), str(config), f"127.0.0.1:{port}",
-            str(args.duration), str(out), gc_threshold,
-            "0" if args.without_vocabulary else "1", stdout=asyncio.subprocess.PIPE,
+            str(args.duration), str(out), gc_threshold, stdout=asyncio.subprocess.PIPE,
             cwd=folder,
             env={**os.environ, "PYTHONPATH": f"{tree}{os.pathsep}{ROOT}"})
         try:
@@ -360,9 +359,6 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--gc-threshold", metavar="G0,G1,G2", default="",
                         help="gc.set_threshold in the daemon after its start (A/B of the "
                              "daemon's own setting)")
-    parser.add_argument("--without-vocabulary", action="store_true",
-                        help="what-if: the daemon does not load the tiktoken vocabulary at start "
-                             "(~40 MiB; the simulator sends usage, so it is never used here)")
     parser.add_argument("--events", type=Path, metavar="FILE",
                         help="write when probes started late, collections and scrapes ran "
                              "(JSON, on the monotonic clock) per level to FILE")

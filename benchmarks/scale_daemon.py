@@ -6,7 +6,7 @@ daemon's. It keeps every scheduler-lag observation (with when it happened), watc
 loop with a 50 ms timer, times garbage collections, prints READY once started, and after
 `duration` seconds writes what it saw as JSON to `out`.
 
-    scale_daemon.py CONFIG LISTEN DURATION OUT GC_THRESHOLDS VOCABULARY
+    scale_daemon.py CONFIG LISTEN DURATION OUT GC_THRESHOLDS
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from exporter import tokens
 from exporter.config import load_config
 from exporter.daemon import Daemon
 from exporter.log import configure_logging
@@ -33,12 +32,10 @@ SLOW_YOUNG_GC = 0.005  # seconds: young collections longer than this are kept
 
 
 async def run(config_path: str, listen: str, duration: float, out: str,
-              gc_thresholds: tuple[int, ...] = (), vocabulary: bool = True) -> None:
+              gc_thresholds: tuple[int, ...] = ()) -> None:
     """Run the real Daemon for `duration` seconds after start, keeping raw observations."""
     configure_logging("error", "json")
     config = load_config(config_path)
-    if not vocabulary:  # what-if: the simulator always sends usage, the vocabulary is unused
-        tokens.warm_up = lambda: "heuristic"
     daemon = Daemon(Path(config_path), listen)
     daemon.owns_process = True  # GIL switch interval and GC settings, as `serve` makes them
     lags: list[float] = []
@@ -110,9 +107,9 @@ async def run(config_path: str, listen: str, duration: float, out: str,
 
 def main() -> None:
     """Command line entry point (arguments as scale.py passes them)."""
-    config, listen, duration, out, thresholds, vocabulary = sys.argv[1:]
+    config, listen, duration, out, thresholds = sys.argv[1:]
     asyncio.run(run(config, listen, float(duration), out,
-                    tuple(int(t) for t in thresholds.split(",") if t), vocabulary == "1"))
+                    tuple(int(t) for t in thresholds.split(",") if t)))
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from exporter import images, tokens
+from exporter import images
 from exporter.address import parse_listen_address
 from exporter.config import (
     Config,
@@ -358,8 +358,8 @@ class Daemon:
 
 
 def _warm_up(config: Config) -> None:
-    """Build what the first probes would otherwise build on the event loop (worker thread)."""
-    tokens.warm_up()
+    """Build what the first probes would otherwise build on the event loop (worker thread).
+    (The token vocabulary is loaded by the prober, only if a server leaves counts out.)"""
     for probe in config.probes.values():
         if probe.image is not None:
             images.image_payload(probe.image)

@@ -29,7 +29,7 @@ from aiohttp.client_proto import ResponseHandler
 from aiohttp.http_exceptions import HttpProcessingError
 from yarl import URL
 
-from exporter import measure
+from exporter import measure, tokens
 from exporter.checks import Observed, run_checks
 from exporter.config import Case, Expect, ProbeKind, Proxy, Series
 from exporter.errors import (
@@ -521,6 +521,7 @@ class Prober:
         self._no_stream_options: set[str] = set()  # targets that rejected stream_options
         self._protocols: dict[Any, ApiProtocol] = {}
         self._case_turn: dict[tuple[str, str, str], int] = {}  # golden-set rotation per series
+        self._vocabulary: asyncio.Future[str] | None = None  # the one load of tokens' vocabulary
         # Signing over the finished request (SigV4 for `aws_sigv4`), per series.
         self._signers = signers if signers is not None else AwsSigners(redactor)
 
@@ -581,6 +582,7 @@ class Prober:
                     await self._run_embedding(series, attempt)
                 else:
                     await self._run(series, attempt)
+            await self._vocabulary_for(attempt)
             error = await self._evaluate(series, attempt)
         except ProbeError as exc:
             error = exc
@@ -592,6 +594,9 @@ class Prober:
             error = ProbeError(f"internal error: {type(exc).__name__}: {exc}")
             self._log.exception("probe crashed", target=series.target.name, model=series.model,
                                 probe=series.probe_name)
+        if attempt.stamps.t_end is None:
+            attempt.stamps.t_end = self._clock()  # the probe ended here, whatever waits next
+        await self._vocabulary_for(attempt)
         try:
             return self._result(series, attempt, error, started)
         except Exception as exc:  # what a parser collected is unusable: still one result
@@ -600,6 +605,16 @@ class Prober:
             attempt.parser = attempt.embedding = None
             error = ProbeError(f"internal error: {type(exc).__name__}: {exc}")
             return self._result(series, attempt, error, started)
+
+    async def _vocabulary_for(self, attempt: _Attempt) -> None:
+        """Load the token vocabulary (~40 MiB; once, in a worker thread) when this result will
+        count tokens offline: a process whose servers all report usage never pays for it. The
+        stream's stamps are taken already; waiting here delays only this result."""
+        if tokens.loaded() or not _counts_offline(attempt):
+            return
+        if self._vocabulary is None:
+            self._vocabulary = asyncio.ensure_future(asyncio.to_thread(tokens.warm_up))
+        await asyncio.shield(self._vocabulary)  # a cancelled probe leaves the load to others
 
     async def _run(self, series: Series, attempt: _Attempt) -> None:
         """Send the request and read the stream into `attempt`."""
@@ -974,6 +989,18 @@ class Prober:
             dimensions=attempt.embedding.dimensions if attempt.embedding else None,
             started_at=started, finished_at=self._wall(), stamps=clocks,
         )
+
+
+def _counts_offline(attempt: _Attempt) -> bool:
+    """Whether the result of `attempt` may estimate tokens: the server left a count out."""
+    if attempt.embedding is not None:
+        return attempt.embedding.prompt_tokens is None
+    parser = attempt.parser
+    if parser is None:
+        return False
+    usage = parser.usage
+    return (usage is None or usage.completion is None or usage.prompt is None
+            or (bool(parser.reasoning) and usage.reasoning is None))
 
 
 def _reasoning_share(parser: StreamParser[Any], completion: int | None) -> int:

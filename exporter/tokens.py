@@ -35,6 +35,11 @@ def warm_up() -> str:
     return estimate_method()
 
 
+def loaded() -> bool:
+    """Whether the vocabulary was looked for already (estimates then cost no load)."""
+    return _encoding.cache_info().currsize > 0
+
+
 def estimate_method() -> str:
     """Which estimator is in use: `cl100k_base` or `heuristic`."""
     return "cl100k_base" if _encoding() is not None else "heuristic"

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from prometheus_client import CollectorRegistry
 
+from exporter import tokens
 from exporter.errors import Result
 from exporter.metrics import ExporterMetrics
 from exporter.prober import Prober
@@ -339,3 +342,30 @@ async def test_plain_http_has_connect_but_no_tls_phase(scripted_server) -> None:
     async with Prober() as prober:
         result = await prober.probe(config.series[0])
     assert "connect" in result.timings.phases and "tls" not in result.timings.phases
+
+
+async def test_vocabulary_is_loaded_only_when_a_server_leaves_counts_out(scripted_server) -> None:
+    """A server that reports usage never makes the process load the ~40 MiB vocabulary; the
+    first one that does not gets the vocabulary's estimate (not the heuristic's), once."""
+    words = [" internationalization", " is", " long"]
+    tokens._encoding.cache_clear()
+    try:
+        counted = await scripted_server(ok_stream(
+            words, usage={"prompt_tokens": 5, "completion_tokens": 3}))
+        uncounted = await scripted_server(ok_stream(words, usage=None))
+        async with Prober() as prober:
+            reported = await prober.probe(make_config(counted.url).series[0])
+            assert reported.token_source is TokenSource.USAGE
+            assert not tokens.loaded()
+            first, second = await asyncio.gather(
+                prober.probe(make_config(uncounted.url).series[0]),
+                prober.probe(make_config(uncounted.url).series[0]))
+        assert tokens.loaded() and tokens.estimate_method() == "cl100k_base"
+        text = "".join(words)
+        assert tokens.estimate_tokens(text) != tokens.heuristic_tokens(text)
+        for result in (first, second):
+            assert result.result is Result.SUCCESS
+            assert result.token_source is TokenSource.ESTIMATE
+            assert result.output_tokens == tokens.estimate_tokens(text)
+    finally:
+        tokens.warm_up()
