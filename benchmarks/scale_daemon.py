@@ -24,7 +24,7 @@ from exporter.config import load_config
 from exporter.daemon import Daemon
 from exporter.log import configure_logging
 from exporter.result import ProbeResult
-from exporter.scheduler import FIRST_PROBE_WINDOW
+from exporter.scheduler import first_probe_window
 
 LOOP_LAG_PERIOD = 0.05
 STEADY_MARGIN = 2.0  # seconds after the first-probe window that still count as start-up
@@ -48,7 +48,8 @@ async def run(config_path: str, listen: str, duration: float, out: str,
     observe_lag, record = daemon.metrics.observe_lag, daemon.metrics.record
     # Every series probes once within min(interval, 10 s) of start: 5,000 series make a burst
     # of 500 probes/s. Lags after that window (and a margin) are the steady state.
-    steady_from = time.perf_counter() + min(config.global_.interval, FIRST_PROBE_WINDOW) + \
+    steady_from = time.perf_counter() + min(config.global_.interval,
+                                                  first_probe_window(len(config.series))) + \
         STEADY_MARGIN
 
     def keep_lag(seconds: float) -> None:

@@ -38,16 +38,26 @@ from exporter.store import ResultStore
 
 SeriesKey = tuple[str, str, str]
 FIRST_PROBE_WINDOW = 10.0  # seconds: every series probes this soon after start (or its interval)
+# First probes per second at most: a large plan spreads its first probes over a longer window
+# instead of starting at many times its steady rate (5,000 series would make 500 probes/s).
+FIRST_PROBE_RATE = 250.0
 
 
-def first_ticks(start: float, interval: float, fraction: float) -> tuple[float, float]:
+def first_probe_window(series: int) -> float:
+    """Seconds over which the first probes of `series` series are spread (before the interval
+    caps it): 10 s, longer when that would exceed FIRST_PROBE_RATE."""
+    return max(FIRST_PROBE_WINDOW, series / FIRST_PROBE_RATE)
+
+
+def first_ticks(start: float, interval: float, fraction: float,
+                window: float = FIRST_PROBE_WINDOW) -> tuple[float, float]:
     """(first probe, next grid tick) of a series started at `start` with its stable `fraction`.
 
-    The first probe comes `fraction` of the way into min(interval, 10 s); the grid is
+    The first probe comes `fraction` of the way into min(interval, window); the grid is
     `start + fraction * interval + k * interval`, joined at its first tick that is at least that
     window after the first probe (so two probes are never squeezed together).
     """
-    window = min(interval, FIRST_PROBE_WINDOW)
+    window = min(interval, window)
     first = start + fraction * window
     grid = start + fraction * interval
     while grid < first + window:
@@ -123,14 +133,15 @@ class Scheduler:
                 del known[key]
         loop = asyncio.get_running_loop()
         now = loop.time()
+        window = first_probe_window(len(wanted))
         for key, series in wanted.items():
             if key not in self._ticks:
                 interval = series.interval
                 # A stable offset spreads series the same way after every restart.
-                first, next_tick = first_ticks(now, interval, series.stable_fraction())
+                first, next_tick = first_ticks(now, interval, series.stable_fraction(), window)
                 ticks = self._ticks[key] = _Ticks(series, next_tick)
                 self._push(first + self._rng.uniform(
-                    0.0, series.jitter * min(interval, FIRST_PROBE_WINDOW)), ticks)
+                    0.0, series.jitter * min(interval, window)), ticks)
         self._arm(loop)
 
     def _push(self, planned: float, ticks: _Ticks) -> None:

@@ -11,7 +11,7 @@ from prometheus_client import CollectorRegistry
 
 from exporter.metrics import ExporterMetrics
 from exporter.prober import Prober
-from exporter.scheduler import Scheduler, first_ticks
+from exporter.scheduler import Scheduler, first_probe_window, first_ticks
 from exporter.store import ResultStore
 from tests.conftest import Script, chat_chunk, make_config, ok_stream
 
@@ -135,6 +135,16 @@ async def test_apply_removes_and_adds_series(scripted_server) -> None:
 ])
 def test_first_probe_within_ten_seconds_then_the_grid(interval, fraction, first, grid) -> None:
     assert first_ticks(100.0, interval, fraction) == pytest.approx((100 + first, 100 + grid))
+
+
+@pytest.mark.parametrize(("series", "window"), [(1, 10.0), (2500, 10.0), (5000, 20.0),
+                                               (10000, 40.0)])
+def test_a_large_plan_spreads_its_first_probes_at_250_per_second(series, window) -> None:
+    assert first_probe_window(series) == window
+    # 5,000 series with a 30 s interval: the first probes over 20 s, then the grid.
+    first, grid = first_ticks(100.0, 30.0, 0.75, first_probe_window(series))
+    assert first == pytest.approx(100 + 0.75 * min(30.0, window))
+    assert grid - first >= min(30.0, window)
 
 
 async def test_a_long_interval_series_probes_soon_after_start(scripted_server) -> None:
