@@ -185,7 +185,12 @@ class _StampingHandler(ResponseHandler):
         payload = self._payload
         super().data_received(data)
         if self._payload is not payload and self._payload is not None:
-            self.headers_at = now  # a new response's head was in these bytes
+            # A new response's head was in these bytes. On a kept-alive connection the body
+            # being read is still the previous response's, and so are the arrivals noted so
+            # far: counted against the new body, they would stamp its bytes with old times.
+            self.headers_at = now
+            self.body = None
+            self.arrivals.clear()
         body = self.body or self._payload
         if body is not None and data:
             fed = body.total_bytes

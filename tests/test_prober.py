@@ -369,3 +369,19 @@ async def test_vocabulary_is_loaded_only_when_a_server_leaves_counts_out(scripte
             assert result.output_tokens == tokens.estimate_tokens(text)
     finally:
         tokens.warm_up()
+
+
+async def test_a_kept_alive_connection_stamps_each_response_by_its_own_bytes(
+        scripted_server) -> None:
+    """On a reused connection the second response's bytes must not take the arrival times noted
+    for the first one's body: TTFT and TPOT stay what the server scripted, probe after probe."""
+    server = await scripted_server(ok_stream(["a", "b", "c", "d"], gap=0.05, usage=USAGE_3))
+    series = make_config(server.url).series[0]
+    async with Prober(reuse_connections=True) as prober:
+        results = [await prober.probe(series) for _ in range(3)]
+    assert [r.result for r in results] == [Result.SUCCESS] * 3
+    assert ["connect" in r.timings.phases for r in results] == [True, False, False]
+    for r in results:
+        assert r.timings.ttft >= 0.05  # the first content chunk comes 50 ms after the role
+        assert sum(r.timings.inter_chunk) >= 3 * 0.05
+        assert r.stamps.t0 < r.stamps.t_headers < r.stamps.t_first < r.stamps.t_last
