@@ -94,6 +94,7 @@ async def _daemon(config_path: str, web: str, listen: str, duration: float, out:
 
     configure_logging("error", "json")
     daemon = Daemon(Path(config_path), listen, web_config=Path(web))
+    daemon.owns_process = True  # GIL switch interval and GC settings, as `serve` makes them
     kept: list[dict[str, Any]] = []
     record = daemon.metrics.record
 
