@@ -58,7 +58,9 @@ def test_truth_server_answers_each_framing_and_both_clients_pair() -> None:
 
     async def scenario() -> dict[Framing, tuple[list[Measured], dict]]:
         seen = {}
-        async with truth_server(ttft=0.01, tpot=0.001, tokens=3) as server:
+        # Tokens 10 ms apart, so that even a busy machine rarely reads all three at once (TPOT
+        # needs two arrivals; 1 ms apart they sometimes came in one read).
+        async with truth_server(ttft=0.01, tpot=0.01, tokens=3) as server:
             for framing, spec in FRAMINGS.items():
                 url = server.url_for(spec)
                 floor, ours = FloorClient(url, spec), OursClient(url, api=spec.api)
