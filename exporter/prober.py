@@ -601,8 +601,8 @@ class Prober:
                                 probe=series.probe_name)
         if attempt.stamps.t_end is None:
             attempt.stamps.t_end = self._clock()  # the probe ended here, whatever waits next
-        await self._vocabulary_for(attempt)
         try:
+            await self._vocabulary_for(attempt)
             return self._result(series, attempt, error, started)
         except Exception as exc:  # what a parser collected is unusable: still one result
             self._log.exception("probe result failed", target=series.target.name,

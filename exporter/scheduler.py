@@ -133,15 +133,16 @@ class Scheduler:
                 del known[key]
         loop = asyncio.get_running_loop()
         now = loop.time()
-        window = first_probe_window(len(wanted))
-        for key, series in wanted.items():
-            if key not in self._ticks:
-                interval = series.interval
-                # A stable offset spreads series the same way after every restart.
-                first, next_tick = first_ticks(now, interval, series.stable_fraction(), window)
-                ticks = self._ticks[key] = _Ticks(series, next_tick)
-                self._push(first + self._rng.uniform(
-                    0.0, series.jitter * min(interval, window)), ticks)
+        # The series new to the schedule (all of them at start) spread their first probes.
+        added = [series for key, series in wanted.items() if key not in self._ticks]
+        window = first_probe_window(len(added))
+        for series in added:
+            interval = series.interval
+            # A stable offset spreads series the same way after every restart.
+            first, next_tick = first_ticks(now, interval, series.stable_fraction(), window)
+            ticks = self._ticks[series.key] = _Ticks(series, next_tick)
+            self._push(first + self._rng.uniform(0.0, series.jitter * min(interval, window)),
+                       ticks)
         self._arm(loop)
 
     def _push(self, planned: float, ticks: _Ticks) -> None:
