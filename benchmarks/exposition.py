@@ -29,6 +29,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from benchmarks.common import machine_line, table
+from exporter import protobuf
 from exporter.config import parse_config
 from exporter.errors import Result
 from exporter.exposition import SeriesValues
@@ -145,7 +146,7 @@ def runtime_records(values: SeriesValues, spec: FamilySpec, classic: bool, pb: A
             span.offset, span.length = offset, length
         h.positive_delta.extend(deltas)
         data = metric.SerializeToString()
-        out.append(b"\x22" + _varint(len(data)) + data)
+        out.append(b"\x22" + protobuf.varint(len(data)) + data)
     for (family, extra), value in values.scalar_items():
         if family is not spec.key:
             continue
@@ -155,17 +156,8 @@ def runtime_records(values: SeriesValues, spec: FamilySpec, classic: bool, pb: A
             pair.name, pair.value = name, label_value
         (metric.counter if spec.type is MetricType.COUNTER else metric.gauge).value = value
         data = metric.SerializeToString()
-        out.append(b"\x22" + _varint(len(data)) + data)
+        out.append(b"\x22" + protobuf.varint(len(data)) + data)
     return b"".join(out)
-
-
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
 
 
 # -- the run -------------------------------------------------------------------------------------

@@ -39,6 +39,7 @@ import yaml
 
 from benchmarks.common import machine_line, ms, pct, stop_process, table
 from tests.conftest import free_port
+from tests.protodecode import read_varint
 
 # What Prometheus sends: with native histograms on, protobuf first (2.42's header).
 ACCEPT = {
@@ -122,32 +123,21 @@ def family_sizes(text: str) -> Counter[str]:
     return sizes
 
 
-def _varint(data: bytes, position: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        byte = data[position]
-        position += 1
-        value |= (byte & 0x7F) << shift
-        shift += 7
-        if byte < 0x80:
-            return value, position
-
-
 def protobuf_family_sizes(data: bytes) -> tuple[Counter[str], int]:
     """Bytes of a delimited protobuf page by metric family, and its number of Metric records."""
     sizes: Counter[str] = Counter()
     records = position = 0
     while position < len(data):
-        length, start = _varint(data, position)
+        length, start = read_varint(data, position)
         end = start + length
         name = ""
         field = start
         while field < end:  # MetricFamily: name = 1, help = 2, type = 3, metric = 4
-            tag, field = _varint(data, field)
+            tag, field = read_varint(data, field)
             if tag & 7 == 0:
-                _, field = _varint(data, field)
+                _, field = read_varint(data, field)
                 continue
-            size, field = _varint(data, field)
+            size, field = read_varint(data, field)
             if tag >> 3 == 1:
                 name = data[field:field + size].decode()
             elif tag >> 3 == 4:

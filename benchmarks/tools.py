@@ -26,6 +26,7 @@ import resource
 import shlex
 import sys
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,7 +63,7 @@ def _mean_gap(times: Sequence[float]) -> float | None:
 
 
 @dataclass
-class Tool:
+class Tool(ABC):
     """A benchmarking tool run as a command; subclasses say how to run it and read its export."""
 
     name: str
@@ -71,14 +72,14 @@ class Tool:
         """Whether the tool is installed."""
         return True
 
+    @abstractmethod
     def command(self, base_url: str, concurrency: int, count: int,
                 out: Path) -> tuple[list[str], dict[str, str]]:
         """The command line and environment of one run."""
-        raise NotImplementedError
 
+    @abstractmethod
     def parse(self, out: Path, concurrency: int) -> list[Measured]:
         """Its per-request export, as Measured values."""
-        raise NotImplementedError
 
     async def run(self, base_url: str, concurrency: int, count: int, out: Path) -> ToolRun:
         """Run once, K in flight, `count` measured requests (after the tool's own warm-up)."""
