@@ -19,7 +19,7 @@ from benchmarks.framings import FRAMINGS, MAX_TOKENS, PROMPT, FramingSpec
 from benchmarks.truth_server import check_clocks
 from exporter.config import Series, parse_config
 from exporter.measure import percentile
-from exporter.prober import Prober
+from exporter.probe.prober import Prober
 from exporter.protocols.base import Framing
 
 CLOCK = time.perf_counter  # CLOCK_MONOTONIC on Linux, like the truth server's time.monotonic

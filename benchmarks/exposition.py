@@ -29,13 +29,12 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from benchmarks.common import machine_line, table
-from exporter import protobuf
 from exporter.config import parse_config
 from exporter.errors import Result
-from exporter.exposition import SeriesValues
-from exporter.families import FamilySpec, MetricType
-from exporter.metrics import ExporterMetrics
-from exporter.nativehist import spans_and_deltas
+from exporter.exposition.collector import SeriesValues, protobuf
+from exporter.exposition.families import FamilySpec, MetricType
+from exporter.exposition.metrics import ExporterMetrics
+from exporter.exposition.nativehist import spans_and_deltas
 from exporter.result import Phase, ProbeResult, Timings, TokenSource, Usage
 from tests.protodecode import metrics_pb2
 

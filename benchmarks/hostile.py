@@ -89,8 +89,8 @@ def write_files(folder: Path, truth_url: str, bulk: int) -> tuple[Path, Path]:
 async def _daemon(config_path: str, web: str, listen: str, duration: float, out: str) -> None:
     """Run the real Daemon for `duration` seconds, keeping each result of the healthy series."""
     from exporter.config import load_config
-    from exporter.daemon import Daemon
     from exporter.log import configure_logging
+    from exporter.serve.daemon import Daemon
 
     configure_logging("error", "json")
     daemon = Daemon(Path(config_path), listen, web_config=Path(web))

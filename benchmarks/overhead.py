@@ -34,7 +34,7 @@ from benchmarks.common import (
     truth_server,
     us,
 )
-from exporter.prober import Prober
+from exporter.probe.prober import Prober
 from exporter.simulator.dialects import openai_chat
 
 CPU = time.process_time  # user + system CPU of this process (the server is another process)

@@ -21,8 +21,8 @@ from benchmarks.common import machine_line, table
 from exporter.errors import Result
 from exporter.log import REDACTOR
 from exporter.result import Phase, ProbeResult, Timings, TokenSource, Usage
-from exporter.server import _results_document, render_status_page
-from exporter.store import Snapshot
+from exporter.serve.results import Snapshot
+from exporter.serve.server import _results_document, render_status_page
 
 KEY_CHARS = string.ascii_letters + string.digits + "_-"
 

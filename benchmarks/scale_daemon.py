@@ -21,10 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from exporter.config import load_config
-from exporter.daemon import Daemon
 from exporter.log import configure_logging
 from exporter.result import ProbeResult
-from exporter.scheduler import first_probe_window
+from exporter.serve.daemon import Daemon
+from exporter.serve.scheduler import first_probe_window
 
 LOOP_LAG_PERIOD = 0.05
 STEADY_MARGIN = 2.0  # seconds after the first-probe window that still count as start-up

@@ -17,11 +17,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from exporter import __version__
-from exporter.signals import ProcessSignals
+from exporter.serve.signals import ProcessSignals
 
 if TYPE_CHECKING:
+    from exporter.commands.selection import Selection
     from exporter.config import Config
-    from exporter.oneoff import Selection
 
 COMMANDS = ("serve", "check", "probe", "bench", "simulate")
 # promslog's levels and formats (`warning` kept as an alias of `warn`).
@@ -30,7 +30,7 @@ LOG_FORMATS = ("logfmt", "json", "console")
 
 
 def _shard(text: str) -> str:
-    from exporter.shard import parse_shard
+    from exporter.config.shard import parse_shard
 
     try:
         parse_shard(text)
@@ -192,10 +192,10 @@ def _load(path: str, shard: str | None = None) -> Config | None:
 
 def cmd_serve(args: argparse.Namespace, signals: ProcessSignals | None = None) -> int:
     """Run the daemon until SIGTERM/SIGINT; exit 0 after a graceful stop, 1 if it cannot start."""
-    from exporter.address import parse_listen_address
     from exporter.config import ConfigError
-    from exporter.daemon import Daemon, StartError, serve
+    from exporter.config.address import parse_listen_address
     from exporter.log import get_logger
+    from exporter.serve.daemon import Daemon, StartError, serve
 
     try:
         parse_listen_address(args.listen)
@@ -209,7 +209,7 @@ def cmd_serve(args: argparse.Namespace, signals: ProcessSignals | None = None) -
     if config is None:
         return 1
     if args.web_config:
-        from exporter.webconfig import load_web_config
+        from exporter.serve.webconfig import load_web_config
 
         try:
             load_web_config(args.web_config)
@@ -255,7 +255,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def _selection(args: argparse.Namespace) -> Selection:
-    from exporter.oneoff import Selection
+    from exporter.commands.selection import Selection
 
     return Selection(*(tuple(dict.fromkeys(names))
                        for names in (args.target, args.model, args.probe_name)))
@@ -265,7 +265,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
     """Run the selected probes once; exit 1 unless all succeeded."""
     import asyncio
 
-    from exporter.oneshot import run_probe_command
+    from exporter.commands.probe import run_probe_command
 
     config = _load(args.config_file, getattr(args, "shard", None))
     if config is None:
@@ -304,8 +304,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     import asyncio
     import contextlib
 
-    from exporter.address import parse_listen_address
     from exporter.config import SimulatorConfig
+    from exporter.config.address import parse_listen_address
     from exporter.simulator import serve_forever
 
     simulator = SimulatorConfig()

@@ -126,8 +126,8 @@ async def probe_once(server: ScriptedServer, **overrides: Any) -> tuple[Any, Any
     returns (result, registry)."""
     from prometheus_client import CollectorRegistry
 
-    from exporter.metrics import ExporterMetrics
-    from exporter.prober import Prober
+    from exporter.exposition.metrics import ExporterMetrics
+    from exporter.probe.prober import Prober
 
     config = make_config(server.url, **overrides)
     registry = CollectorRegistry()

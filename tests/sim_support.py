@@ -12,10 +12,10 @@ import orjson
 from multidict import CIMultiDict
 
 from exporter.config import SimulatedModel, SimulatorConfig
-from exporter.eventstream import EventStreamDecoder
-from exporter.ndjson import NDJSONDecoder
+from exporter.framing.eventstream import EventStreamDecoder
+from exporter.framing.ndjson import NDJSONDecoder
+from exporter.framing.sse import SSEDecoder
 from exporter.simulator import Simulator, start_simulator
-from exporter.sse import SSEDecoder
 
 FAST = {"ttft": 0.01, "tpot": 0.001, "jitter": 0.0}
 KEY = "sk-test-0123456789"

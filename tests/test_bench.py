@@ -35,15 +35,15 @@ from exporter.bench.summary import find_knee, summarize
 from exporter.bench.tables import distribution_table, sweep_table, totals_table
 from exporter.bench.workers import shares, split_level
 from exporter.cli import main
+from exporter.commands.cells import fmt_ms
 from exporter.config import SimulatorConfig
 from exporter.errors import Result
-from exporter.format import fmt_ms
-from exporter.metrics import ExporterMetrics
-from exporter.prober import Prober, _StampingHandler
+from exporter.exposition.metrics import ExporterMetrics
+from exporter.probe.prober import Prober, _StampingHandler
 from exporter.record import Level, LoadMode, Record
-from exporter.scheduler import Scheduler
+from exporter.serve.results import ResultStore
+from exporter.serve.scheduler import Scheduler
 from exporter.simulator import start_simulator
-from exporter.store import ResultStore
 from tests.conftest import DONE, Script, chat_chunk, make_config, ok_stream
 from tests.test_cli_probe import FAST, sim_config
 

@@ -7,12 +7,12 @@ import json
 
 from prometheus_client import CollectorRegistry
 
-from exporter.budget import Budget, utc_day
 from exporter.config import BudgetConfig
-from exporter.metrics import ExporterMetrics
-from exporter.prober import Prober
-from exporter.scheduler import Scheduler
-from exporter.store import ResultStore
+from exporter.exposition.metrics import ExporterMetrics
+from exporter.probe.prober import Prober
+from exporter.serve.budget import Budget, utc_day
+from exporter.serve.results import ResultStore
+from exporter.serve.scheduler import Scheduler
 from tests.conftest import make_config, ok_stream
 
 DAY1 = 1_767_225_600.0  # 2026-01-01T00:00:00Z

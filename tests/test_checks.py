@@ -7,10 +7,10 @@ import time
 
 import pytest
 
-from exporter.checks import REGEX_TIMEOUT, Observed, run_checks
 from exporter.config import Expect
+from exporter.probe.checks import REGEX_TIMEOUT, Observed, run_checks
+from exporter.probe.tokens import estimate_tokens
 from exporter.result import ToolCall
-from exporter.tokens import estimate_tokens
 
 WEATHER = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
 CALL = ToolCall("get_weather", '{"city": "Paris"}')

@@ -16,11 +16,11 @@ import yaml
 from rich.console import Console
 
 from exporter.cli import main
+from exporter.commands.cells import fmt_ms
+from exporter.commands.probe import print_table, run_once, run_probe_command
+from exporter.commands.selection import Selection
 from exporter.errors import Result
-from exporter.format import fmt_ms
 from exporter.measure import percentile
-from exporter.oneoff import Selection
-from exporter.oneshot import print_table, run_once, run_probe_command
 from tests.conftest import Script, free_port, make_config, ok_stream
 
 PRICE = {"input": 0.15, "output": 0.6, "currency": "USD"}

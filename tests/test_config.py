@@ -16,7 +16,7 @@ from exporter.config import (
     reuse_unchanged,
     sources_digest,
 )
-from exporter.families import Family, RatioObjective
+from exporter.exposition.families import Family, RatioObjective
 from tests.conftest import make_config
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -279,7 +279,7 @@ def test_shards_split_the_plan_exactly_once() -> None:
 
 
 def shards_of(data, index, count):
-    from exporter.shard import in_shard
+    from exporter.config.shard import in_shard
 
     return {s.key for s in parse_config({**data, "global": {}}, env={}).series
             if in_shard(s.key, index, count)}

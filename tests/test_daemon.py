@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from exporter import daemon as daemon_module
 from exporter.config import Config
-from exporter.daemon import RELOAD_MIN_INTERVAL, Daemon
+from exporter.serve import daemon as daemon_module
+from exporter.serve.daemon import RELOAD_MIN_INTERVAL, Daemon
 from tests.e2e_support import ROOT, http_get, start_daemon, wait_for
 from tests.e2e_support import shipped_config as make_shipped_config
 

@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 import pytest
 import yaml
 
-from exporter.families import (
+from exporter.exposition.families import (
     FAMILIES,
     PROCESS_FAMILIES,
     Family,

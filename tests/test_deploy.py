@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from exporter.config import Config, load_config, parse_config, parse_duration
-from exporter.shard import shard_of
+from exporter.config.shard import shard_of
 
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy"

@@ -19,7 +19,7 @@ import yaml
 
 from exporter.config import SimulatedModel, SimulatorConfig, parse_config
 from exporter.errors import Result
-from exporter.prober import Prober
+from exporter.probe.prober import Prober
 from exporter.result import ProbeResult, ServerPhase, TokenSource
 from exporter.simulator import SimRecord, Simulator, start_simulator
 from tests.e2e_support import http_get, start_daemon, wait_for

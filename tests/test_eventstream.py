@@ -14,9 +14,9 @@ from botocore.eventstream import EventStreamBuffer
 from hypothesis import given
 from hypothesis import strategies as st
 
-from exporter import eventstream
 from exporter.errors import StreamError
-from exporter.eventstream import EventMessage, EventStreamDecoder
+from exporter.framing import eventstream
+from exporter.framing.eventstream import EventMessage, EventStreamDecoder
 from exporter.simulator.framing import aws_event, aws_exception, event_frame
 
 

@@ -8,7 +8,7 @@ import time
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.exposition import (
+from exporter.exposition.collector import (
     CACHE_IDLE,
     REFRESH_MIN,
     Format,
@@ -16,7 +16,7 @@ from exporter.exposition import (
     SeriesValues,
     blocks,
 )
-from exporter.families import BY_KEY, Family
+from exporter.exposition.families import BY_KEY, Family
 from tests.protodecode import by_name, decode
 
 TTFT = dataclasses.replace(BY_KEY[Family.TTFT], buckets=(0.1, 0.5, 1.0))

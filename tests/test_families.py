@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from exporter.config import LABEL_NAME, RESERVED_LABELS
-from exporter.families import (
+from exporter.exposition.families import (
     BY_KEY,
     FAMILIES,
     OBJECTIVE_FAMILY,

@@ -21,12 +21,12 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from exporter.errors import ProbeError, StreamError
-from exporter.prober import _error_text, parse_retry_after
+from exporter.framing.sse import ServerSentEvent, SSEDecoder
+from exporter.probe.prober import _error_text, parse_retry_after
 from exporter.protocols import StreamParser
 from exporter.protocols.anthropic_messages import AnthropicStreamParser
 from exporter.protocols.openai_chat import ChatStreamParser
 from exporter.protocols.openai_completions import CompletionStreamParser
-from exporter.sse import ServerSentEvent, SSEDecoder
 
 PARSERS: dict[str, Callable[[], StreamParser]] = {
     "openai-chat": ChatStreamParser,

@@ -13,7 +13,8 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from exporter.errors import ProbeError
-from exporter.eventstream import EventMessage
+from exporter.framing.eventstream import EventMessage
+from exporter.framing.sse import ServerSentEvent
 from exporter.protocols import Framing, StreamParser, new_decoder
 from exporter.protocols.bedrock_converse import ConverseStreamParser
 from exporter.protocols.embeddings import GeminiEmbeddings, OpenAIEmbeddings
@@ -22,7 +23,6 @@ from exporter.protocols.ollama_chat import OllamaStreamParser
 from exporter.protocols.openai_chat import ChatStreamParser
 from exporter.protocols.openai_responses import ResponsesStreamParser
 from exporter.simulator.framing import event_frame
-from exporter.sse import ServerSentEvent
 from tests.test_fuzz import (
     ANY_JSON,
     BODIES,

@@ -126,7 +126,7 @@ def test_the_parser_sees_what_python_sees() -> None:
     """The graph is not empty by mistake: known edges are in it, TYPE_CHECKING ones are not."""
     graph = module_graph()
     assert {"exporter.bench.model", "exporter.bench.summary"} <= graph["exporter.bench.report"]
-    assert "exporter.record" in graph["exporter.server"]
+    assert "exporter.record" in graph["exporter.serve.server"]
     assert "exporter.errors" in graph["exporter.result"]
     assert "exporter.config" not in graph["exporter.cli"]  # only under TYPE_CHECKING there
     assert len(MODULES) > 50
@@ -173,5 +173,6 @@ def test_offline_readers_load_only_the_run_model(module: str) -> None:
     assert ours <= {"exporter", "exporter.bench", "exporter.bench.model",
                     "exporter.bench.summary", "exporter.bench.compare",
                     "exporter.bench.report", "exporter.record", "exporter.result",
-                    "exporter.errors", "exporter.measure", "exporter.format", "exporter.log"}
+                    "exporter.errors", "exporter.measure", "exporter.commands",
+                    "exporter.commands.cells", "exporter.log"}
     assert "aiohttp" not in loaded

@@ -9,9 +9,9 @@ from typing import Any
 
 from exporter.config import parse_config
 from exporter.errors import Result
-from exporter.keyfile import KeyFiles
 from exporter.log import Redactor
-from exporter.prober import Prober
+from exporter.probe.keyfile import KeyFiles
+from exporter.probe.prober import Prober
 from tests.conftest import Script, ok_stream
 
 FIRST = "ya29.first-access-token-0123456789"

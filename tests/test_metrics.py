@@ -9,7 +9,7 @@ from prometheus_client import CollectorRegistry, Counter, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.errors import Result
-from exporter.families import (
+from exporter.exposition.families import (
     BY_KEY,
     PROCESS_FAMILIES,
     Family,
@@ -18,7 +18,7 @@ from exporter.families import (
     SkipReason,
     families,
 )
-from exporter.metrics import ExporterMetrics
+from exporter.exposition.metrics import ExporterMetrics
 from exporter.result import (
     Phase,
     ProbeResult,

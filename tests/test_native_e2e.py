@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
-from exporter import protobuf
-from exporter.metrics import ExporterMetrics
+from exporter.exposition import protobuf
+from exporter.exposition.metrics import ExporterMetrics
 from exporter.result import Timings
 from tests.conftest import make_config
 from tests.e2e_support import Prometheus, prometheus_binary, start_prometheus, wait_for

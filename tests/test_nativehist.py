@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from exporter.nativehist import (
+from exporter.exposition.nativehist import (
     BOUNDS,
     DEFAULT_ZERO_THRESHOLD,
     MAX_SCHEMA,

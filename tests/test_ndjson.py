@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from exporter.errors import StreamError
-from exporter.ndjson import NDJSONDecoder
+from exporter.framing.ndjson import NDJSONDecoder
 
 
 def decode(chunks: list[bytes], max_line_bytes: int = 1 << 20) -> list[Any]:

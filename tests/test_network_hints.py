@@ -7,7 +7,7 @@ import pytest
 
 from exporter.config import Series, parse_config
 from exporter.errors import Result
-from exporter.hints import hint_for
+from exporter.probe.hints import hint_for
 from exporter.result import ProbeResult
 
 

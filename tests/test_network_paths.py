@@ -15,8 +15,8 @@ import pytest
 
 from exporter.config import Config, SimulatedModel, parse_config
 from exporter.errors import Result
-from exporter.hints import hint_for
-from exporter.prober import Prober
+from exporter.probe.hints import hint_for
+from exporter.probe.prober import Prober
 from exporter.result import Phase, ProbeResult
 from tests.conftest import free_port
 from tests.network_support import (

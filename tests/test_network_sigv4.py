@@ -25,12 +25,12 @@ from yarl import URL
 
 from exporter.config import SimulatedModel, parse_config
 from exporter.errors import Result
-from exporter.eventstream import EventStreamDecoder
-from exporter.hints import hint_for
+from exporter.framing.eventstream import EventStreamDecoder
 from exporter.log import Redactor
-from exporter.prober import Prober
+from exporter.probe.hints import hint_for
+from exporter.probe.prober import Prober
+from exporter.probe.signing import NO_CREDENTIALS, SigV4Signer, wire_url
 from exporter.protocols import HttpRequest
-from exporter.signing import NO_CREDENTIALS, SigV4Signer, wire_url
 from exporter.simulator.dialects import AwsKeys
 from exporter.simulator.dialects.base import AuthRequest, Credentials
 from exporter.simulator.dialects.bedrock_converse import ConverseDialect

@@ -7,10 +7,10 @@ import asyncio
 import pytest
 from prometheus_client import CollectorRegistry
 
-from exporter import tokens
 from exporter.errors import Result
-from exporter.metrics import ExporterMetrics
-from exporter.prober import Prober
+from exporter.exposition.metrics import ExporterMetrics
+from exporter.probe import tokens
+from exporter.probe.prober import Prober
 from exporter.result import TokenSource
 from tests.conftest import (
     DONE,
@@ -278,7 +278,7 @@ async def test_cost_from_prices(scripted_server) -> None:
 async def test_bytes_are_stamped_by_the_connection_protocol() -> None:
     """The stamp is taken in `data_received`, before the reading task wakes (private aiohttp
     hook: this test notices when an aiohttp upgrade removes it and stamps fall back to reads)."""
-    from exporter.prober import _StampingHandler
+    from exporter.probe.prober import _StampingHandler
 
     async with Prober() as prober:
         factory = prober._session.connector._factory

@@ -20,17 +20,16 @@ from prometheus_client import (
 )
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter import protobuf
 from exporter.errors import Result
-from exporter.exposition import ProbeCollector
-from exporter.families import BY_KEY, Family
-from exporter.metrics import ExporterMetrics
-from exporter.nativehist import DEFAULT_ZERO_THRESHOLD, NativeBuckets, bucket_index
-from exporter.prober import Prober
+from exporter.exposition.collector import ProbeCollector, protobuf
+from exporter.exposition.families import BY_KEY, Family
+from exporter.exposition.metrics import ExporterMetrics
+from exporter.exposition.nativehist import DEFAULT_ZERO_THRESHOLD, NativeBuckets, bucket_index
+from exporter.probe.prober import Prober
 from exporter.result import Phase, ProbeResult, Timings, TokenSource, Usage
-from exporter.scheduler import Scheduler
-from exporter.server import ServerState, create_app
-from exporter.store import ResultStore
+from exporter.serve.results import ResultStore
+from exporter.serve.scheduler import Scheduler
+from exporter.serve.server import ServerState, create_app
 from tests.conftest import make_config
 from tests.protodecode import by_name, decode, metrics_pb2, native_buckets, text_samples
 

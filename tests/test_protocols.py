@@ -9,9 +9,9 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from exporter.errors import Result
-from exporter.images import generated_png
-from exporter.metrics import ExporterMetrics
-from exporter.prober import Prober
+from exporter.exposition.metrics import ExporterMetrics
+from exporter.probe.prober import Prober
+from exporter.protocols.images import generated_png
 from exporter.result import TokenSource
 from tests.conftest import DONE, Script, make_config, probe_once
 

@@ -14,11 +14,11 @@ from prometheus_client import CollectorRegistry
 
 from exporter.config import parse_config
 from exporter.errors import Result
-from exporter.metrics import ExporterMetrics
-from exporter.prober import Prober
+from exporter.exposition.metrics import ExporterMetrics
+from exporter.probe.prober import Prober
+from exporter.probe.tokens import estimate_tokens
 from exporter.result import ProbeResult, ServerPhase, TokenSource
 from exporter.simulator.framing import aws_event, aws_exception, event_frame, ndjson
-from exporter.tokens import estimate_tokens
 from tests.conftest import DONE, Script, ScriptedServer, chat_chunk
 from tests.test_protocols import ANTHROPIC, anthropic_stream
 

@@ -11,7 +11,7 @@ import pytest
 
 from exporter.config import SimulatedModel, SimulatorConfig, parse_config
 from exporter.errors import Result
-from exporter.prober import Prober
+from exporter.probe.prober import Prober
 from exporter.result import ProbeResult
 from exporter.simulator import Simulator, start_simulator
 

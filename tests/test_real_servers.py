@@ -29,9 +29,9 @@ import yaml
 
 from exporter.config import Series
 from exporter.errors import Result
-from exporter.prober import Prober
+from exporter.probe.prober import Prober
+from exporter.probe.tokens import estimate_method
 from exporter.result import ProbeResult, TokenSource
-from exporter.tokens import estimate_method
 from tests.conftest import make_config
 from tests.e2e_support import EXPORTER, ROOT, http_get, start_daemon, wait_for
 from tests.realservers.model import BOS_ID, REALISTIC, TINY, Vocabulary, write_model

@@ -26,7 +26,7 @@ import pytest
 
 from exporter.config import Series, parse_config
 from exporter.errors import Result
-from exporter.prober import Prober
+from exporter.probe.prober import Prober
 from exporter.result import ProbeResult, ServerPhase, TokenSource
 from tests.realservers.model import TINY, write_model
 from tests.realservers.servers import (

@@ -40,8 +40,8 @@ from exporter.result import (
     ToolCall,
     Usage,
 )
-from exporter.server import _results_document
-from exporter.store import Snapshot
+from exporter.serve.results import Snapshot
+from exporter.serve.server import _results_document
 from tests.test_cli_probe import run_json, sim_config
 
 DATA = Path(__file__).parent / "testdata" / "bench"

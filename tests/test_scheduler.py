@@ -9,10 +9,10 @@ import time
 import pytest
 from prometheus_client import CollectorRegistry
 
-from exporter.metrics import ExporterMetrics
-from exporter.prober import Prober
-from exporter.scheduler import Scheduler, first_probe_window, first_ticks
-from exporter.store import ResultStore
+from exporter.exposition.metrics import ExporterMetrics
+from exporter.probe.prober import Prober
+from exporter.serve.results import ResultStore
+from exporter.serve.scheduler import Scheduler, first_probe_window, first_ticks
 from tests.conftest import Script, chat_chunk, make_config, ok_stream
 
 LABELS = {"target": "t", "model": "m", "probe": "short"}

@@ -10,14 +10,14 @@ import pytest
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter import protobuf
-from exporter.families import BY_KEY, Family, Scope, families
+from exporter.exposition import protobuf
+from exporter.exposition.families import BY_KEY, Family, Scope, families
+from exporter.exposition.metrics import ExporterMetrics
 from exporter.log import REDACTOR
-from exporter.metrics import ExporterMetrics
-from exporter.prober import Prober
-from exporter.scheduler import Scheduler
-from exporter.server import ServerState, create_app
-from exporter.store import ResultStore
+from exporter.probe.prober import Prober
+from exporter.serve.results import ResultStore
+from exporter.serve.scheduler import Scheduler
+from exporter.serve.server import ServerState, create_app
 from tests.conftest import Script, make_config, ok_stream
 from tests.protodecode import decode
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from exporter.shard import in_shard, parse_shard, shard_of
+from exporter.config.shard import in_shard, parse_shard, shard_of
 
 KEYS = [(f"target-{i % 7}", f"model-{i % 23}", f"probe-{i}") for i in range(2000)]
 

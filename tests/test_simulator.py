@@ -673,7 +673,7 @@ def test_vocabulary_tokens_count_as_one() -> None:
 
 
 def test_vocabulary_is_one_token_for_the_exporter() -> None:
-    from exporter import tokens
+    from exporter.probe import tokens
 
     text = "".join(VOCABULARY)
     assert tokens.estimate_tokens(text) == len(VOCABULARY)

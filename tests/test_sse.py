@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from exporter.errors import StreamError
-from exporter.sse import ServerSentEvent, SSEDecoder
+from exporter.framing.sse import ServerSentEvent, SSEDecoder
 
 E = ServerSentEvent
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from exporter.tokens import estimate_method, estimate_tokens, heuristic_tokens
+from exporter.probe.tokens import estimate_method, estimate_tokens, heuristic_tokens
 
 
 @pytest.mark.parametrize(("text", "expected"), [

@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from exporter.config import ConfigError
-from exporter.webconfig import BcryptPool, LiveWebConfig, load_web_config
+from exporter.serve.webconfig import BcryptPool, LiveWebConfig, load_web_config
 from tests.conftest import make_config
 from tests.e2e_support import shipped_config as make_shipped_config
 from tests.e2e_support import wait_for

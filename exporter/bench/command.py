@@ -22,9 +22,9 @@ from exporter.bench.tables import (
     sweep_table,
     totals_table,
 )
+from exporter.commands.cells import make_console
+from exporter.commands.selection import Selection, select_series
 from exporter.config import Config
-from exporter.format import make_console
-from exporter.oneoff import Selection, select_series
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 

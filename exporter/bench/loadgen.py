@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from exporter.config import Series
-from exporter.prober import Prober
+from exporter.probe.prober import Prober
 from exporter.record import Level, LoadMode
 from exporter.result import ProbeResult
 

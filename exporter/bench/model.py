@@ -16,7 +16,7 @@ from typing import Annotated, Any, Literal, NotRequired
 from pydantic import PlainSerializer, PlainValidator, TypeAdapter, ValidationError
 from typing_extensions import TypedDict
 
-from exporter.format import fmt_ms
+from exporter.commands.cells import fmt_ms
 from exporter.record import (
     SCHEMA_VERSION,
     Level,

@@ -16,7 +16,7 @@ import orjson
 
 from exporter.bench.model import BenchOptions, Comparison, Knee, Latency, RunDocument, Summary
 from exporter.bench.summary import latency_values
-from exporter.format import fmt_ms
+from exporter.commands.cells import fmt_ms
 from exporter.log import REDACTOR
 from exporter.record import LoadMode, Record
 

@@ -30,8 +30,8 @@ from exporter.bench.loadgen import SWITCH_INTERVAL, LevelDriver, LevelPlan, Loca
 from exporter.bench.model import BenchOptions, Connections, RunDocument
 from exporter.bench.summary import find_knees, summarize
 from exporter.bench.workers import WorkerPool
+from exporter.commands.selection import probing
 from exporter.config import Config, Series, redacted
-from exporter.oneoff import probing
 from exporter.record import CLOCK, BenchContext, Level, Record
 from exporter.result import ProbeResult
 

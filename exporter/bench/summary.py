@@ -16,7 +16,7 @@ from exporter.bench.model import (
     Summary,
     TokenTotals,
 )
-from exporter.format import fmt_ms
+from exporter.commands.cells import fmt_ms
 from exporter.measure import percentile
 from exporter.record import Level, LoadMode, Record
 from exporter.result import ProbeResult, TokenSource

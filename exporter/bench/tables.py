@@ -12,8 +12,8 @@ from rich.table import Table
 from exporter.bench.compare import is_duration
 from exporter.bench.model import Delta, Knee, Latency, Summary
 from exporter.bench.run import LevelRun
-from exporter.format import cell, estimated, fmt_cost, fmt_ms, fmt_num
-from exporter.hints import hint_for
+from exporter.commands.cells import cell, estimated, fmt_cost, fmt_ms, fmt_num
+from exporter.probe.hints import hint_for
 from exporter.record import Record
 
 # The latencies of the distribution table, by their titles.

@@ -24,7 +24,6 @@ from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection
 from typing import Any
 
-from exporter import tokens
 from exporter.bench.loadgen import (
     SWITCH_INTERVAL,
     Clock,
@@ -36,7 +35,8 @@ from exporter.bench.loadgen import (
 )
 from exporter.config import Config, Series
 from exporter.log import REDACTOR
-from exporter.prober import Prober
+from exporter.probe import tokens
+from exporter.probe.prober import Prober
 from exporter.record import Level, LoadMode
 from exporter.result import ProbeResult
 from exporter.simulator import start_simulator

@@ -46,6 +46,7 @@ from exporter.config.schema import (
     TargetConfig,
 )
 from exporter.config.secrets import secret_name
+from exporter.config.shard import in_shard, parse_shard
 from exporter.config.types import (
     MAX_BUCKETS,
     MAX_PROBE_NAME,
@@ -54,7 +55,7 @@ from exporter.config.types import (
     format_duration,
     parse_duration,
 )
-from exporter.families import (
+from exporter.exposition.families import (
     BY_KEY,
     OBJECTIVE_FAMILY,
     Family,
@@ -63,7 +64,6 @@ from exporter.families import (
     bucket_families,
 )
 from exporter.files import FileRefused, YAMLDocument, parse_yaml, read_limited
-from exporter.shard import in_shard, parse_shard
 
 # ---------------------------------------------------------------------------------------------
 # Loading

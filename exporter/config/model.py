@@ -21,7 +21,7 @@ from exporter.config.schema import (
 )
 from exporter.config.secrets import is_secret, redacted_url, url_secrets
 from exporter.config.types import Secret
-from exporter.families import Family, Objective, RatioObjective
+from exporter.exposition.families import Family, Objective, RatioObjective
 from exporter.log import REDACTED, Redactor
 
 # ---------------------------------------------------------------------------------------------

@@ -19,7 +19,8 @@ from pydantic import (
 )
 from yarl import URL
 
-from exporter.address import parse_listen_address
+from exporter.config.address import parse_listen_address
+from exporter.config.shard import parse_shard
 from exporter.config.types import (
     LABEL_NAME,
     MAX_BUCKETS,
@@ -30,8 +31,7 @@ from exporter.config.types import (
     PositiveDuration,
     Ratio,
 )
-from exporter.families import Family, bucket_families
-from exporter.shard import parse_shard
+from exporter.exposition.families import Family, bucket_families
 
 HISTOGRAMS = bucket_families()
 

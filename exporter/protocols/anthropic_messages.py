@@ -21,7 +21,7 @@ import orjson
 
 from exporter.config import ProbeConfig, Secret, Series, ToolChoiceName
 from exporter.errors import StreamError, UpstreamError
-from exporter.images import image_payload
+from exporter.framing.sse import ServerSentEvent
 from exporter.protocols.base import (
     ANSWER,
     REASONING,
@@ -37,8 +37,8 @@ from exporter.protocols.base import (
     quote_event,
     text_piece,
 )
+from exporter.protocols.images import image_payload
 from exporter.result import Usage
-from exporter.sse import ServerSentEvent
 
 ANTHROPIC_VERSION = "2023-06-01"
 

@@ -20,11 +20,11 @@ import orjson
 
 from exporter.config import Case, ImageSpec, ProbeConfig, Secret, Series
 from exporter.errors import StreamError
-from exporter.eventstream import EventStreamDecoder
+from exporter.framing.eventstream import EventStreamDecoder
+from exporter.framing.ndjson import NDJSONDecoder
+from exporter.framing.sse import SSEDecoder
 from exporter.log import REDACTOR
-from exporter.ndjson import NDJSONDecoder
 from exporter.result import ServerPhase, ToolCall, Usage
-from exporter.sse import SSEDecoder
 
 # Kinds of generated token an event carries (a bitmask). A tool call's name and every argument
 # delta are generated output like answer text: they set the first-token and first-answer stamps.

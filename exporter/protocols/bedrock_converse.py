@@ -1,7 +1,8 @@
 """Amazon Bedrock Converse (`POST {base_url}/model/{modelId}/converse-stream`).
 
 The response is the AWS binary event stream (`application/vnd.amazon.eventstream`): frames with
-a prelude and a message CRC, both checked by `exporter.eventstream` (a bad frame is `stream`).
+a prelude and a message CRC, both checked by `exporter.framing.eventstream` (a bad frame is
+`stream`).
 Events as botocore's `bedrock-runtime` model names them: `messageStart`, `contentBlockStart`
 (`start.toolUse` names a tool: a tool-call token), `contentBlockDelta` (`text` is answer,
 `reasoningContent.text` reasoning, `toolUse.input` argument pieces; a `reasoningContent.signature`
@@ -30,8 +31,7 @@ import orjson
 
 from exporter.config import ProbeConfig, Secret, Series, ToolChoiceName
 from exporter.errors import StreamError, UpstreamError
-from exporter.eventstream import EventMessage
-from exporter.images import image_payload
+from exporter.framing.eventstream import EventMessage
 from exporter.log import REDACTOR
 from exporter.protocols.base import (
     ANSWER,
@@ -51,6 +51,7 @@ from exporter.protocols.base import (
     load_event,
     text_piece,
 )
+from exporter.protocols.images import image_payload
 from exporter.result import ServerPhase, Usage
 
 EVENTSTREAM = "application/vnd.amazon.eventstream"

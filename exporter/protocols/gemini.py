@@ -30,7 +30,7 @@ import orjson
 
 from exporter.config import ProbeConfig, Secret, Series, ToolChoiceName
 from exporter.errors import StreamError, UpstreamError
-from exporter.images import image_payload
+from exporter.framing.sse import ServerSentEvent
 from exporter.protocols.base import (
     ANSWER,
     MAX_CHOICES,
@@ -47,8 +47,8 @@ from exporter.protocols.base import (
     json_headers,
     load_event,
 )
+from exporter.protocols.images import image_payload
 from exporter.result import Usage
-from exporter.sse import ServerSentEvent
 
 # Finish reasons of an answer that ended as asked; any other one was cut by the server.
 _NORMAL_FINISH = frozenset({"STOP", "MAX_TOKENS", "FINISH_REASON_UNSPECIFIED"})

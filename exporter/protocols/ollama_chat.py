@@ -22,7 +22,6 @@ import orjson
 
 from exporter.config import ProbeConfig, Secret, Series
 from exporter.errors import StreamError, UpstreamError
-from exporter.images import image_payload
 from exporter.protocols.base import (
     ANSWER,
     MAX_TOOL_CALLS,
@@ -40,6 +39,7 @@ from exporter.protocols.base import (
     json_headers,
     text_piece,
 )
+from exporter.protocols.images import image_payload
 from exporter.result import ServerPhase, Usage
 
 NDJSON_TYPES = ("application/x-ndjson", "application/ndjson", "application/jsonl")

@@ -22,7 +22,7 @@ import orjson
 
 from exporter.config import ProbeConfig, ResponseFormat, Secret, Series, ToolChoiceName
 from exporter.errors import StreamError, UpstreamError
-from exporter.images import data_url
+from exporter.framing.sse import ServerSentEvent
 from exporter.protocols.base import (
     ANSWER,
     MAX_CHOICES,
@@ -38,8 +38,8 @@ from exporter.protocols.base import (
     json_headers,
     load_event,
 )
+from exporter.protocols.images import data_url
 from exporter.result import ServerPhase, Usage
-from exporter.sse import ServerSentEvent
 
 
 def chat_messages(prompt: Prompt) -> list[dict[str, Any]]:

@@ -23,7 +23,7 @@ import orjson
 
 from exporter.config import ProbeConfig, Secret, Series, ToolChoiceName
 from exporter.errors import UpstreamError
-from exporter.images import data_url
+from exporter.framing.sse import ServerSentEvent
 from exporter.protocols.base import (
     ANSWER,
     REASONING,
@@ -39,9 +39,9 @@ from exporter.protocols.base import (
     load_event,
     text_piece,
 )
+from exporter.protocols.images import data_url
 from exporter.protocols.openai_chat import json_schema_format
 from exporter.result import Usage
-from exporter.sse import ServerSentEvent
 
 _ANSWER_DELTAS = frozenset({"response.output_text.delta", "response.refusal.delta"})
 _REASONING_DELTAS = frozenset({"response.reasoning_text.delta",

@@ -1,7 +1,8 @@
 """The stream framings the simulator writes: SSE, NDJSON and the AWS binary event stream.
 
 Dialects build JSON objects; these functions turn each into the bytes of one frame. The event
-stream layout is the one `exporter.eventstream` decodes (prelude, headers, payload, two CRC32s).
+stream layout is the one `exporter.framing.eventstream` decodes (prelude, headers, payload,
+two CRC32s).
 """
 
 from __future__ import annotations

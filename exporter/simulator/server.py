@@ -11,8 +11,8 @@ from typing import Any
 import structlog
 from aiohttp import web
 
-from ..address import parse_listen_address
 from ..config import SimulatorConfig
+from ..config.address import parse_listen_address
 from .app import SIM_RECORDS, SimRecord, create_app
 from .dialects import AwsKeys
 

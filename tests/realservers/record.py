@@ -12,8 +12,8 @@ from typing import Any
 import orjson
 import pytest
 
+from exporter.framing.sse import ServerSentEvent
 from exporter.protocols.openai_chat import ChatStreamParser
-from exporter.sse import ServerSentEvent
 
 
 class StreamRecorder:

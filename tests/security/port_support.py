@@ -16,13 +16,13 @@ import aiohttp
 from prometheus_client import CollectorRegistry
 
 from exporter.config import Config
-from exporter.listener import ServerLimits
-from exporter.metrics import ExporterMetrics
-from exporter.prober import Prober
-from exporter.scheduler import Scheduler
-from exporter.server import ServerState, start_server
-from exporter.store import ResultStore
-from exporter.webconfig import LiveWebConfig
+from exporter.exposition.metrics import ExporterMetrics
+from exporter.probe.prober import Prober
+from exporter.serve.listener import ServerLimits
+from exporter.serve.results import ResultStore
+from exporter.serve.scheduler import Scheduler
+from exporter.serve.server import ServerState, start_server
+from exporter.serve.webconfig import LiveWebConfig
 
 
 @dataclass

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from exporter.config import parse_config
-from exporter.prober import Prober
+from exporter.probe.prober import Prober
 from tests.conftest import ok_stream
 
 

@@ -13,7 +13,7 @@ import pytest
 
 from exporter.errors import Result
 from exporter.log import configure_logging
-from exporter.prober import Prober
+from exporter.probe.prober import Prober
 from tests.conftest import make_config
 
 SSE_HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"

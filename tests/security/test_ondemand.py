@@ -11,8 +11,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.config import parse_config
-from exporter.ondemand import SCRAPE_TIMEOUT_HEADER, probe_deadline
-from exporter.shard import shard_of
+from exporter.config.shard import shard_of
+from exporter.serve.ondemand import SCRAPE_TIMEOUT_HEADER, probe_deadline
 from tests.conftest import Script, make_config, ok_stream
 from tests.security.port_support import serve
 

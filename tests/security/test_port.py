@@ -25,7 +25,7 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.listener import (
+from exporter.serve.listener import (
     AcceptErrorLimiter,
     CloseReason,
     ServerLimits,

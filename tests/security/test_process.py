@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from exporter.budget import Budget, utc_day
 from exporter.config import BudgetConfig
+from exporter.serve.budget import Budget, utc_day
 from tests.conftest import free_port
 from tests.e2e_support import EXPORTER, ROOT, start_daemon, wait_for
 from tests.e2e_support import shipped_config as make_shipped_config
@@ -140,7 +140,7 @@ def test_sigterm_during_a_long_reload_keeps_to_the_grace(config: Path, tmp_path:
 
 SAVE_UNDER_FILE_SIZE_LIMIT = """
 import resource, signal, sys
-from exporter.budget import Budget
+from exporter.serve.budget import Budget
 from exporter.config import BudgetConfig
 
 budget = Budget(BudgetConfig(max_cost_per_day=1.0, state_file=sys.argv[1]))

@@ -7,7 +7,7 @@ import orjson
 import pytest
 
 from exporter.errors import Result
-from exporter.prober import Prober
+from exporter.probe.prober import Prober
 from exporter.protocols import MAX_CHOICES, MAX_EVENT_VALUES
 from tests.conftest import DONE, Script, chat_chunk, make_config
 

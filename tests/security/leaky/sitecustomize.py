@@ -15,7 +15,7 @@ if os.environ.get("CANARY_LEAK"):
     import warnings
     from typing import Any
 
-    from exporter import daemon
+    from exporter.serve import daemon
 
     _start = daemon.Daemon.start
 

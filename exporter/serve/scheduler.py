@@ -26,15 +26,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from exporter.budget import Budget
 from exporter.config import Config, Series
 from exporter.errors import Result
-from exporter.families import SkipReason
+from exporter.exposition.families import SkipReason
+from exporter.exposition.metrics import ExporterMetrics
 from exporter.log import get_logger
-from exporter.metrics import ExporterMetrics
-from exporter.prober import Prober
+from exporter.probe.prober import Prober
 from exporter.result import ProbeResult
-from exporter.store import ResultStore
+from exporter.serve.budget import Budget
+from exporter.serve.results import ResultStore
 
 SeriesKey = tuple[str, str, str]
 FIRST_PROBE_WINDOW = 10.0  # seconds: every series probes this soon after start (or its interval)

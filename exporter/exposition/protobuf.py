@@ -24,7 +24,7 @@ from itertools import accumulate
 from prometheus_client.metrics_core import Metric as ClientFamily
 from prometheus_client.samples import Exemplar as ClientExemplar
 
-from exporter.nativehist import (
+from exporter.exposition.nativehist import (
     DEFAULT_ZERO_THRESHOLD,
     MAX_SCHEMA,
     MIN_SCHEMA,

@@ -12,10 +12,10 @@ from collections.abc import Iterator, Mapping
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 
 from exporter.config import Config, Series
+from exporter.config.shard import parse_shard, shard_of
 from exporter.errors import Result
-from exporter.families import PROBE_LABELS, Family, Scope, SkipReason, families
+from exporter.exposition.families import PROBE_LABELS, Family, Scope, SkipReason, families
 from exporter.result import ProbeResult, TokenSource, Usage
-from exporter.shard import parse_shard, shard_of
 
 SCRAPE_TIMEOUT_HEADER = "X-Prometheus-Scrape-Timeout-Seconds"
 

@@ -22,11 +22,17 @@ from prometheus_client.metrics_core import HistogramMetricFamily, Metric
 from prometheus_client.openmetrics.exposition import generate_latest as openmetrics_latest
 from prometheus_client.utils import floatToGoString
 
-from exporter import __version__, protobuf
+from exporter import __version__
 from exporter.config import Config, ProbeKind, Series
 from exporter.errors import Result
-from exporter.exposition import NativeSettings, ProbeCollector, SeriesValues, is_finite
-from exporter.families import (
+from exporter.exposition.collector import (
+    NativeSettings,
+    ProbeCollector,
+    SeriesValues,
+    is_finite,
+    protobuf,
+)
+from exporter.exposition.families import (
     BY_KEY,
     OBJECTIVE_FAMILY,
     PROBE_LABELS,

@@ -8,10 +8,10 @@ from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
-from exporter import tokens
 from exporter.config import Config, Series
 from exporter.log import REDACTOR
-from exporter.prober import Prober
+from exporter.probe import tokens
+from exporter.probe.prober import Prober
 from exporter.simulator import start_simulator
 
 

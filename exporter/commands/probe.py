@@ -1,7 +1,7 @@
 """`probe`: run selected series once (or `--repeat N` times) with the daemon's prober.
 
 Prints a table (or JSON with `--json`); a failed probe gets its reason and the likely fix from
-`exporter.hints`. Exit 0 only if every probe succeeded, 1 otherwise, 2 when nothing matched.
+`exporter.probe.hints`. Exit 0 only if every probe succeeded, 1 otherwise, 2 when nothing matched.
 """
 
 from __future__ import annotations
@@ -16,12 +16,12 @@ from rich.console import Console
 from rich.table import Table
 
 from exporter import __version__
+from exporter.commands.cells import ESTIMATED, cell, estimated, fmt_cost, fmt_ms, make_console
+from exporter.commands.selection import Selection, probing, select_series
 from exporter.config import Config, Series
-from exporter.format import ESTIMATED, cell, estimated, fmt_cost, fmt_ms, make_console
-from exporter.hints import hint_for
 from exporter.log import REDACTOR
 from exporter.measure import percentile
-from exporter.oneoff import Selection, probing, select_series
+from exporter.probe.hints import hint_for
 from exporter.record import SCHEMA_VERSION, Record
 from exporter.result import ProbeResult, TokenSource
 

@@ -1,12 +1,11 @@
 """Sans-IO decoder for newline-delimited JSON (NDJSON, `application/x-ndjson`), as Ollama streams.
 
-Feed it the raw bytes of a response body as they arrive and it returns the JSON values of the
-lines each read completes; call `flush()` at end of stream for a last line without its newline.
-Like `exporter.sse`: only CR, LF and CRLF end a line, lines are split as bytes before UTF-8 is
+Feed it the raw bytes of a response body as they arrive and it returns the JSON values of the lines
+each read completes; call `flush()` at end of stream for a last line without its newline. Like
+`exporter.framing.sse`: only CR, LF and CRLF end a line, lines are split as bytes before UTF-8 is
 decoded (a character split across two reads survives), a line longer than the cap is an error
 before it is complete (a server that never sends a newline cannot grow memory), blank lines are
-skipped, and a line that is not one JSON value raises `StreamError` without echoing its bytes.
-"""
+skipped, and a line that is not one JSON value raises `StreamError` without echoing its bytes. """
 
 from __future__ import annotations
 

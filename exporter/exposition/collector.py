@@ -65,9 +65,9 @@ from prometheus_client.metrics_core import (
 from prometheus_client.samples import Exemplar
 from prometheus_client.utils import floatToGoString
 
-from exporter import protobuf
-from exporter.families import Family, FamilySpec, MetricType
-from exporter.nativehist import NativeBuckets, widened, zeros
+from exporter.exposition import protobuf
+from exporter.exposition.families import Family, FamilySpec, MetricType
+from exporter.exposition.nativehist import NativeBuckets, widened, zeros
 
 _COUNT_TEXT = [floatToGoString(float(i)) for i in range(4096)]
 

@@ -21,8 +21,6 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from exporter import images
-from exporter.address import parse_listen_address
 from exporter.config import (
     Config,
     ConfigError,
@@ -30,15 +28,17 @@ from exporter.config import (
     reuse_unchanged,
     sources_digest,
 )
+from exporter.config.address import parse_listen_address
+from exporter.exposition.metrics import ExporterMetrics
 from exporter.log import REDACTOR, get_logger
-from exporter.metrics import ExporterMetrics
-from exporter.prober import Prober
-from exporter.scheduler import Scheduler
-from exporter.server import HTTPServer, ServerState, start_server
-from exporter.signals import ProcessSignals
+from exporter.probe.prober import Prober
+from exporter.protocols import images
+from exporter.serve.results import ResultStore
+from exporter.serve.scheduler import Scheduler
+from exporter.serve.server import HTTPServer, ServerState, start_server
+from exporter.serve.signals import ProcessSignals
+from exporter.serve.webconfig import LiveWebConfig
 from exporter.simulator import Simulator, start_simulator
-from exporter.store import ResultStore
-from exporter.webconfig import LiveWebConfig
 
 LOOP_LAG_PERIOD = 0.25
 SWITCH_INTERVAL = 0.0005

@@ -1,12 +1,11 @@
 """HTTP endpoints: /metrics, /probe, /-/healthy, /-/ready, /-/reload, /, /api/v1/results, /config.
 
-`start_server` serves them from a thread and event loop of their own, behind the connection
-guard of `exporter.listener` (cap, timeouts, eviction) and the web config; anything that touches
+`start_server` serves them from a thread and event loop of their own, behind the connection guard
+of `exporter.serve.listener` (cap, timeouts, eviction) and the web config; anything that touches
 probing (on-demand probes, reloads) runs on the probing loop. Rendering happens in worker threads
-and concurrent scrapes share one render, so no client of the port holds the event loop that
-stamps tokens: the status page and JSON from an immutable snapshot of the store, the exposition
-from the live per-series values, read under the thread contract written in `exposition`.
-"""
+and concurrent scrapes share one render, so no client of the port holds the event loop that stamps
+tokens: the status page and JSON from an immutable snapshot of the store, the exposition from the
+live per-series values, read under the thread contract written in `exposition`. """
 
 from __future__ import annotations
 
@@ -27,11 +26,15 @@ from aiohttp.abc import AbstractStreamWriter
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 
-from exporter import __version__, protobuf
+from exporter import __version__
 from exporter.config import Config, Series, redacted
-from exporter.exposition import blocks
-from exporter.families import SkipReason
-from exporter.listener import (
+from exporter.exposition.collector import blocks, protobuf
+from exporter.exposition.families import SkipReason
+from exporter.exposition.metrics import ExporterMetrics
+from exporter.log import REDACTOR, get_logger
+from exporter.record import SCHEMA_VERSION, Record
+from exporter.result import ProbeResult
+from exporter.serve.listener import (
     ConnectionGuard,
     GuardedSite,
     ServerLimits,
@@ -39,14 +42,15 @@ from exporter.listener import (
     install_accept_error_limiter,
     raise_fd_limit,
 )
-from exporter.log import REDACTOR, get_logger
-from exporter.metrics import ExporterMetrics
-from exporter.ondemand import SCRAPE_TIMEOUT_HEADER, ondemand_answer, owning_shard, probe_deadline
-from exporter.record import SCHEMA_VERSION, Record
-from exporter.result import ProbeResult
-from exporter.scheduler import Scheduler
-from exporter.store import ResultStore, Snapshot
-from exporter.webconfig import LiveWebConfig
+from exporter.serve.ondemand import (
+    SCRAPE_TIMEOUT_HEADER,
+    ondemand_answer,
+    owning_shard,
+    probe_deadline,
+)
+from exporter.serve.results import ResultStore, Snapshot
+from exporter.serve.scheduler import Scheduler
+from exporter.serve.webconfig import LiveWebConfig
 
 
 class Coalescer:

@@ -45,7 +45,7 @@ from aiohttp.web_protocol import RequestHandler
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from exporter.families import BY_KEY, CloseReason, Family
+from exporter.exposition.families import BY_KEY, CloseReason, Family
 from exporter.log import get_logger
 
 # A soft limit of "unlimited" is read as this many descriptors (select/epoll need a number).

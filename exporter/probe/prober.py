@@ -29,8 +29,7 @@ from aiohttp.client_proto import ResponseHandler
 from aiohttp.http_exceptions import HttpProcessingError
 from yarl import URL
 
-from exporter import measure, tokens
-from exporter.checks import Observed, run_checks
+from exporter import measure
 from exporter.config import Case, Expect, ProbeKind, Proxy, Series
 from exporter.errors import (
     CheckFailed,
@@ -44,8 +43,12 @@ from exporter.errors import (
     StreamError,
     TLSFailed,
 )
-from exporter.keyfile import KeyFiles
 from exporter.log import REDACTOR, Redactor, get_logger
+from exporter.probe import tokens
+from exporter.probe.checks import Observed, run_checks
+from exporter.probe.keyfile import KeyFiles
+from exporter.probe.signing import AwsSigners, SigningError
+from exporter.probe.tokens import estimate_tokens
 from exporter.protocols import (
     OUTPUT,
     ApiProtocol,
@@ -61,8 +64,6 @@ from exporter.protocols import (
     protocol_for,
 )
 from exporter.result import ProbeResult, ProbeStamps, TokenSource, ToolCall, Usage
-from exporter.signing import AwsSigners, SigningError
-from exporter.tokens import estimate_tokens
 
 Clock = Callable[[], float]
 

@@ -1,0 +1,1 @@
+"""The one-off commands' own parts: series selection, `probe`, `check`, table cells."""

@@ -1,0 +1,1 @@
+"""Metric families, per-series values and their renderings: text, OpenMetrics, protobuf."""

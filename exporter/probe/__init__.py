@@ -1,0 +1,1 @@
+"""One probe: stamping transport, failure causes, the prober, result assembly, checks, hints."""

@@ -1,0 +1,1 @@
+"""The daemon: scheduler, HTTP port and endpoints, web config, results, budget, signals."""
