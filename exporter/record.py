@@ -134,6 +134,7 @@ class RecordJSON(TypedDict):
     dimensions: NotRequired[int | None]
     checks_passed: NotRequired[bool | None]          # schema 2
     retry_after_seconds: NotRequired[float | None]   # schema 2
+    adapted_parameters: NotRequired[list[str]]  # request parameters adapted for the model
     # bench records only
     mode: NotRequired[LoadMode]
     level: NotRequired[int | float]
@@ -186,6 +187,7 @@ class Record:
                                for phase, seconds in r.server_timings.items()},
             "dimensions": r.dimensions,
             "checks_passed": r.checked, "retry_after_seconds": r.retry_after,
+            "adapted_parameters": list(r.adapted),
         }
         if self.bench is not None:
             b = self.bench
@@ -225,6 +227,7 @@ class Record:
             tool_calls=tuple(ToolCall(c["name"], c["arguments"])
                              for c in d.get("tool_calls", ())),
             server_timings=d.get("server_timings", {}), dimensions=d.get("dimensions"),
+            adapted=tuple(d.get("adapted_parameters", ())),
             started_at=d["started_at"], finished_at=d["finished_at"],
             stamps=_stamps_from_json(d.get("stamps")))
         bench = None

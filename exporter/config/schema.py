@@ -20,6 +20,7 @@ from pydantic import (
 from yarl import URL
 
 from exporter.config.address import parse_listen_address
+from exporter.config.reasoning import Params, ReasoningConfig
 from exporter.config.shard import parse_shard
 from exporter.config.types import (
     LABEL_NAME,
@@ -142,6 +143,9 @@ class SimulatedModel(_Strict):
     disconnect_rate: float = Field(default=0.0, ge=0.0, le=1.0)
     capacity: int | None = Field(default=None, ge=1)
     dimensions: int = Field(default=1536, ge=1)  # embedding size when a request names none
+    # Enforce the request rules of a hosted family (e.g. gpt-5, claude-opus-4-7) for a name
+    # that says nothing (an Azure deployment); names like a family's enforce them anyway.
+    family: str | None = Field(default=None, min_length=1, max_length=MAX_MODEL_NAME)
 
 
 class SimulatorConfig(_Strict):
@@ -265,6 +269,7 @@ class Feature(StrEnum):
     TOOLS = "tools"
     RESPONSE_FORMAT = "response_format"
     EMBEDDING = "kind: embedding"
+    REASONING = "reasoning"
 
 
 class Tool(_Strict):
@@ -311,7 +316,7 @@ class ResponseFormat(_Strict):
 
 # Keys of a chat probe that an embedding probe does not send.
 _CHAT_ONLY = ("prompt", "messages", "cases", "system", "image", "tools", "tool_choice",
-              "response_format", "max_tokens", "temperature")
+              "response_format", "max_tokens", "temperature", "reasoning")
 
 
 class ProbeConfig(_Strict):
@@ -324,7 +329,10 @@ class ProbeConfig(_Strict):
     system: str | None = None
     input: str | None = None  # kind: embedding
     max_tokens: int = Field(default=256, ge=1, le=10_000_000)
-    temperature: float | None = Field(default=0.2, ge=0.0, le=2.0)
+    # Sent only when set: reasoning models refuse most values (and Anthropic's newest any).
+    temperature: float | None = Field(default=None, ge=0.0, le=2.0)
+    reasoning: ReasoningConfig | None = None
+    params: Params = Field(default_factory=dict)  # extra body fields, merged last
     nonce: bool = True
     image: ImageSpec | None = None
     tools: tuple[Tool, ...] = Field(default=(), max_length=128)
@@ -399,6 +407,8 @@ class ProbeConfig(_Strict):
             needs.add(Feature.TOOLS)
         if self.response_format is not None:
             needs.add(Feature.RESPONSE_FORMAT)
+        if self.reasoning is not None:
+            needs.add(Feature.REASONING)
         return frozenset(needs)
 
 
@@ -430,12 +440,13 @@ class Api(StrEnum):
 
 _API_FEATURES: dict[Api, frozenset[Feature]] = {
     Api.OPENAI_CHAT: frozenset(Feature),
-    Api.OPENAI_COMPLETIONS: frozenset({Feature.EMBEDDING}),
+    Api.OPENAI_COMPLETIONS: frozenset({Feature.EMBEDDING}),  # no reasoning control either
     Api.OPENAI_RESPONSES: frozenset(Feature),
     Api.ANTHROPIC_MESSAGES: frozenset(Feature) - {Feature.EMBEDDING},
     Api.GEMINI: frozenset(Feature),
     Api.BEDROCK_CONVERSE: frozenset(Feature) - {Feature.EMBEDDING},
-    Api.OLLAMA_CHAT: frozenset({Feature.IMAGE, Feature.TOOLS, Feature.RESPONSE_FORMAT}),
+    Api.OLLAMA_CHAT: frozenset({Feature.IMAGE, Feature.TOOLS, Feature.RESPONSE_FORMAT,
+                                Feature.REASONING}),
 }
 
 
@@ -553,6 +564,10 @@ class TargetConfig(_Strict):
     aws_sigv4: AwsSigV4Config | None = None
     slo: SloConfig = Field(default_factory=SloConfig)
     model_slo: dict[str, SloConfig] = Field(default_factory=dict)
+    params: Params = Field(default_factory=dict)  # extra body fields for every probe here
+    # The hosted family behind a name that says nothing (an Azure deployment, a gateway alias):
+    # {deployment: gpt-5-mini}; its request rules then apply.
+    model_family: dict[str, str] = Field(default_factory=dict)
 
     @field_validator("name")
     @classmethod

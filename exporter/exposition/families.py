@@ -103,6 +103,7 @@ class Family(StrEnum):
     RATELIMIT_REQUESTS = "ratelimit_remaining_requests"
     RATELIMIT_TOKENS = "ratelimit_remaining_tokens"
     INTERVAL = "interval"
+    ADAPTED_PARAMETERS = "adapted_parameters"
     # the exporter itself
     IN_FLIGHT = "in_flight"
     SCHEDULER_LAG = "scheduler_lag"
@@ -237,6 +238,9 @@ FAMILIES: tuple[FamilySpec, ...] = (
           "Tokens left in the provider's rate-limit window (from its headers)."),
     _spec(Family.INTERVAL, "llm_probe_interval_seconds", _G, _P,
           "Configured probe interval of the series."),
+    _spec(Family.ADAPTED_PARAMETERS, "llm_probe_adapted_parameters", _G, _P,
+          "1 where the exporter changed a request parameter after the server refused it "
+          "(remembered per target and model until the config changes).", "parameter"),
     # -- the exporter itself ---------------------------------------------------------------
     _spec(Family.IN_FLIGHT, "llm_probe_in_flight", _G, _E, "Probes in flight now."),
     _spec(Family.SCHEDULER_LAG, "llm_probe_scheduler_lag_seconds", _H, _E,

@@ -19,7 +19,7 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import SimpleNamespace
 from typing import Any
 
@@ -45,6 +45,7 @@ from exporter.errors import (
 )
 from exporter.log import REDACTOR, Redactor, get_logger
 from exporter.probe import tokens
+from exporter.probe.adapt import MAX_ADAPTATIONS, Adaptations
 from exporter.probe.checks import Observed, run_checks
 from exporter.probe.keyfile import KeyFiles
 from exporter.probe.signing import AwsSigners, SigningError
@@ -524,7 +525,8 @@ class Prober:
         self._log = logger or get_logger()
         self._keys = KeyFiles(redactor, self._log)
         self._session: aiohttp.ClientSession | None = None
-        self._no_stream_options: set[str] = set()  # targets that rejected stream_options
+        # Request parameters servers refused, adapted per (target, model).
+        self.adaptations = Adaptations(self._log)
         self._protocols: dict[Any, ApiProtocol] = {}
         self._case_turn: dict[tuple[str, str, str], int] = {}  # golden-set rotation per series
         self._vocabulary: asyncio.Future[str] | None = None  # the one load of tokens' vocabulary
@@ -604,7 +606,8 @@ class Prober:
             attempt.stamps.t_end = self._clock()  # the probe ended here, whatever waits next
         try:
             await self._vocabulary_for(attempt)
-            return self._result(series, attempt, error, started)
+            return replace(self._result(series, attempt, error, started),
+                           adapted=self.adaptations.adapted(series))
         except Exception as exc:  # what a parser collected is unusable: still one result
             self._log.exception("probe result failed", target=series.target.name,
                                 model=series.model, probe=series.probe_name)
@@ -632,22 +635,21 @@ class Prober:
         attempt.prompt_text = "\n".join(filter(None, (prompt.system, *(
             content for _role, content in prompt.messages))))
         key = self._keys.key(target)
-        stream_options = target.name not in self._no_stream_options
-        for _ in range(2):
-            request = protocol.build_request(series, prompt, key, stream_options=stream_options)
+        tuning = self.adaptations.tuning(series)
+        for turn in range(MAX_ADAPTATIONS + 1):
+            request = protocol.build_request(series, prompt, key, tuning=tuning)
             async with await self._send(series, attempt, request) as response:
                 if response.status >= 300:
-                    message = _error_text(await _read_some(response, ERROR_BODY_LIMIT),
-                                          self._redact)
-                    if (stream_options and protocol.rejects_stream_options(
-                            response.status, message)):
-                        # Remembered per target so later probes ask once, not twice.
-                        self._no_stream_options.add(target.name)
-                        stream_options = False
-                        self._log.info("stream_options rejected; retrying without it",
-                                       target=target.name)
+                    body = await _read_some(response, ERROR_BODY_LIMIT)
+                    # A refused parameter the exporter chose: retried at once, adapted (each
+                    # try restarts t0: a refused attempt is not the probe's time).
+                    verdict = self.adaptations.after(series, tuning, response.status, body)
+                    if verdict.tuning is not None and turn < MAX_ADAPTATIONS:
+                        tuning = verdict.tuning
                         continue
-                    raise self._status_error(response, message)
+                    if verdict.reason:
+                        raise HTTPStatusError(response.status, verdict.reason)
+                    raise self._status_error(response, _error_text(body, self._redact))
                 await self._read_stream(response, protocol, series, attempt)
                 return
 
