@@ -1,7 +1,7 @@
 """Reasoning controls and extra body fields of a probe: `reasoning:` and `params:`.
 
 `reasoning: {effort, budget_tokens}` says how much a reasoning model may think; each API style
-maps it to its own field (`exporter.protocols.rules`). `params:` (on a probe and on a target)
+maps it to its own field (`exporter.providers.rules`). `params:` (on a probe and on a target)
 holds body fields the exporter does not model; they are merged into the request body last, as a
 JSON Merge Patch (RFC 7386): objects merge key by key, any other value replaces, `null` removes.
 """
@@ -22,7 +22,7 @@ MAX_PARAMS_DEPTH = 16
 
 class Effort(StrEnum):
     """How much a reasoning model should think, in OpenAI's vocabulary (the widest one); each
-    API style translates it (see `exporter.protocols.rules`)."""
+    API style translates it (see `exporter.providers.rules`)."""
 
     NONE = "none"
     MINIMAL = "minimal"

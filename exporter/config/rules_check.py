@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 
 from exporter.config.schema import ProbeConfig, TargetConfig
+from exporter.providers.rules import BUDGET_VENDORS, lookup
 
 Loc = tuple[int | str, ...]
 
@@ -13,11 +14,6 @@ Loc = tuple[int | str, ...]
 def reasoning_problems(target: TargetConfig, where: Loc,
                        probes: Mapping[str, ProbeConfig | None]) -> Iterator[tuple[Loc, str]]:
     """(location, message) for every reasoning problem of one valid target."""
-    # The rules table lives with the protocols, which import this package: importing it at
-    # module level would be circular; by the time a config is checked both are loaded.
-    from exporter.protocols.reasoning import BUDGET_VENDORS
-    from exporter.protocols.rules import lookup
-
     for model, family in target.model_family.items():
         loc = (*where, "model_family", model)
         if model not in target.models:

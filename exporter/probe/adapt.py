@@ -1,6 +1,6 @@
 """What the exporter learnt from servers that refused a request parameter, per (target, model).
 
-A refusal (`exporter.protocols.refusals`) of something the exporter chose — the output limit's
+A refusal (`exporter.providers.refusals`) of something the exporter chose — the output limit's
 name, `stream_options`, asking for thought summaries, the shape of the thinking control — is
 adapted the way the server asks, once per parameter, and remembered until the target's config
 changes: the probe retries at once and every later probe sends the working request (logged
@@ -18,8 +18,8 @@ from exporter.config import Series, Target
 from exporter.config.reasoning import mentions
 from exporter.log import get_logger
 from exporter.protocols.reasoning import NO_TUNING, PARAM_NAMES, Plan, Tuning, plan
-from exporter.protocols.refusals import Action, Refusal, parse_refusal
-from exporter.protocols.rules import Knob, Param
+from exporter.providers.refusals import Action, Refusal, parse_refusal
+from exporter.providers.rules import Knob, Param
 
 MAX_ADAPTATIONS = 4  # retries of one probe: one per parameter, and never more than this
 _TOKEN_FIELDS = frozenset({Param.MAX_TOKENS, Param.MAX_COMPLETION_TOKENS})

@@ -39,7 +39,7 @@ from exporter.protocols.base import (
 )
 from exporter.protocols.images import image_payload
 from exporter.protocols.reasoning import NO_TUNING, Plan, Tuning, plan
-from exporter.protocols.rules import ANTHROPIC_EFFORT, Knob
+from exporter.providers.rules import ANTHROPIC_EFFORT, Knob
 from exporter.result import Usage
 
 ANTHROPIC_VERSION = "2023-06-01"

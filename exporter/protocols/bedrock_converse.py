@@ -55,7 +55,7 @@ from exporter.protocols.base import (
 )
 from exporter.protocols.images import image_payload
 from exporter.protocols.reasoning import NO_TUNING, Plan, Tuning, plan
-from exporter.protocols.rules import NOVA_EFFORT, Vendor
+from exporter.providers.rules import NOVA_EFFORT, Vendor
 from exporter.result import ServerPhase, Usage
 
 EVENTSTREAM = "application/vnd.amazon.eventstream"

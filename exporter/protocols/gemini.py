@@ -50,7 +50,7 @@ from exporter.protocols.base import (
 )
 from exporter.protocols.images import image_payload
 from exporter.protocols.reasoning import NO_TUNING, Plan, Tuning, plan
-from exporter.protocols.rules import GEMINI_LEVEL, Knob
+from exporter.providers.rules import GEMINI_LEVEL, Knob
 from exporter.result import Usage
 
 # Finish reasons of an answer that ended as asked; any other one was cut by the server.

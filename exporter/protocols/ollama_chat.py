@@ -41,7 +41,7 @@ from exporter.protocols.base import (
 )
 from exporter.protocols.images import image_payload
 from exporter.protocols.reasoning import NO_TUNING, Plan, Tuning, plan
-from exporter.protocols.rules import OLLAMA_THINK
+from exporter.providers.rules import OLLAMA_THINK
 from exporter.result import ServerPhase, Usage
 
 NDJSON_TYPES = ("application/x-ndjson", "application/ndjson", "application/jsonl")

@@ -16,12 +16,11 @@ from typing import Any
 
 from exporter.config import Series
 from exporter.config.reasoning import Effort, mentions, merge_patch
-from exporter.protocols.rules import (
+from exporter.providers.rules import (
     DEFAULT_KNOBS,
     Family,
     Knob,
     Param,
-    Vendor,
     effort_budget,
     lookup,
 )
@@ -48,8 +47,6 @@ PARAM_NAMES: Mapping[Param, frozenset[str]] = {
     Param.SHOW_THOUGHTS: frozenset({"includeThoughts", "display"}),
 }
 _CAPS = frozenset({Param.MAX_TOKENS, Param.MAX_COMPLETION_TOKENS, Param.MAX_OUTPUT_TOKENS})
-# Vendors whose models take a thinking budget in tokens (the others take a named effort).
-BUDGET_VENDORS = frozenset({Vendor.ANTHROPIC, Vendor.GOOGLE})
 
 
 @dataclass(frozen=True, slots=True)

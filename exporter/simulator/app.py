@@ -40,6 +40,7 @@ from .dialects import (
     embed,
     sigv4_supported,
 )
+from .hosted import Rejection, validate
 from .plan import Fault, Kind, OverrideError, Overrides, Plan, Reasoning, make_plan
 from .text import generate_tokens
 
@@ -269,6 +270,10 @@ class _Exchange:
             overrides = Overrides.from_headers(request.headers)
         except OverrideError as exc:
             return self.fail(400, str(exc))
+        if isinstance(provider, Dialect):  # a hosted family's own rules (see .hosted)
+            overrides = validate(provider.name, parsed.model, profile, body, overrides)
+        if isinstance(overrides, Rejection):
+            return self.fail(400, overrides.message, code=overrides.code, param=overrides.param)
         return parsed, profile, overrides
 
 

@@ -7,6 +7,7 @@ sampling parameters they refuse. The protocols read it (through `exporter.protoc
 nothing else in the exporter knows a model name. The first family whose pattern matches the
 model's last path segment (`openai/gpt-5-mini` → `gpt-5-mini`; a Bedrock ARN's last part) wins;
 every group ends with a catch-all whose `knobs` is None: "unknown", the API's usual shape.
+The config checks `model_family` against it, `check` warns from it.
 
 Sources are the providers' SDKs and docs and the 400s users reported (collected in the
 project's research notes, snapshots up to 2026-09); each rule names its source in a short
@@ -21,8 +22,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from exporter.config import Api
 from exporter.config.reasoning import Effort
+from exporter.config.schema import Api
 
 E = Effort
 
@@ -104,6 +105,7 @@ class Family:
     min_cap: int = 1  # smallest output limit the API accepts
     sampling: frozenset[Param] = frozenset()  # refused while the model thinks
     sampling_when_off: bool = False  # ... but accepted with effort none (gpt-5.1 and later)
+    sampling_always: bool = False  # ... and refused even when it does not think (deprecated)
     exclusive_sampling: bool = False  # temperature and top_p are refused together
     show_thoughts: bool = False  # thinking text is streamed only when asked for
     source: str = ""
@@ -196,7 +198,8 @@ def _claude(name: str, pattern: str, knobs: tuple[Knob, ...], source: str, *,
             deprecated: bool = False) -> Family:
     return Family(name, pattern, Vendor.ANTHROPIC, knobs=knobs, efforts=efforts,
                   budget=_A_BUDGET if Knob.BUDGET in knobs else None,
-                  sampling=_A_THINKING, exclusive_sampling=exclusive,
+                  sampling=_A_THINKING, sampling_always=deprecated,
+                  exclusive_sampling=exclusive,
                   # Opus 4.7+ omit thinking text unless `display: summarized` is sent.
                   show_thoughts=deprecated, source=source)
 
@@ -293,6 +296,8 @@ GROUPS: Mapping[Api, tuple[Family, ...]] = {
     Api.ANTHROPIC_MESSAGES: ANTHROPIC, Api.GEMINI: GEMINI, Api.BEDROCK_CONVERSE: BEDROCK,
     Api.OLLAMA_CHAT: OLLAMA,
 }
+# Vendors whose models take a thinking budget in tokens (the others take a named effort).
+BUDGET_VENDORS = frozenset({Vendor.ANTHROPIC, Vendor.GOOGLE})
 # The shape an unknown family gets, per vendor: what most models of that vendor take.
 DEFAULT_KNOBS: Mapping[Vendor, tuple[Knob, ...]] = {
     Vendor.OPENAI: (Knob.LEVEL,), Vendor.ANTHROPIC: (Knob.BUDGET, Knob.LEVEL),

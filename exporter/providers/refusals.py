@@ -21,7 +21,7 @@ import orjson
 
 from exporter.config.reasoning import squash
 from exporter.log import REDACTOR
-from exporter.protocols.rules import Knob, Param
+from exporter.providers.rules import Knob, Param
 
 MESSAGE_LIMIT = 300  # characters of the server's message kept (after redaction)
 MAX_UNWRAP = 3  # gateways inside gateways
