@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from exporter.config.network import TLS, Proxy
-from exporter.config.reasoning import merge_patch
+from exporter.config.reasoning import merge_patches
 from exporter.config.schema import (
     Api,
     AwsSigV4Config,
@@ -97,8 +97,9 @@ class Series:
 
     @property
     def params(self) -> dict[str, Any]:
-        """The extra body fields: the target's `params`, then the probe's (which win)."""
-        return merge_patch(self.target.params, self.probe.params)
+        """The extra body fields: the target's `params`, then the probe's (which win); a
+        patch (`null` removes a field) to apply to the body."""
+        return merge_patches(self.target.params, self.probe.params)
 
     @property
     def price(self) -> Price | None:

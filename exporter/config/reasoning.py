@@ -102,6 +102,16 @@ def merge_patch(target: Any, patch: Any) -> Any:
     return merged
 
 
+def merge_patches(first: Mapping[str, Any], second: Mapping[str, Any]) -> dict[str, Any]:
+    """One patch doing what `first` then `second` do (a `null` in either still removes)."""
+    merged = dict(first)
+    for key, value in second.items():
+        old = merged.get(key)
+        merged[key] = (merge_patches(old, value)
+                       if isinstance(old, Mapping) and isinstance(value, Mapping) else value)
+    return merged
+
+
 def mentions(params: Mapping[str, Any], names: frozenset[str]) -> bool:
     """Whether any key of `params`, at any depth, is one of `names` (compared without case,
     `_` or `.`: `top_p` and `topP` are one name)."""
