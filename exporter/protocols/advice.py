@@ -90,7 +90,7 @@ def _reasoning_advice(series: Series, name: str) -> list[str]:
         accepted = ", ".join(e.value for e in family.efforts)
         out.append(f"{name} accepts reasoning.effort {accepted}; {effort.value!r} will be "
                    "refused and the probe fail")
-    if reasoning.budget_tokens is not None:
+    if reasoning.budget_tokens is not None and sent.knob is Knob.BUDGET:
         if family.knobs is not None and Knob.BUDGET not in family.knobs:
             out.append(f"{name} takes no thinking budget: set reasoning.effort instead of "
                        "budget_tokens")
