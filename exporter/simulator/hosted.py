@@ -321,17 +321,24 @@ def _bedrock(model: Model, body: Mapping[str, Any]) -> Outcome:
 
 
 # -- Gemini --------------------------------------------------------------------------------------
+def _field(obj: Any, camel: str) -> Any:
+    """A protobuf JSON field by its camelCase or snake_case name (Google accepts both)."""
+    if not isinstance(obj, Mapping):
+        return None
+    value = obj.get(camel)
+    return obj.get(re.sub(r"([A-Z])", r"_\1", camel).lower()) if value is None else value
+
+
 def _gemini(model: Model, body: Mapping[str, Any]) -> Outcome:
-    generation = body.get("generationConfig") or body.get("generation_config") or {}
-    config = generation.get("thinkingConfig") if isinstance(generation, Mapping) else None
+    config = _field(_field(body, "generationConfig"), "thinkingConfig")
     if config is None:
         return Accepted(share=1.0 if model.thinks_by_default else 0.0)
     if not isinstance(config, Mapping):
         return Accepted()
     if not model.thinking:
         return Rejection("thinking_config is not supported.")
-    budget, level = config.get("thinkingBudget"), config.get("thinkingLevel")
-    include = config.get("includeThoughts")
+    budget, level = _field(config, "thinkingBudget"), _field(config, "thinkingLevel")
+    include = _field(config, "includeThoughts")
     if budget is not None and level is not None:
         return Rejection("You can only set only one of thinking budget and thinking level.")
     if level is not None:
