@@ -211,12 +211,14 @@ async def test_boto3_sends_the_exporters_request(sim: Simulator) -> None:
 async def test_ollama_library_sends_the_exporters_request(sim: Simulator) -> None:
     body = exporter_body("ollama-chat", "qwen3:8b", {"reasoning": {"effort": "low"}})
     assert body["think"] == "low"
-    client = ollama.AsyncClient(host=sim.origin, headers={"Authorization": f"Bearer {KEY}"})
-    thinking = "".join([part.message.thinking or "" async for part in await client.chat(**body)])
-    record = done(sim)
+    async with ollama.AsyncClient(host=sim.origin,
+                                  headers={"Authorization": f"Bearer {KEY}"}) as client:
+        thinking = "".join([part.message.thinking or ""
+                            async for part in await client.chat(**body)])
+        record = done(sim)
+        with pytest.raises(ollama.ResponseError) as info:
+            await client.chat(model="llama3.2", messages=[{"role": "user", "content": "hi"}],
+                              think=True)
     assert thinking == record["reasoning"] and record["reasoning_tokens"] == REASONING // 4
-    with pytest.raises(ollama.ResponseError) as info:
-        await client.chat(model="llama3.2", messages=[{"role": "user", "content": "hi"}],
-                          think=True)
     assert info.value.status_code == 400
     assert info.value.error == '"llama3.2" does not support thinking'
