@@ -154,8 +154,8 @@ HINTS: tuple[Hint, ...] = (
               "`tls.cert_file` and `tls.key_file`"),
     Hint(Result.HTTP_4XX, status=400,
          text="the server rejected the request body: a parameter (temperature, max_tokens, "
-              "messages, stream_options) may not be supported by this model; read its message "
-              "above"),
+              "reasoning, params) may not be supported by this model; read its message above "
+              "and `probe --show-request` for what was sent (docs/reasoning.md)"),
     Hint(Result.HTTP_4XX,
          text="the server refused the request: read its message above (payment, quota and "
               "content-policy errors land here)"),
