@@ -115,18 +115,21 @@ def merge_patches(first: Mapping[str, Any], second: Mapping[str, Any]) -> dict[s
 def mentions(params: Mapping[str, Any], names: frozenset[str]) -> bool:
     """Whether any key of `params`, at any depth, is one of `names` (compared without case,
     `_` or `.`: `top_p` and `topP` are one name)."""
-    wanted = {squash(name) for name in names}
+    return not key_names(params).isdisjoint(squash(name) for name in names)
+
+
+def key_names(params: Mapping[str, Any]) -> frozenset[str]:
+    """Every key of `params` at any depth, squashed (see `squash`)."""
+    found: set[str] = set()
     stack: list[Any] = [params]
     while stack:
         value = stack.pop()
-        if isinstance(value, Mapping):
-            for key, item in value.items():
-                if squash(str(key)) in wanted:
-                    return True
-                stack.append(item)
+        if isinstance(value, dict):
+            found.update(squash(str(key)) for key in value)
+            stack.extend(value.values())
         elif isinstance(value, list):
             stack.extend(value)
-    return False
+    return frozenset(found)
 
 
 def squash(name: str) -> str:

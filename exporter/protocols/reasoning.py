@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from exporter.config import Series
-from exporter.config.reasoning import Effort, mentions, merge_patch
+from exporter.config.reasoning import Effort, key_names, merge_patch, squash
 from exporter.providers.rules import (
     DEFAULT_KNOBS,
     Family,
@@ -47,6 +47,8 @@ PARAM_NAMES: Mapping[Param, frozenset[str]] = {
     Param.SHOW_THOUGHTS: frozenset({"includeThoughts", "display"}),
 }
 _CAPS = frozenset({Param.MAX_TOKENS, Param.MAX_COMPLETION_TOKENS, Param.MAX_OUTPUT_TOKENS})
+_SQUASHED = {param: frozenset(squash(name) for name in names)
+             for param, names in PARAM_NAMES.items()}
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,8 +137,10 @@ def plan(series: Series, tuning: Tuning = NO_TUNING) -> Plan:
 def _explicit(series: Series, params: Mapping[str, Any]) -> frozenset[Param]:
     """The parameters whose values the user chose: in the probe, or anywhere in `params:`."""
     probe = series.probe
-    chosen = {param for param, names in PARAM_NAMES.items()
-              if params and mentions(params, names)}
+    chosen: set[Param] = set()
+    if params:
+        keys = key_names(params)
+        chosen = {param for param, names in _SQUASHED.items() if not keys.isdisjoint(names)}
     if probe.temperature is not None:
         chosen.add(Param.TEMPERATURE)
     if "max_tokens" in probe.model_fields_set:

@@ -17,6 +17,7 @@ time (`exporter.probe.adapt`), so the table only has to be right for the first r
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -329,6 +330,7 @@ def segment(model: str) -> str:
     return model.rsplit("/", 1)[-1]
 
 
+@functools.lru_cache(maxsize=4096)  # a config names a few models; each is probed often
 def lookup(api: Api, model: str) -> Family:
     """The request rules of `model` on `api` (the group's catch-all when none matches)."""
     name = segment(model)
