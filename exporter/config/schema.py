@@ -19,6 +19,7 @@ from pydantic import (
 )
 from yarl import URL
 
+from exporter.apis import Api, Feature
 from exporter.config.address import parse_listen_address
 from exporter.config.shard import parse_shard
 from exporter.config.types import (
@@ -258,15 +259,6 @@ class ProbeKind(StrEnum):
     EMBEDDING = "embedding"
 
 
-class Feature(StrEnum):
-    """What a probe may need from an API style (see `Api.features`)."""
-
-    IMAGE = "image"
-    TOOLS = "tools"
-    RESPONSE_FORMAT = "response_format"
-    EMBEDDING = "kind: embedding"
-
-
 class Tool(_Strict):
     """A function the model may call (`tools`)."""
 
@@ -409,34 +401,6 @@ class Price(_Strict):
     output: float = Field(ge=0)
     cached_input: float | None = Field(default=None, ge=0)
     currency: str = "USD"
-
-
-class Api(StrEnum):
-    """API styles a target can speak."""
-
-    OPENAI_CHAT = "openai-chat"
-    OPENAI_COMPLETIONS = "openai-completions"
-    OPENAI_RESPONSES = "openai-responses"
-    ANTHROPIC_MESSAGES = "anthropic-messages"
-    GEMINI = "gemini"
-    BEDROCK_CONVERSE = "bedrock-converse"
-    OLLAMA_CHAT = "ollama-chat"
-
-    @property
-    def features(self) -> frozenset[Feature]:
-        """What probes of this API style may ask for."""
-        return _API_FEATURES[self]
-
-
-_API_FEATURES: dict[Api, frozenset[Feature]] = {
-    Api.OPENAI_CHAT: frozenset(Feature),
-    Api.OPENAI_COMPLETIONS: frozenset({Feature.EMBEDDING}),
-    Api.OPENAI_RESPONSES: frozenset(Feature),
-    Api.ANTHROPIC_MESSAGES: frozenset(Feature) - {Feature.EMBEDDING},
-    Api.GEMINI: frozenset(Feature),
-    Api.BEDROCK_CONVERSE: frozenset(Feature) - {Feature.EMBEDDING},
-    Api.OLLAMA_CHAT: frozenset({Feature.IMAGE, Feature.TOOLS, Feature.RESPONSE_FORMAT}),
-}
 
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:/@+-]{0,127}$")

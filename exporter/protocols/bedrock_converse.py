@@ -29,6 +29,7 @@ from urllib.parse import quote
 
 import orjson
 
+from exporter.apis import Api
 from exporter.config import ProbeConfig, Secret, Series, ToolChoiceName
 from exporter.errors import StreamError, UpstreamError
 from exporter.framing.eventstream import EventMessage
@@ -38,7 +39,6 @@ from exporter.protocols.base import (
     ERROR_LIMIT,
     REASONING,
     ApiProtocol,
-    Framing,
     HttpRequest,
     Prompt,
     StreamParser,
@@ -182,8 +182,7 @@ def converse_tools(probe: ProbeConfig) -> dict[str, Any]:
 class BedrockConverse(ApiProtocol):
     """The Bedrock Converse API (streamed)."""
 
-    default_path = "/model/{model}/converse-stream"
-    framing = Framing.EVENTSTREAM
+    api = Api.BEDROCK_CONVERSE
     content_types = (EVENTSTREAM,)
 
     def path(self, series: Series) -> str:

@@ -28,6 +28,7 @@ from urllib.parse import quote, urlsplit
 
 import orjson
 
+from exporter.apis import Api
 from exporter.config import ProbeConfig, Secret, Series, ToolChoiceName
 from exporter.errors import StreamError, UpstreamError
 from exporter.framing.sse import ServerSentEvent
@@ -173,7 +174,7 @@ def gemini_tools(probe: ProbeConfig) -> dict[str, Any]:
 class Gemini(ApiProtocol):
     """The Gemini API (and Vertex AI's generateContent)."""
 
-    default_path = "/models/{model}:streamGenerateContent?alt=sse"
+    api = Api.GEMINI
 
     def path(self, series: Series) -> str:
         """The model is part of the path."""
