@@ -11,7 +11,6 @@ from jsonschema.exceptions import SchemaError
 from jsonschema.validators import validator_for
 from pydantic import (
     AfterValidator,
-    BaseModel,
     ConfigDict,
     Field,
     field_validator,
@@ -31,6 +30,7 @@ from exporter.config.types import (
     Duration,
     PositiveDuration,
     Ratio,
+    StrictModel,
 )
 from exporter.exposition.families import Family, bucket_families
 
@@ -40,12 +40,9 @@ HISTOGRAMS = bucket_families()
 # Schema
 
 
-class _Strict(BaseModel):
-    # NaN and infinity make no sense in any number of the config (prices, budget, jitter...).
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
-class BudgetConfig(_Strict):
+class BudgetConfig(StrictModel):
     """Stop probing for the rest of the UTC day once this much was spent."""
 
     max_cost_per_day: float = Field(gt=0)
@@ -53,7 +50,7 @@ class BudgetConfig(_Strict):
     state_file: str | None = None
 
 
-class SloConfig(_Strict):
+class SloConfig(StrictModel):
     """Objectives of a series (`slo:` in global, a target, a probe or `model_slo`); each key
     left out is inherited from the less specific level."""
 
@@ -63,7 +60,7 @@ class SloConfig(_Strict):
     availability: Ratio | None = None
 
 
-class NativeHistogramsConfig(_Strict):
+class NativeHistogramsConfig(StrictModel):
     """Native (exponential) histograms in the protobuf exposition."""
 
     # `schema` is also a (deprecated) BaseModel method: the field is `schema_`, spelled `schema`.
@@ -72,7 +69,7 @@ class NativeHistogramsConfig(_Strict):
     classic: bool = True  # keep the classic buckets next to the native ones
 
 
-class GlobalConfig(_Strict):
+class GlobalConfig(StrictModel):
     """Defaults for every target, and daemon-wide settings."""
 
     interval: PositiveDuration = 60.0
@@ -127,7 +124,7 @@ class GlobalConfig(_Strict):
         return buckets
 
 
-class SimulatedModel(_Strict):
+class SimulatedModel(StrictModel):
     """Latency profile and faults of one model served by the embedded simulator."""
 
     ttft: Duration = 0.3
@@ -145,7 +142,7 @@ class SimulatedModel(_Strict):
     dimensions: int = Field(default=1536, ge=1)  # embedding size when a request names none
 
 
-class SimulatorConfig(_Strict):
+class SimulatorConfig(StrictModel):
     """The embedded OpenAI-compatible simulator (demo and tests)."""
 
     listen: str = "127.0.0.1:9472"
@@ -161,14 +158,14 @@ class SimulatorConfig(_Strict):
         return listen
 
 
-class Message(_Strict):
+class Message(StrictModel):
     """One chat message."""
 
     role: Literal["system", "user", "assistant", "developer"]
     content: str
 
 
-class ImageSpec(_Strict):
+class ImageSpec(StrictModel):
     """A generated (or file) image sent with a multimodal probe."""
 
     # Generated once per size in a worker thread (~3 s at 2048²); vision models scale larger
@@ -202,14 +199,14 @@ def _check_tool_name(name: str) -> str:
 ToolName = Annotated[str, AfterValidator(_check_tool_name)]
 
 
-class ExpectToolCall(_Strict):
+class ExpectToolCall(StrictModel):
     """The tool the model must call, and what its arguments must satisfy."""
 
     name: ToolName
     arguments_schema: JsonSchema | None = None
 
 
-class Expect(_Strict):
+class Expect(StrictModel):
     """Answer checks; any failure gives `result="check_failed"`."""
 
     regex: str | None = None
@@ -245,7 +242,7 @@ class Expect(_Strict):
             if value is not None)
 
 
-class Case(_Strict):
+class Case(StrictModel):
     """One item of a golden set: a prompt and what its answer must satisfy."""
 
     prompt: str
@@ -259,7 +256,7 @@ class ProbeKind(StrEnum):
     EMBEDDING = "embedding"
 
 
-class Tool(_Strict):
+class Tool(StrictModel):
     """A function the model may call (`tools`)."""
 
     name: ToolName
@@ -268,7 +265,7 @@ class Tool(_Strict):
         default_factory=lambda: {"type": "object", "properties": {}})
 
 
-class ToolChoiceName(_Strict):
+class ToolChoiceName(StrictModel):
     """`tool_choice: {name: X}`: the model must call tool X."""
 
     name: ToolName
@@ -277,7 +274,7 @@ class ToolChoiceName(_Strict):
 ToolChoice = Literal["auto", "required", "none"] | ToolChoiceName
 
 
-class ResponseFormat(_Strict):
+class ResponseFormat(StrictModel):
     """Structured output: the answer must be JSON (`json_object`) following `schema`
     (`json_schema`), enforced by the server."""
 
@@ -306,7 +303,7 @@ _CHAT_ONLY = ("prompt", "messages", "cases", "system", "image", "tools", "tool_c
               "response_format", "max_tokens", "temperature")
 
 
-class ProbeConfig(_Strict):
+class ProbeConfig(StrictModel):
     """What to send: a prompt (or messages, or a rotating golden set of cases) and its limits;
     or, with `kind: embedding`, a text to embed."""
 
@@ -394,7 +391,7 @@ class ProbeConfig(_Strict):
         return frozenset(needs)
 
 
-class Price(_Strict):
+class Price(StrictModel):
     """Prices per 1M tokens."""
 
     input: float = Field(ge=0)
@@ -414,7 +411,7 @@ _REGION = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
 _AWS_NAME = re.compile(r"^[A-Za-z0-9_.+=@,-]{1,128}$")
 
 
-class TLSConfig(_Strict):
+class TLSConfig(StrictModel):
     """A target's TLS settings, as blackbox_exporter's: private CA, client certificate, name."""
 
     ca_file: str | None = None      # replaces the system CAs for this target
@@ -444,7 +441,7 @@ class TLSConfig(_Strict):
         return self
 
 
-class AwsSigV4Config(_Strict):
+class AwsSigV4Config(StrictModel):
     """Sign requests with AWS SigV4; credentials come from the standard AWS chain."""
 
     region: str
@@ -493,7 +490,7 @@ def check_proxy_url(url: str) -> str:
     return url
 
 
-class TargetConfig(_Strict):
+class TargetConfig(StrictModel):
     """Where to send probes."""
 
     name: str
@@ -612,7 +609,7 @@ class TargetConfig(_Strict):
         return self.tls_verify is False
 
 
-class RawConfig(_Strict):
+class RawConfig(StrictModel):
     """The whole file as written."""
 
     global_: GlobalConfig = Field(default_factory=GlobalConfig, alias="global")

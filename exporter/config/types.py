@@ -7,7 +7,9 @@ import re
 from typing import Annotated, Any
 
 from pydantic import (
+    BaseModel,
     BeforeValidator,
+    ConfigDict,
     Field,
 )
 
@@ -103,6 +105,13 @@ RESERVED_LABELS = frozenset(
     {"target", "model", "probe", "result", "phase", "type", "currency", "kind", "reason",
      "outcome", "objective", "le", "quantile", "job", "instance", "version", "python_version"}
 )
+
+
+class StrictModel(BaseModel):
+    """The base of every file schema: unknown keys are errors, values frozen, and NaN or
+    infinity refused (they make no sense in any number of a config: prices, budget, jitter)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class Secret:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
 from urllib.parse import urlencode
 
@@ -164,10 +164,6 @@ class HttpRequest:
     url: str
     headers: dict[str, str]
     body: bytes
-
-    def with_headers(self, headers: dict[str, str]) -> HttpRequest:
-        """A copy with `headers` added (replacing those of the same name)."""
-        return replace(self, headers={**self.headers, **headers})
 
 
 class RequestSigner(Protocol):
