@@ -43,5 +43,5 @@ dist: setup
 	rm -rf dist
 	$(BIN)/python -m build --outdir dist .
 
-test: test-deps lint types
+test: test-deps lint
 	$(BIN)/pytest -q -p no:cacheprovider
