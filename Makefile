@@ -1,11 +1,13 @@
 # Two entry points: `make run` starts the exporter on the shipped config, `make test` runs every test.
 # Both set up what they need on a fresh machine (a virtualenv, and for tests Prometheus/Chromium).
+# `make check` is the quick loop (lint, types, the tests that need nothing built or installed from
+# apt: under 3 minutes); `make dist` builds the sdist and wheel into dist/.
 # `make generate` renders mixin/ into every generated file (rules, alerts, dashboards, their copies).
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: run test setup test-deps lint generate
+.PHONY: run test check setup test-deps lint types dist generate
 
 $(BIN)/llm-probe-exporter: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -27,6 +29,19 @@ test-deps: setup
 
 lint: setup
 	$(BIN)/ruff check exporter tests benchmarks
+
+types: setup
+	$(BIN)/mypy exporter
+
+# The fast tests need no real server from apt, no build and no network (those are marked e2e,
+# realservers or soak): config, decoders, protocols, prober and simulator over loopback,
+# exposition, hints, records.
+check: lint types
+	$(BIN)/pytest -q -p no:cacheprovider -m "not e2e and not realservers and not soak"
+
+dist: setup
+	rm -rf dist
+	$(BIN)/python -m build --outdir dist .
 
 test: test-deps lint
 	$(BIN)/pytest -q -p no:cacheprovider

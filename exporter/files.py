@@ -74,6 +74,23 @@ def read_limited(path: Path, limit: int) -> bytes:
         os.close(fd)
 
 
+# (mtime, size, inode): changes when a file is written or replaced (a ConfigMap's symlink swap).
+FileSignature = tuple[int, int, int]
+
+
+def signature_of(info: os.stat_result) -> FileSignature:
+    """The signature of a file from its `stat`."""
+    return (info.st_mtime_ns, info.st_size, info.st_ino)
+
+
+def signature(path: Path) -> FileSignature | None:
+    """The signature of the file at `path`, None when it cannot be read."""
+    try:
+        return signature_of(path.stat())
+    except OSError:
+        return None
+
+
 def _size(limit: int) -> str:
     for unit, name in ((2**20, "MiB"), (2**10, "KiB")):
         if limit % unit == 0:

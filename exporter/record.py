@@ -20,7 +20,7 @@ from typing import Any, NotRequired
 from pydantic import TypeAdapter, ValidationError
 from typing_extensions import TypedDict
 
-from exporter.errors import Result
+from exporter.errors import Cause, Result
 from exporter.log import REDACTOR
 from exporter.result import (
     Phase,
@@ -108,6 +108,7 @@ class RecordJSON(TypedDict):
     probe: str
     result: Result
     reason: str
+    cause: NotRequired[Cause | None]  # why it failed, finer than `result`
     status: int | None
     started_at: float
     finished_at: float
@@ -166,7 +167,8 @@ class Record:
         r, t, redact = self.result, self.result.timings, REDACTOR
         data: RecordJSON = {
             "target": redact(r.target), "model": redact(r.model), "probe": redact(r.probe),
-            "result": r.result, "reason": redact(r.reason), "status": r.status,
+            "result": r.result, "reason": redact(r.reason), "cause": r.cause,
+            "status": r.status,
             "started_at": r.started_at, "finished_at": r.finished_at,
             "ttft_seconds": t.ttft, "time_to_first_answer_seconds": t.time_to_first_answer,
             "tpot_seconds": t.tpot, "output_tokens_per_second": t.tps,
@@ -210,7 +212,7 @@ class Record:
         tokens = d["tokens"]
         result = ProbeResult(
             target=d["target"], model=d["model"], probe=d["probe"], result=d["result"],
-            reason=d["reason"], status=d["status"],
+            reason=d["reason"], cause=d.get("cause"), status=d["status"],
             timings=Timings(ttft=d["ttft_seconds"],
                             time_to_first_answer=d["time_to_first_answer_seconds"],
                             tpot=d["tpot_seconds"], tps=d["output_tokens_per_second"],

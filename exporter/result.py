@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from exporter.errors import Result
+from exporter.errors import Cause, Result
 
 
 class Phase(StrEnum):
@@ -121,6 +121,7 @@ class ProbeResult:
     probe: str
     result: Result
     reason: str = ""
+    cause: Cause | None = None  # why it failed, finer than `result` (None on success)
     timings: Timings = field(default_factory=Timings)
     usage: Usage = field(default_factory=Usage)
     output_tokens: int = 0

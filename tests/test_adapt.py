@@ -16,8 +16,9 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from exporter.config import SimulatedModel, SimulatorConfig, parse_config
-from exporter.errors import Result
+from exporter.errors import Cause, Result
 from exporter.exposition.metrics import ExporterMetrics
+from exporter.probe.hints import hint_for
 from exporter.probe.prober import Prober
 from exporter.simulator import Simulator, start_simulator
 from tests.conftest import Script, ok_stream
@@ -136,6 +137,8 @@ async def test_a_refused_user_value_fails_saying_what_to_set(
         result = await prober.probe(series)
         again = await prober.probe(series)
     assert result.result is Result.HTTP_4XX and result.status == 400
+    assert result.cause is Cause.PARAMETER_REFUSED
+    assert "probe --show-request" in hint_for(result, series)
     assert result.reason.startswith("HTTP 400: ") and words in result.reason, result.reason
     assert "(server: " in result.reason  # the provider's own words follow
     assert again.result is Result.HTTP_4XX and not again.adapted

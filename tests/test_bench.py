@@ -39,7 +39,8 @@ from exporter.commands.cells import fmt_ms
 from exporter.config import SimulatorConfig
 from exporter.errors import Result
 from exporter.exposition.metrics import ExporterMetrics
-from exporter.probe.prober import Prober, _StampingHandler
+from exporter.probe.prober import Prober
+from exporter.probe.transport import StampingHandler
 from exporter.record import Level, LoadMode, Record
 from exporter.serve.results import ResultStore
 from exporter.serve.scheduler import Scheduler
@@ -714,7 +715,7 @@ async def test_connection_closed_between_pool_and_write_is_retried_unwritten(
         series = make_config(server.url).series[0]
         assert (await prober.probe(series)).success  # opens the pooled connection
         checks = iter([False, True])  # alive when taken from the pool, gone at the write
-        monkeypatch.setattr(_StampingHandler, "peer_gone", lambda self: next(checks, False))
+        monkeypatch.setattr(StampingHandler, "peer_gone", lambda self: next(checks, False))
         result = await prober.probe(series)
     assert result.success, result.reason
     assert server.requests == 2 and server.connections == 2

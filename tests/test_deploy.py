@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
+from exporter import __version__
 from exporter.config import Config, load_config, parse_config, parse_duration
 from exporter.config.shard import shard_of
 
@@ -24,7 +25,7 @@ OTEL_CONFIG = DEPLOY / "otel-collector" / "config.yaml"
 K8S = DEPLOY / "kubernetes"
 CRD_SCHEMAS = Path(__file__).resolve().parent / "data" / "crd-schemas"
 K8S_VERSION = "1.30.0"  # the StatefulSet's pod-index label needs >= 1.28
-VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+VERSION = __version__  # the one place the version is written
 # /probe caps an on-demand probe at X-Prometheus-Scrape-Timeout-Seconds minus this margin.
 PROBE_TIMEOUT_MARGIN = 0.5
 # Where the footguns pointed: an organisation and image that nothing builds.

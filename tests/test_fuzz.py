@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from exporter.errors import ProbeError, StreamError
 from exporter.framing.sse import ServerSentEvent, SSEDecoder
-from exporter.probe.prober import _error_text, parse_retry_after
+from exporter.probe.failures import error_text, parse_retry_after
 from exporter.protocols import StreamParser
 from exporter.protocols.anthropic_messages import AnthropicStreamParser
 from exporter.protocols.openai_chat import ChatStreamParser
@@ -253,7 +253,7 @@ def test_anthropic_field_types(events: list[ServerSentEvent]) -> None:
        | ANY_JSON.map(lambda v: orjson.dumps({"error": v})))
 def test_error_body_text_never_raises(body: bytes) -> None:
     """Whatever a non-2xx body holds, the reason is a bounded string."""
-    text = _error_text(body)
+    text = error_text(body)
     assert isinstance(text, str) and len(text) <= 300
 
 

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 from prometheus_client import CollectorRegistry
 
-from exporter.errors import Result
+from exporter.errors import Cause, Result
 from exporter.exposition.metrics import ExporterMetrics
 from exporter.probe import tokens
 from exporter.probe.prober import Prober
@@ -78,13 +78,29 @@ ROWS = [
 ]
 
 
-@pytest.mark.parametrize(("script", "overrides", "expected", "reason"),
-                         [row[1:] for row in ROWS], ids=[row[0] for row in ROWS])
-async def test_result_classes(scripted_server, script, overrides, expected, reason) -> None:
+# The cause each row's failure is classified as (what hints key on).
+CAUSES = {
+    "success": None, "auth_401": Cause.KEY_REJECTED, "auth_403": Cause.FORBIDDEN,
+    "not_found_model": Cause.MODEL_NOT_FOUND, "not_found_path": Cause.PATH_NOT_FOUND,
+    "rate_limited": Cause.RATE_LIMITED, "http_4xx": Cause.BAD_REQUEST,
+    "http_5xx": Cause.SERVER_ERROR, "upstream": Cause.UPSTREAM_ERROR,
+    "stream_garbage": Cause.MALFORMED_STREAM, "stream_html": Cause.WRONG_CONTENT_TYPE,
+    "stream_json_not_streamed": Cause.WRONG_CONTENT_TYPE, "stream_truncated": Cause.TRUNCATED,
+    "stream_reset_midway": Cause.TRUNCATED, "empty": Cause.NO_OUTPUT,
+    "check_failed": Cause.CHECK_FAILED, "reasoning_only": Cause.REASONING_EXHAUSTED,
+    "timeout": Cause.DEADLINE, "internal": Cause.INTERNAL,
+}
+
+
+@pytest.mark.parametrize(("name", "script", "overrides", "expected", "reason"), ROWS,
+                         ids=[row[0] for row in ROWS])
+async def test_result_classes(scripted_server, name, script, overrides, expected,
+                              reason) -> None:
     server = await scripted_server(script)
     result, registry = await probe_once(server, **overrides)
     assert result.result is expected, result.reason
     assert reason in result.reason
+    assert result.cause is CAUSES[name], result.reason
     assert registry.get_sample_value("llm_probe_requests_total", labels(expected.value)) == 1
     total = sum(registry.get_sample_value("llm_probe_requests_total", labels(r.value)) or 0
                 for r in Result)
@@ -97,7 +113,7 @@ async def test_connection_refused_is_connect() -> None:
     config = make_config(f"http://127.0.0.1:{free_port()}/v1")
     async with Prober() as prober:
         result = await prober.probe(config.series[0])
-    assert result.result is Result.CONNECT
+    assert result.result is Result.CONNECT and result.cause is Cause.REFUSED
     assert "cannot connect" in result.reason and "connection refused" in result.reason
 
 
@@ -273,16 +289,6 @@ async def test_cost_from_prices(scripted_server) -> None:
     tokens = {t: registry.get_sample_value("llm_probe_tokens_total", {**labels(), "type": t})
               for t in ("input", "cached_input", "output", "reasoning")}
     assert tokens == {"input": 600, "cached_input": 400, "output": 500, "reasoning": 0}
-
-
-async def test_bytes_are_stamped_by_the_connection_protocol() -> None:
-    """The stamp is taken in `data_received`, before the reading task wakes (private aiohttp
-    hook: this test notices when an aiohttp upgrade removes it and stamps fall back to reads)."""
-    from exporter.probe.prober import _StampingHandler
-
-    async with Prober() as prober:
-        factory = prober._session.connector._factory
-    assert factory.func is _StampingHandler
 
 
 @pytest.fixture

@@ -23,7 +23,7 @@ from exporter.config.load import (
     reuse_unchanged,
     sources_digest,
 )
-from exporter.config.model import Config, Objectives, Series, Target, redacted
+from exporter.config.model import Config, Objectives, Series, SeriesKey, Target, redacted
 from exporter.config.network import (
     AWS_EXTRA_MISSING,
     MAX_TLS_FILE_BYTES,
@@ -132,6 +132,7 @@ __all__ = [
     "ResponseFormat",
     "Secret",
     "Series",
+    "SeriesKey",
     "SimulatedModel",
     "SimulatorConfig",
     "SloConfig",

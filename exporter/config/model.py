@@ -29,6 +29,9 @@ from exporter.log import REDACTED, Redactor
 # The resolved config
 
 
+SeriesKey = tuple[str, str, str]  # (target, model, probe): one probe series
+
+
 @dataclass(frozen=True)
 class Target:
     """A target with its key resolved and defaults applied."""
@@ -85,7 +88,7 @@ class Series:
     slo: Objectives = field(default_factory=Objectives)
 
     @property
-    def key(self) -> tuple[str, str, str]:
+    def key(self) -> SeriesKey:
         """The (target, model, probe) label values."""
         return (self.target.name, self.model, self.probe_name)
 

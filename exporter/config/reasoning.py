@@ -13,7 +13,9 @@ from collections.abc import Mapping
 from enum import StrEnum
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, Field, model_validator
+
+from exporter.config.types import StrictModel
 
 # The probe needs a stream back; a body field that turns it off breaks every run.
 RESERVED_PARAMS = frozenset({"stream"})
@@ -38,12 +40,10 @@ class Effort(StrEnum):
         return tuple(Effort).index(self)
 
 
-class ReasoningConfig(BaseModel):
+class ReasoningConfig(StrictModel):
     """`reasoning:` of a probe: an effort level, a thinking budget in tokens, or both (each API
     uses what it has: OpenAI and Ollama take the effort, Anthropic's and Gemini 2.5's budget
     models the budget — derived from the effort when only that is set)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     effort: Effort | None = None
     budget_tokens: int | None = Field(default=None, ge=1, le=1_000_000)

@@ -11,7 +11,6 @@ from jsonschema.exceptions import SchemaError
 from jsonschema.validators import validator_for
 from pydantic import (
     AfterValidator,
-    BaseModel,
     ConfigDict,
     Field,
     field_validator,
@@ -19,6 +18,7 @@ from pydantic import (
 )
 from yarl import URL
 
+from exporter.apis import Api, Feature
 from exporter.config.address import parse_listen_address
 from exporter.config.reasoning import Params, ReasoningConfig
 from exporter.config.shard import parse_shard
@@ -31,6 +31,7 @@ from exporter.config.types import (
     Duration,
     PositiveDuration,
     Ratio,
+    StrictModel,
 )
 from exporter.exposition.families import Family, bucket_families
 
@@ -40,12 +41,9 @@ HISTOGRAMS = bucket_families()
 # Schema
 
 
-class _Strict(BaseModel):
-    # NaN and infinity make no sense in any number of the config (prices, budget, jitter...).
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
-class BudgetConfig(_Strict):
+class BudgetConfig(StrictModel):
     """Stop probing for the rest of the UTC day once this much was spent."""
 
     max_cost_per_day: float = Field(gt=0)
@@ -53,7 +51,7 @@ class BudgetConfig(_Strict):
     state_file: str | None = None
 
 
-class SloConfig(_Strict):
+class SloConfig(StrictModel):
     """Objectives of a series (`slo:` in global, a target, a probe or `model_slo`); each key
     left out is inherited from the less specific level."""
 
@@ -63,7 +61,7 @@ class SloConfig(_Strict):
     availability: Ratio | None = None
 
 
-class NativeHistogramsConfig(_Strict):
+class NativeHistogramsConfig(StrictModel):
     """Native (exponential) histograms in the protobuf exposition."""
 
     # `schema` is also a (deprecated) BaseModel method: the field is `schema_`, spelled `schema`.
@@ -72,7 +70,7 @@ class NativeHistogramsConfig(_Strict):
     classic: bool = True  # keep the classic buckets next to the native ones
 
 
-class GlobalConfig(_Strict):
+class GlobalConfig(StrictModel):
     """Defaults for every target, and daemon-wide settings."""
 
     interval: PositiveDuration = 60.0
@@ -127,7 +125,7 @@ class GlobalConfig(_Strict):
         return buckets
 
 
-class SimulatedModel(_Strict):
+class SimulatedModel(StrictModel):
     """Latency profile and faults of one model served by the embedded simulator."""
 
     ttft: Duration = 0.3
@@ -148,7 +146,7 @@ class SimulatedModel(_Strict):
     family: str | None = Field(default=None, min_length=1, max_length=MAX_MODEL_NAME)
 
 
-class SimulatorConfig(_Strict):
+class SimulatorConfig(StrictModel):
     """The embedded OpenAI-compatible simulator (demo and tests)."""
 
     listen: str = "127.0.0.1:9472"
@@ -164,14 +162,14 @@ class SimulatorConfig(_Strict):
         return listen
 
 
-class Message(_Strict):
+class Message(StrictModel):
     """One chat message."""
 
     role: Literal["system", "user", "assistant", "developer"]
     content: str
 
 
-class ImageSpec(_Strict):
+class ImageSpec(StrictModel):
     """A generated (or file) image sent with a multimodal probe."""
 
     # Generated once per size in a worker thread (~3 s at 2048²); vision models scale larger
@@ -205,14 +203,14 @@ def _check_tool_name(name: str) -> str:
 ToolName = Annotated[str, AfterValidator(_check_tool_name)]
 
 
-class ExpectToolCall(_Strict):
+class ExpectToolCall(StrictModel):
     """The tool the model must call, and what its arguments must satisfy."""
 
     name: ToolName
     arguments_schema: JsonSchema | None = None
 
 
-class Expect(_Strict):
+class Expect(StrictModel):
     """Answer checks; any failure gives `result="check_failed"`."""
 
     regex: str | None = None
@@ -248,7 +246,7 @@ class Expect(_Strict):
             if value is not None)
 
 
-class Case(_Strict):
+class Case(StrictModel):
     """One item of a golden set: a prompt and what its answer must satisfy."""
 
     prompt: str
@@ -262,17 +260,7 @@ class ProbeKind(StrEnum):
     EMBEDDING = "embedding"
 
 
-class Feature(StrEnum):
-    """What a probe may need from an API style (see `Api.features`)."""
-
-    IMAGE = "image"
-    TOOLS = "tools"
-    RESPONSE_FORMAT = "response_format"
-    EMBEDDING = "kind: embedding"
-    REASONING = "reasoning"
-
-
-class Tool(_Strict):
+class Tool(StrictModel):
     """A function the model may call (`tools`)."""
 
     name: ToolName
@@ -281,7 +269,7 @@ class Tool(_Strict):
         default_factory=lambda: {"type": "object", "properties": {}})
 
 
-class ToolChoiceName(_Strict):
+class ToolChoiceName(StrictModel):
     """`tool_choice: {name: X}`: the model must call tool X."""
 
     name: ToolName
@@ -290,7 +278,7 @@ class ToolChoiceName(_Strict):
 ToolChoice = Literal["auto", "required", "none"] | ToolChoiceName
 
 
-class ResponseFormat(_Strict):
+class ResponseFormat(StrictModel):
     """Structured output: the answer must be JSON (`json_object`) following `schema`
     (`json_schema`), enforced by the server."""
 
@@ -319,7 +307,7 @@ _CHAT_ONLY = ("prompt", "messages", "cases", "system", "image", "tools", "tool_c
               "response_format", "max_tokens", "temperature", "reasoning")
 
 
-class ProbeConfig(_Strict):
+class ProbeConfig(StrictModel):
     """What to send: a prompt (or messages, or a rotating golden set of cases) and its limits;
     or, with `kind: embedding`, a text to embed."""
 
@@ -412,42 +400,13 @@ class ProbeConfig(_Strict):
         return frozenset(needs)
 
 
-class Price(_Strict):
+class Price(StrictModel):
     """Prices per 1M tokens."""
 
     input: float = Field(ge=0)
     output: float = Field(ge=0)
     cached_input: float | None = Field(default=None, ge=0)
     currency: str = "USD"
-
-
-class Api(StrEnum):
-    """API styles a target can speak."""
-
-    OPENAI_CHAT = "openai-chat"
-    OPENAI_COMPLETIONS = "openai-completions"
-    OPENAI_RESPONSES = "openai-responses"
-    ANTHROPIC_MESSAGES = "anthropic-messages"
-    GEMINI = "gemini"
-    BEDROCK_CONVERSE = "bedrock-converse"
-    OLLAMA_CHAT = "ollama-chat"
-
-    @property
-    def features(self) -> frozenset[Feature]:
-        """What probes of this API style may ask for."""
-        return _API_FEATURES[self]
-
-
-_API_FEATURES: dict[Api, frozenset[Feature]] = {
-    Api.OPENAI_CHAT: frozenset(Feature),
-    Api.OPENAI_COMPLETIONS: frozenset({Feature.EMBEDDING}),  # no reasoning control either
-    Api.OPENAI_RESPONSES: frozenset(Feature),
-    Api.ANTHROPIC_MESSAGES: frozenset(Feature) - {Feature.EMBEDDING},
-    Api.GEMINI: frozenset(Feature),
-    Api.BEDROCK_CONVERSE: frozenset(Feature) - {Feature.EMBEDDING},
-    Api.OLLAMA_CHAT: frozenset({Feature.IMAGE, Feature.TOOLS, Feature.RESPONSE_FORMAT,
-                                Feature.REASONING}),
-}
 
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:/@+-]{0,127}$")
@@ -461,7 +420,7 @@ _REGION = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
 _AWS_NAME = re.compile(r"^[A-Za-z0-9_.+=@,-]{1,128}$")
 
 
-class TLSConfig(_Strict):
+class TLSConfig(StrictModel):
     """A target's TLS settings, as blackbox_exporter's: private CA, client certificate, name."""
 
     ca_file: str | None = None      # replaces the system CAs for this target
@@ -491,7 +450,7 @@ class TLSConfig(_Strict):
         return self
 
 
-class AwsSigV4Config(_Strict):
+class AwsSigV4Config(StrictModel):
     """Sign requests with AWS SigV4; credentials come from the standard AWS chain."""
 
     region: str
@@ -540,7 +499,7 @@ def check_proxy_url(url: str) -> str:
     return url
 
 
-class TargetConfig(_Strict):
+class TargetConfig(StrictModel):
     """Where to send probes."""
 
     name: str
@@ -663,7 +622,7 @@ class TargetConfig(_Strict):
         return self.tls_verify is False
 
 
-class RawConfig(_Strict):
+class RawConfig(StrictModel):
     """The whole file as written."""
 
     global_: GlobalConfig = Field(default_factory=GlobalConfig, alias="global")

@@ -7,7 +7,9 @@ import re
 from typing import Annotated, Any
 
 from pydantic import (
+    BaseModel,
     BeforeValidator,
+    ConfigDict,
     Field,
 )
 
@@ -104,6 +106,13 @@ RESERVED_LABELS = frozenset(
      "outcome", "objective", "le", "quantile", "job", "instance", "version", "python_version",
      "parameter"}
 )
+
+
+class StrictModel(BaseModel):
+    """The base of every file schema: unknown keys are errors, values frozen, and NaN or
+    infinity refused (they make no sense in any number of a config: prices, budget, jitter)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class Secret:

@@ -65,6 +65,7 @@ from prometheus_client.metrics_core import (
 from prometheus_client.samples import Exemplar
 from prometheus_client.utils import floatToGoString
 
+from exporter.config import SeriesKey
 from exporter.exposition import protobuf
 from exporter.exposition.families import Family, FamilySpec, MetricType
 from exporter.exposition.nativehist import NativeBuckets, widened, zeros
@@ -83,7 +84,6 @@ _PROTO_TYPES = {MetricType.COUNTER: protobuf.MetricType.COUNTER,
 _HISTOGRAM, _COUNTER = MetricType.HISTOGRAM, MetricType.COUNTER
 Child = tuple[Family, str | None]  # a family and the value of its extra label
 ExemplarValue = tuple[str, float, float]  # response id, observed value, unix time
-SeriesKey = tuple[str, str, str]
 # A format's caches are dropped when it was not rendered for this long (seconds), or for
 # IDLE_GAPS times the time between its last two renders, whichever is longer.
 CACHE_IDLE = 120.0

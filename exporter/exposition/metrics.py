@@ -23,7 +23,7 @@ from prometheus_client.openmetrics.exposition import generate_latest as openmetr
 from prometheus_client.utils import floatToGoString
 
 from exporter import __version__
-from exporter.config import Config, ProbeKind, Series
+from exporter.config import Config, ProbeKind, Series, SeriesKey
 from exporter.errors import Result
 from exporter.exposition.collector import (
     NativeSettings,
@@ -48,7 +48,6 @@ from exporter.exposition.families import (
 from exporter.log import REDACTOR, Redactor
 from exporter.result import Phase, ProbeResult, TokenSource
 
-SeriesKey = tuple[str, str, str]
 # Children every series has from the start (each value of a family's fixed label set).
 CREATED_AT_LOAD = (
     Family.DURATION, Family.PHASE, Family.REQUESTS, Family.TOKENS, Family.ESTIMATED_TOKENS,

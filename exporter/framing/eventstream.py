@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from types import MappingProxyType
 
-from exporter.errors import StreamError
+from exporter.errors import Cause, StreamError
 
 __all__ = ["EventMessage", "EventStreamDecoder", "HeaderValue"]
 
@@ -100,7 +100,8 @@ class EventStreamDecoder:
         self._buffer.clear()
         self._need = 0
         if left:
-            raise StreamError(f"event stream ended inside a message ({left} bytes left over)")
+            raise StreamError(f"event stream ended inside a message ({left} bytes left over)",
+                              Cause.TRUNCATED)
         return []
 
     def _check_prelude(self, buffer: bytearray, pos: int) -> int:

@@ -1,8 +1,9 @@
-"""What a failed probe most likely means and how to fix it: one table, keyed by result.
+"""What a failed probe most likely means and how to fix it: one table, keyed by result and cause.
 
 The prober already says *what* happened (`ProbeResult.reason`); this says *why it usually happens*
 and *what to change*, in plain words, for `probe`, `bench` and anyone else showing failures.
-Rows are tried in order; the first whose result, status and reason words match wins.
+Rows are tried in order; the first whose result and cause match wins (a row without a cause
+covers every other cause of its result). Nothing here reads the reason's words.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 from yarl import URL
 
 from exporter.config import Series
-from exporter.errors import Result
+from exporter.errors import Cause, Result
 from exporter.log import REDACTOR
 from exporter.protocols import protocol_for
 from exporter.result import ProbeResult
@@ -31,46 +32,43 @@ class Hint:
 
     result: Result
     text: str
-    status: int | None = None
-    words: tuple[str, ...] = ()  # any of these (lowercase) in the reason
+    cause: Cause | None = None  # None: any cause of `result`
     no_key: bool | None = None   # only when the target has (no) API key configured
 
     def matches(self, result: ProbeResult, has_key: bool | None) -> bool:
         """Whether this row describes `result`."""
         if result.result is not self.result:
             return False
-        if self.status is not None and result.status != self.status:
-            return False
-        if self.words and not any(w in result.reason.lower() for w in self.words):
+        if self.cause is not None and result.cause is not self.cause:
             return False
         return self.no_key is None or has_key is None or self.no_key == (not has_key)
 
 
 HINTS: tuple[Hint, ...] = (
-    Hint(Result.AUTH, status=401, no_key=True,
+    Hint(Result.AUTH, cause=Cause.KEY_REJECTED, no_key=True,
          text="no API key is configured for this target: set api_key_env (and export the "
               "variable) or api_key_file"),
-    Hint(Result.AUTH, status=401,
+    Hint(Result.AUTH, cause=Cause.KEY_REJECTED,
          text="the API key was rejected: check that the key from {key_source} is the right one "
               "for this provider, is not expired or revoked, and has no stray whitespace or "
               "newline (e.g. from `echo` into a secret file)"),
-    Hint(Result.AUTH, words=("aws credentials",),
+    Hint(Result.AUTH, cause=Cause.NO_CREDENTIALS,
          text="no usable AWS credentials for aws_sigv4. The exporter looks where the AWS SDKs "
               "do: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, the shared config and "
               "credentials files (AWS_PROFILE or aws_sigv4.profile), web identity "
               "(AWS_ROLE_ARN and AWS_WEB_IDENTITY_TOKEN_FILE, as on EKS), container and "
               "instance roles"),
-    Hint(Result.AUTH, status=403, words=("signature",),
+    Hint(Result.AUTH, cause=Cause.SIGNATURE_REJECTED,
          text="AWS rejected the request signature: aws_sigv4.region ({region}) must be the "
               "endpoint's region, this machine's clock must be right (within 5 minutes), and "
               "the secret key must belong to the access key"),
-    Hint(Result.AUTH, status=403, words=("security token", "expired", "not authorized"),
+    Hint(Result.AUTH, cause=Cause.CREDENTIALS_REFUSED,
          text="AWS refused the credentials or their permissions: check that they are current "
               "and that their role may call bedrock:InvokeModelWithResponseStream on this model"),
-    Hint(Result.AUTH, status=403,
+    Hint(Result.AUTH, cause=Cause.FORBIDDEN,
          text="the key is valid but not allowed here: check its project, organisation, region or "
               "model permissions with the provider"),
-    Hint(Result.NOT_FOUND, words=("model", "deployment"),
+    Hint(Result.NOT_FOUND, cause=Cause.MODEL_NOT_FOUND,
          text="the model name is not served by this endpoint: list what it serves "
               "(GET {base_url}/models) and copy the exact id into `models:`"),
     Hint(Result.NOT_FOUND,
@@ -79,60 +77,59 @@ HINTS: tuple[Hint, ...] = (
     Hint(Result.RATE_LIMITED,
          text="rate limited: probe less often (raise `interval`), lower bench concurrency, or "
               "raise the quota; the daemon waits for Retry-After by itself"),
-    Hint(Result.CONNECT, words=("cannot connect to proxy",),
+    Hint(Result.CONNECT, cause=Cause.PROXY_UNREACHABLE,
          text="nothing accepts connections at the proxy {proxy}: check its host and port and "
               "that it runs; if this target is reachable without a proxy, set `proxy_url: \"\"` "
               "or list the host in NO_PROXY"),
-    Hint(Result.CONNECT, words=("answered 407", "answered 401"),
+    Hint(Result.CONNECT, cause=Cause.PROXY_AUTH,
          text="the proxy wants credentials (407 Proxy Authentication Required), or refused the "
               "ones given: put them in the proxy URL ({proxy_source}) as `user:password@` "
               "before the host (percent-encode @, : and / in the password)"),
-    Hint(Result.CONNECT, words=("refused connect",),
+    Hint(Result.CONNECT, cause=Cause.PROXY_REFUSED,
          text="the proxy refused to open a tunnel to {host}: its rules allow other hosts or "
               "ports only (many allow CONNECT to port 443 alone). Ask its admins to allow it, "
               "or go direct (NO_PROXY, or `proxy_url: \"\"`) if the host is reachable without "
               "the proxy"),
-    Hint(Result.CONNECT, words=("could not reach",),
+    Hint(Result.CONNECT, cause=Cause.PROXY_CANNOT_REACH,
          text="the proxy could not reach {host}: its DNS or network cannot get there. Is the "
               "host right? An internal host may have to be listed in NO_PROXY"),
-    Hint(Result.CONNECT, words=("refused", "connect call failed"),
+    Hint(Result.CONNECT, cause=Cause.REFUSED,
          text="nothing accepts connections at that host and port: check host and port in "
               "base_url ({base_url}) and that the server is running{proxy_note}"),
-    Hint(Result.CONNECT, words=("reset", "closed it"),
+    Hint(Result.CONNECT, cause=Cause.RESET,
          text="the server dropped the connection before answering: a firewall or load balancer "
               "in the way, a server that crashed, or (https) a server that wants a client "
               "certificate and got none (`tls.cert_file`, `tls.key_file`){proxy_note}"),
-    Hint(Result.CONNECT, words=("name or service not known", "nodename nor servname",
-                                "name resolution", "getaddrinfo", "no address"),
+    Hint(Result.CONNECT, cause=Cause.DNS,
          text="the host name does not resolve: check the spelling of the host in base_url "
               "({base_url}) and this machine's DNS{proxy_note}"),
     Hint(Result.CONNECT,
          text="the connection failed before any answer: check host, port, firewall rules and "
               "whether this network needs a proxy{proxy_note}"),
-    Hint(Result.TLS, words=("requires a client certificate",),
+    Hint(Result.TLS, cause=Cause.TLS_CLIENT_CERT_REQUIRED,
          text="the server requires a client certificate (mTLS): set `tls.cert_file` and "
               "`tls.key_file` to a certificate issued by a CA the server trusts"),
-    Hint(Result.TLS, words=("refused the handshake",),
+    Hint(Result.TLS, cause=Cause.TLS_HANDSHAKE_REFUSED,
          text="the server refused the handshake: it may require a client certificate "
               "(`tls.cert_file`, `tls.key_file`) or a TLS version or cipher we do not offer"),
-    Hint(Result.TLS, words=("client certificate",),
+    Hint(Result.TLS, cause=Cause.TLS_CLIENT_CERT_REJECTED,
          text="the server did not accept our client certificate ({cert_file}): it must be "
               "issued by a CA the server trusts, current, and meant for client authentication"),
-    Hint(Result.TLS, words=("local issuer", "self-signed", "self signed", "unable to get issuer"),
+    Hint(Result.TLS, cause=Cause.TLS_UNKNOWN_CA,
          text="the server's certificate comes from a CA this machine does not trust: a private "
               "or company CA, or a TLS-inspecting proxy. Set `tls.ca_file` to that CA's "
               "certificate (PEM); `tls.insecure_skip_verify: true` only for a lab endpoint"),
-    Hint(Result.TLS, words=("mismatch",),
+    Hint(Result.TLS, cause=Cause.TLS_NAME_MISMATCH,
          text="the server's certificate is not valid for {host}, the host in base_url: use the "
               "name it was issued for in base_url, or keep base_url and set `tls.server_name` "
               "to that name"),
-    Hint(Result.TLS, words=("has expired",),
+    Hint(Result.TLS, cause=Cause.TLS_EXPIRED,
          text="the server's certificate has expired (or this machine's clock is far off): it "
               "must be renewed on the server"),
-    Hint(Result.TLS, words=("not yet valid",),
+    Hint(Result.TLS, cause=Cause.TLS_NOT_YET_VALID,
          text="the server's certificate is not valid yet: this machine's clock, or the "
               "certificate's dates, are wrong"),
-    Hint(Result.TLS, words=("certificate", "cert"),
+    Hint(Result.TLS, cause=Cause.TLS_CERTIFICATE,
          text="the server's certificate was not accepted: wrong host name, an expired or "
               "self-signed certificate, or a private CA (set `tls.ca_file`, or "
               "`tls.insecure_skip_verify: true` for a lab endpoint only)"),
@@ -143,16 +140,20 @@ HINTS: tuple[Hint, ...] = (
          text="no complete answer within the {timeout} timeout: the endpoint is slow or "
               "overloaded, or max_tokens is large for its speed; raise `timeout` or lower "
               "`max_tokens`"),
-    Hint(Result.HTTP_4XX, words=("redirect",),
+    Hint(Result.HTTP_4XX, cause=Cause.REDIRECT,
          text="the server redirected and the exporter does not follow redirects (the key would "
               "go wherever they point): set base_url to the final URL"),
-    Hint(Result.HTTP_4XX, words=("no connected db",),
+    Hint(Result.HTTP_4XX, cause=Cause.GATEWAY_KEY_DATABASE,
          text="a LiteLLM proxy without its key database accepts only its master key: use the "
               "master key, or give the proxy a database for virtual keys"),
-    Hint(Result.HTTP_4XX, status=400, words=("ssl certificate", "client certificate"),
+    Hint(Result.HTTP_4XX, cause=Cause.CLIENT_CERT_REQUIRED,
          text="the server (nginx answers so) requires a client certificate: set "
               "`tls.cert_file` and `tls.key_file`"),
-    Hint(Result.HTTP_4XX, status=400,
+    Hint(Result.HTTP_4XX, cause=Cause.PARAMETER_REFUSED,
+         text="the model refuses a value the probe sets (the reason names it and what to set "
+              "instead); the exporter adapts only what it chose itself. `probe --show-request` "
+              "prints the request; docs/reasoning.md lists what each model family takes"),
+    Hint(Result.HTTP_4XX, cause=Cause.BAD_REQUEST,
          text="the server rejected the request body: a parameter (temperature, max_tokens, "
               "reasoning, params) may not be supported by this model; read its message above "
               "and `probe --show-request` for what was sent (docs/reasoning.md)"),
@@ -165,30 +166,33 @@ HINTS: tuple[Hint, ...] = (
     Hint(Result.UPSTREAM,
          text="the request was accepted, then the stream carried an error object: the model "
               "behind a gateway failed mid-answer (overload, content filter, provider outage)"),
-    Hint(Result.STREAM, words=("expected an event stream",),
+    Hint(Result.STREAM, cause=Cause.WRONG_CONTENT_TYPE,
          text="the answer was not an event stream: base_url may point at a web page, a login or "
               "proxy page, or a server that ignores `stream: true`; check base_url and `api:` "
               "({api})"),
-    Hint(Result.STREAM, words=("malformed http", "malformed response body"),
+    Hint(Result.STREAM, cause=Cause.MALFORMED_HTTP,
          text="the server's answer was not valid HTTP (a bad status line or chunk size, headers "
               "over 8 KB or too many of them, broken compression): something other than an "
               "HTTP API listens there, or a proxy in between is broken"),
-    Hint(Result.STREAM, words=("events for max_tokens", "choices", "json values"),
+    Hint(Result.STREAM, cause=Cause.TOO_MANY_EVENTS,
          text="the server sent far more events (or choices) than one answer needs; the probe "
               "cut it off: check that base_url points at the API you meant"),
-    Hint(Result.STREAM, words=("truncated", "broke", "reset"),
+    Hint(Result.STREAM, cause=Cause.TRUNCATED,
          text="the stream was cut short: a proxy or load-balancer idle timeout, or the server "
               "dropped the connection mid-answer"),
-    Hint(Result.STREAM, words=("max_tokens", "exceeded"),
+    Hint(Result.STREAM, cause=Cause.MAX_TOKENS_IGNORED,
          text="the server ignored max_tokens and kept streaming; the probe cut it off"),
     Hint(Result.STREAM,
          text="the stream was malformed: does this server really speak `api: {api}`?"),
     Hint(Result.EMPTY,
          text="the stream finished without a token: the model produced nothing (content "
               "filter, an empty prompt, or max_tokens too small)"),
-    Hint(Result.CHECK_FAILED, words=("reasoning used the whole budget",),
+    Hint(Result.CHECK_FAILED, cause=Cause.REASONING_EXHAUSTED,
          text="a reasoning model spent all of max_tokens thinking: raise the probe's "
               "`max_tokens`"),
+    Hint(Result.CHECK_FAILED, cause=Cause.ONLY_REASONED,
+         text="the model reasoned, then stopped without an answer: give it more room "
+              "(`max_tokens`) or ask for less thinking (`reasoning: {effort: low}`)"),
     Hint(Result.CHECK_FAILED,
          text="the answer did not pass the probe's `expect` checks; compare the answer with "
               "the check"),

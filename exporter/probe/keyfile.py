@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from exporter.config import MAX_KEY_BYTES, Secret, Target, clean_key
-from exporter.files import FileRefused, read_limited
+from exporter.files import FileRefused, read_limited, signature_of
 from exporter.log import Redactor
 
 _Signature = tuple[int, int, int]  # mtime_ns, size, inode
@@ -47,7 +47,7 @@ class KeyFiles:
         except OSError as exc:
             self._keep(path, seen, None, exc.strerror or str(exc))
             return seen.key
-        signature = (info.st_mtime_ns, info.st_size, info.st_ino)
+        signature = signature_of(info)
         if signature == seen.signature:
             return seen.key
         try:

@@ -7,7 +7,7 @@ One module per style; `protocol_for(api)` picks it (`embedding_protocol_for(api)
 
 from __future__ import annotations
 
-from exporter.config import Api
+from exporter.apis import APIS, Api, Feature
 from exporter.protocols.anthropic_messages import AnthropicMessages
 from exporter.protocols.base import (
     ANSWER,
@@ -57,6 +57,11 @@ _EMBEDDINGS: dict[Api, type[EmbeddingProtocol]] = {
     Api.OPENAI_RESPONSES: OpenAIEmbeddings,
     Api.GEMINI: GeminiEmbeddings,
 }
+
+# Every API style has a protocol, and every one with embeddings an embeddings protocol.
+assert set(_PROTOCOLS) == set(Api), set(Api) - set(_PROTOCOLS)
+assert set(_EMBEDDINGS) == {a for a, s in APIS.items() if Feature.EMBEDDING in s.features}
+assert all(cls.api is api for api, cls in _PROTOCOLS.items())
 
 
 def protocol_for(api: Api) -> ApiProtocol:

@@ -19,6 +19,7 @@ from typing import Any
 
 import orjson
 
+from exporter.apis import Api
 from exporter.config import ProbeConfig, Secret, Series, ToolChoiceName
 from exporter.errors import StreamError, UpstreamError
 from exporter.framing.sse import ServerSentEvent
@@ -179,7 +180,7 @@ def anthropic_thinking(sent: Plan) -> dict[str, Any]:
 class AnthropicMessages(ApiProtocol):
     """The Anthropic Messages API."""
 
-    default_path = "/messages"
+    api = Api.ANTHROPIC_MESSAGES
 
     def build_request(self, series: Series, prompt: Prompt, api_key: Secret | None, *,
                       tuning: Tuning = NO_TUNING) -> HttpRequest:

@@ -11,15 +11,15 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field, replace
-from enum import StrEnum
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
 from urllib.parse import urlencode
 
 import orjson
 
+from exporter.apis import APIS, Api, ApiSpec, Framing
 from exporter.config import Case, ImageSpec, ProbeConfig, Secret, Series
-from exporter.errors import StreamError
+from exporter.errors import Cause, StreamError
 from exporter.framing.eventstream import EventStreamDecoder
 from exporter.framing.ndjson import NDJSONDecoder
 from exporter.framing.sse import SSEDecoder
@@ -58,7 +58,8 @@ def load_event(data: str | bytes) -> dict[str, Any]:
     """One event's data as a JSON object; `StreamError` with a plain reason otherwise."""
     # Short data cannot hold too many values, so the counting costs real chunks nothing.
     if len(data) > MAX_EVENT_VALUES and _values(data) > MAX_EVENT_VALUES:
-        raise StreamError(f"an event holds more than {MAX_EVENT_VALUES} JSON values; cut")
+        raise StreamError(f"an event holds more than {MAX_EVENT_VALUES} JSON values; cut",
+                          Cause.TOO_MANY_EVENTS)
     try:
         value = orjson.loads(data)
     except orjson.JSONDecodeError:
@@ -165,10 +166,6 @@ class HttpRequest:
     headers: dict[str, str]
     body: bytes
 
-    def with_headers(self, headers: dict[str, str]) -> HttpRequest:
-        """A copy with `headers` added (replacing those of the same name)."""
-        return replace(self, headers={**self.headers, **headers})
-
 
 class RequestSigner(Protocol):
     """Adds authentication computed over the whole request (AWS SigV4) just before sending."""
@@ -179,14 +176,6 @@ class RequestSigner(Protocol):
 
 
 SignerFactory = Callable[[Series], RequestSigner | None]
-
-
-class Framing(StrEnum):
-    """How a response stream is framed into events."""
-
-    SSE = "sse"                  # text/event-stream
-    NDJSON = "ndjson"            # one JSON object per line (Ollama)
-    EVENTSTREAM = "eventstream"  # AWS binary event stream (Bedrock)
 
 
 class Decoder(Protocol[E]):
@@ -284,10 +273,9 @@ class StreamParser(ABC, Generic[E]):
 
 
 class ApiProtocol(ABC):
-    """How one API style is spoken."""
+    """How one API style is spoken; its path and framing come from its row in `exporter.apis`."""
 
-    default_path: ClassVar[str]
-    framing: ClassVar[Framing] = Framing.SSE
+    api: ClassVar[Api]
     content_types: ClassVar[tuple[str, ...]] = ("text/event-stream",)
 
     @abstractmethod
@@ -298,6 +286,21 @@ class ApiProtocol(ABC):
     @abstractmethod
     def new_parser(self) -> StreamParser[Any]:
         """A parser for one response stream."""
+
+    @property
+    def spec(self) -> ApiSpec:
+        """This API style's row."""
+        return APIS[self.api]
+
+    @property
+    def framing(self) -> Framing:
+        """How the response stream is framed."""
+        return APIS[self.api].framing
+
+    @property
+    def default_path(self) -> str:
+        """The path appended to base_url, `{model}` not yet filled in."""
+        return APIS[self.api].path
 
     def path(self, series: Series) -> str:
         """The endpoint path appended to base_url (the model is in it for some APIs)."""
@@ -339,7 +342,14 @@ class Embedding:
 class EmbeddingProtocol(ABC):
     """How one API style asks for an embedding (a plain JSON request and response)."""
 
-    default_path: ClassVar[str]
+    api: ClassVar[Api]
+
+    @property
+    def default_path(self) -> str:
+        """The embeddings path appended to base_url, `{model}` not yet filled in."""
+        path = APIS[self.api].embeddings_path
+        assert path is not None, f"{self.api} has no embeddings"
+        return path
 
     @abstractmethod
     def build_request(self, series: Series, text: str, api_key: Secret | None) -> HttpRequest:

@@ -29,6 +29,7 @@ from urllib.parse import quote
 
 import orjson
 
+from exporter.apis import Api
 from exporter.config import ProbeConfig, Secret, Series, ToolChoiceName
 from exporter.config.reasoning import Effort
 from exporter.errors import StreamError, UpstreamError
@@ -40,7 +41,6 @@ from exporter.protocols.base import (
     ERROR_LIMIT,
     REASONING,
     ApiProtocol,
-    Framing,
     HttpRequest,
     Prompt,
     StreamParser,
@@ -203,8 +203,7 @@ def model_fields(sent: Plan) -> dict[str, Any]:
 class BedrockConverse(ApiProtocol):
     """The Bedrock Converse API (streamed)."""
 
-    default_path = "/model/{model}/converse-stream"
-    framing = Framing.EVENTSTREAM
+    api = Api.BEDROCK_CONVERSE
     content_types = (EVENTSTREAM,)
 
     def path(self, series: Series) -> str:

@@ -16,6 +16,7 @@ from typing import Any
 
 import orjson
 
+from exporter.apis import Api
 from exporter.config import Secret, Series
 from exporter.config.reasoning import merge_patch
 from exporter.errors import StreamError, UpstreamError
@@ -63,7 +64,7 @@ def dimensions(vector: Any) -> int:
 class OpenAIEmbeddings(EmbeddingProtocol):
     """`POST {base_url}/embeddings`."""
 
-    default_path = "/embeddings"
+    api = Api.OPENAI_CHAT  # any OpenAI style: the same /embeddings
 
     def build_request(self, series: Series, text: str, api_key: Secret | None) -> HttpRequest:
         """One input, floats asked for."""
@@ -86,7 +87,7 @@ class OpenAIEmbeddings(EmbeddingProtocol):
 class GeminiEmbeddings(EmbeddingProtocol):
     """`POST {base_url}/models/{model}:embedContent`."""
 
-    default_path = "/models/{model}:embedContent"
+    api = Api.GEMINI
 
     def path(self, series: Series) -> str:
         """The model is part of the path."""

@@ -28,6 +28,7 @@ from urllib.parse import quote, urlsplit
 
 import orjson
 
+from exporter.apis import Api
 from exporter.config import ProbeConfig, Secret, Series, ToolChoiceName
 from exporter.config.reasoning import Effort
 from exporter.errors import StreamError, UpstreamError
@@ -190,7 +191,7 @@ def thinking_config(sent: Plan) -> dict[str, Any]:
 class Gemini(ApiProtocol):
     """The Gemini API (and Vertex AI's generateContent)."""
 
-    default_path = "/models/{model}:streamGenerateContent?alt=sse"
+    api = Api.GEMINI
 
     def path(self, series: Series) -> str:
         """The model is part of the path."""

@@ -20,6 +20,7 @@ from typing import Any
 
 import orjson
 
+from exporter.apis import Api
 from exporter.config import ProbeConfig, Secret, Series
 from exporter.errors import StreamError, UpstreamError
 from exporter.protocols.base import (
@@ -27,7 +28,6 @@ from exporter.protocols.base import (
     MAX_TOOL_CALLS,
     REASONING,
     ApiProtocol,
-    Framing,
     HttpRequest,
     Prompt,
     StreamParser,
@@ -130,8 +130,7 @@ def ollama_think(sent: Plan) -> bool | str:
 class OllamaChat(ApiProtocol):
     """Ollama's native chat API."""
 
-    default_path = "/api/chat"
-    framing = Framing.NDJSON
+    api = Api.OLLAMA_CHAT
     content_types = NDJSON_TYPES
 
     def build_request(self, series: Series, prompt: Prompt, api_key: Secret | None, *,

@@ -20,8 +20,9 @@ from typing import Any
 
 import orjson
 
+from exporter.apis import Api
 from exporter.config import ProbeConfig, ResponseFormat, Secret, Series, ToolChoiceName
-from exporter.errors import StreamError, UpstreamError
+from exporter.errors import Cause, StreamError, UpstreamError
 from exporter.framing.sse import ServerSentEvent
 from exporter.protocols.base import (
     ANSWER,
@@ -137,7 +138,8 @@ class OpenAIStreamParser(StreamParser[ServerSentEvent]):
         if not choices or not isinstance(choices, list):
             return 0
         if len(choices) > MAX_CHOICES:
-            raise StreamError(f"a chunk carried {len(choices)} choices (one was asked for); cut")
+            raise StreamError(f"a chunk carried {len(choices)} choices (one was asked for); cut",
+                              Cause.TOO_MANY_EVENTS)
         kinds = 0
         for choice in choices:
             if not isinstance(choice, dict):
@@ -204,7 +206,7 @@ def openai_headers(series: Series, api_key: Secret | None) -> dict[str, str]:
 class OpenAIChat(ApiProtocol):
     """The OpenAI chat completions API."""
 
-    default_path = "/chat/completions"
+    api = Api.OPENAI_CHAT
 
     def build_request(self, series: Series, prompt: Prompt, api_key: Secret | None, *,
                       tuning: Tuning = NO_TUNING) -> HttpRequest:

@@ -10,6 +10,7 @@ from typing import Any
 
 import orjson
 
+from exporter.apis import Api
 from exporter.config import Secret, Series
 from exporter.protocols.base import ANSWER, HttpRequest, Prompt
 from exporter.protocols.openai_chat import OpenAIChat, OpenAIStreamParser, openai_headers
@@ -39,7 +40,7 @@ class CompletionStreamParser(OpenAIStreamParser):
 class OpenAICompletions(OpenAIChat):
     """The legacy completions API."""
 
-    default_path = "/completions"
+    api = Api.OPENAI_COMPLETIONS
 
     def build_request(self, series: Series, prompt: Prompt, api_key: Secret | None, *,
                       tuning: Tuning = NO_TUNING) -> HttpRequest:

@@ -21,6 +21,7 @@ from typing import Any
 
 import orjson
 
+from exporter.apis import Api
 from exporter.config import ProbeConfig, Secret, Series, ToolChoiceName
 from exporter.errors import UpstreamError
 from exporter.framing.sse import ServerSentEvent
@@ -159,7 +160,7 @@ def responses_tools(probe: ProbeConfig) -> dict[str, Any]:
 class OpenAIResponses(ApiProtocol):
     """The OpenAI Responses API."""
 
-    default_path = "/responses"
+    api = Api.OPENAI_RESPONSES
 
     def build_request(self, series: Series, prompt: Prompt, api_key: Secret | None, *,
                       tuning: Tuning = NO_TUNING) -> HttpRequest:

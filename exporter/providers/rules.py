@@ -23,8 +23,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from exporter.apis import Api
 from exporter.config.reasoning import Effort
-from exporter.config.schema import Api
 
 E = Effort
 

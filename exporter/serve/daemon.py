@@ -30,6 +30,7 @@ from exporter.config import (
 )
 from exporter.config.address import parse_listen_address
 from exporter.exposition.metrics import ExporterMetrics
+from exporter.files import FileSignature, signature
 from exporter.log import REDACTOR, get_logger
 from exporter.probe.prober import Prober
 from exporter.protocols import images
@@ -47,7 +48,7 @@ RELOAD_MIN_INTERVAL = 1.0  # seconds between the starts of two reloads that pars
 CLOSE_RESERVE = 1.0  # seconds of the grace kept for closing the server and sessions
 GC_THRESHOLDS = (10_000, 20, 100)
 
-Stamps = dict[Path, tuple[int, int, int] | None]
+FileSignatures = dict[Path, FileSignature | None]
 
 
 class StartError(Exception):
@@ -274,27 +275,21 @@ class Daemon:
         _warm_up(config)
         return config
 
-    def _stamps(self) -> Stamps:
-        """(mtime, size, inode) of the config file and its key files (worker thread)."""
+    def _signatures(self) -> FileSignatures:
+        """The signatures of the config file and its key files (worker thread)."""
         config = self.state.config if self.state is not None else None
-        stamps: Stamps = {}
-        for path in (self.config_path, *(config.files if config is not None else ())):
-            try:
-                info = path.stat()
-                stamps[path] = (info.st_mtime_ns, info.st_size, info.st_ino)
-            except OSError:
-                stamps[path] = None
-        return stamps
+        return {path: signature(path)
+                for path in (self.config_path, *(config.files if config is not None else ()))}
 
     async def _watch_files(self) -> None:
         """Poll the config and key files; reload when one changed (`--config.auto-reload`).
 
         Survives anything: an error in one round is logged and the next round runs.
         """
-        seen: Stamps | None = None
+        seen: FileSignatures | None = None
         while True:
             try:
-                current = await asyncio.to_thread(self._stamps)
+                current = await asyncio.to_thread(self._signatures)
                 if seen is not None and current != seen:
                     self.log.info("config changed on disk; reloading")
                     await self.reload()

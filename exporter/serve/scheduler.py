@@ -3,8 +3,10 @@
 Each series ticks on a fixed grid (so it never drifts) and starts its probe as a separate task
 at each tick. The ticks of all series wait in one heap behind one timer: a sleeping series costs
 a heap entry (~0.2 KiB), not a task with its frame, future and timer handle (~1.8 KiB), and a
-tick costs a heap push and pop. The first probe comes within min(interval, 10 s) of start
-(spread by the same stable offset), then the series joins its grid.
+tick costs a heap push and pop. The first probe of a series new to the schedule (every series
+at start, the ones a reload adds) comes within min(interval, window) of being added, spread by
+the same stable offset, then the series joins its grid; the window is 10 s, longer when more
+than 250 first probes a second would start (`first_probe_window`).
 A tick that finds the previous probe of the same series still running is skipped
 (`reason="overlap"`). On-demand probes (`run_now`, the `/probe` endpoint) run outside the
 scheduled concurrency limit, so they can never starve scheduled series.
@@ -26,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from exporter.config import Config, Series
+from exporter.config import Config, Series, SeriesKey
 from exporter.errors import Result
 from exporter.exposition.families import SkipReason
 from exporter.exposition.metrics import ExporterMetrics
@@ -36,7 +38,6 @@ from exporter.result import ProbeResult
 from exporter.serve.budget import Budget
 from exporter.serve.results import ResultStore
 
-SeriesKey = tuple[str, str, str]
 FIRST_PROBE_WINDOW = 10.0  # seconds: every series probes this soon after start (or its interval)
 # First probes per second at most: a large plan spreads its first probes over a longer window
 # instead of starting at many times its steady rate (5,000 series would make 500 probes/s).

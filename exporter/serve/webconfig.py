@@ -39,9 +39,11 @@ import bcrypt
 import yaml
 from aiohttp import web
 from aiohttp.typedefs import Handler
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field, ValidationError
 
 from exporter.config import ConfigError, ConfigProblem, Duration, format_location
+from exporter.config.types import StrictModel
+from exporter.files import FileSignature, signature
 from exporter.log import get_logger
 
 MAX_FILE_BYTES = 1024 * 1024
@@ -105,11 +107,9 @@ _VERIFY_MODE = {
 }
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class TLSServerConfig(_Strict):
+class TLSServerConfig(StrictModel):
     """Serve HTTPS (and optionally require client certificates)."""
 
     cert: str | None = None
@@ -127,21 +127,21 @@ class TLSServerConfig(_Strict):
     curve_preferences: tuple[str, ...] = ()
 
 
-class HTTPServerConfig(_Strict):
+class HTTPServerConfig(StrictModel):
     """HTTP options: `http2` is accepted (aiohttp speaks HTTP/1.1), response headers."""
 
     http2: bool = True
     headers: dict[str, str] = Field(default_factory=dict)
 
 
-class RateLimitConfig(_Strict):
+class RateLimitConfig(StrictModel):
     """One token bucket for every request: a token per `interval`, at most `burst` saved."""
 
     interval: Duration = 0.0
     burst: int = Field(default=0, ge=0)
 
 
-class WebConfig(_Strict):
+class WebConfig(StrictModel):
     """The whole web config file."""
 
     tls_server_config: TLSServerConfig | None = None
@@ -464,15 +464,8 @@ def _load(path: Path) -> _Loaded:
     return _Loaded(config, context, (path, *tls_files(config, base)))
 
 
-def _stamps(files: tuple[Path, ...]) -> tuple[tuple[int, int, int] | None, ...]:
-    def stamp(path: Path) -> tuple[int, int, int] | None:
-        try:
-            st = path.stat()
-        except OSError:
-            return None
-        return (st.st_mtime_ns, st.st_size, st.st_ino)
-
-    return tuple(stamp(p) for p in files)
+def _signatures(files: tuple[Path, ...]) -> tuple[FileSignature | None, ...]:
+    return tuple(signature(p) for p in files)
 
 
 class LiveWebConfig:
@@ -487,7 +480,7 @@ class LiveWebConfig:
         self.tls = loaded.context is not None  # fixed for the listener's life
         self._context = loaded.context
         self._apply(loaded)
-        self._stamps = _stamps(loaded.files)
+        self._signatures = _signatures(loaded.files)
 
     def _apply(self, loaded: _Loaded) -> None:
         config = loaded.config
@@ -515,17 +508,17 @@ class LiveWebConfig:
 
     async def refresh(self) -> bool:
         """Re-read the file if it or a certificate it names changed; True if a new one applies."""
-        stamps = await asyncio.to_thread(_stamps, self._files)
-        if stamps == self._stamps:
+        signatures = await asyncio.to_thread(_signatures, self._files)
+        if signatures == self._signatures:
             return False
-        self._stamps = stamps  # a broken file is reported once, not every period
+        self._signatures = signatures  # a broken file is reported once, not every period
         try:
             loaded = await asyncio.to_thread(_load, self.path)
         except ConfigError as exc:
             self._log.error("web config reload failed; keeping the running one", error=str(exc))
             return False
         self._apply(loaded)
-        self._stamps = await asyncio.to_thread(_stamps, loaded.files)
+        self._signatures = await asyncio.to_thread(_signatures, loaded.files)
         self._log.info("web config reloaded", path=str(self.path))
         return True
 

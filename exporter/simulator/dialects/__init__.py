@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ...apis import APIS, Api
 from .anthropic_messages import MessagesDialect
 from .base import (
     AuthRequest,
@@ -44,6 +45,7 @@ class Route:
 
 CHAT = ChatDialect()
 MESSAGES = MessagesDialect()
+GEMINI_STREAM = GenerateContentDialect(stream=True)
 
 # Gemini Developer API (`/v1beta/models/…`) and Vertex AI (`/v1/projects/…/publishers/google/
 # models/…`, or `/v1/publishers/google/models/…` with an express-mode API key).
@@ -54,27 +56,39 @@ _GEMINI_BASES = (
     "/{version:v1|v1beta1}/publishers/google/models/{model}",
 )
 _GEMINI_METHODS: tuple[tuple[str, Dialect | EmbeddingDialect], ...] = (
-    (":streamGenerateContent", GenerateContentDialect(stream=True)),
+    (":streamGenerateContent", GEMINI_STREAM),
     (":generateContent", GenerateContentDialect(stream=False)),
     (":embedContent", EmbedContentDialect(batch=False)),
     (":batchEmbedContents", EmbedContentDialect(batch=True)),
 )
 
+# The dialect answering each API style's streaming path (`exporter.apis`), under the base the
+# SDKs default to (`/v1` for the OpenAI and Anthropic styles, none for Bedrock and Ollama).
+DIALECTS: dict[Api, Dialect] = {
+    Api.OPENAI_CHAT: CHAT,
+    Api.OPENAI_COMPLETIONS: CompletionsDialect(),
+    Api.OPENAI_RESPONSES: ResponsesDialect(),
+    Api.ANTHROPIC_MESSAGES: MESSAGES,
+    Api.GEMINI: GEMINI_STREAM,
+    Api.BEDROCK_CONVERSE: ConverseDialect(stream=True),
+    Api.OLLAMA_CHAT: OllamaChatDialect(),
+}
+assert set(DIALECTS) == set(Api), set(Api) - set(DIALECTS)
+_V1 = (Api.OPENAI_CHAT, Api.OPENAI_COMPLETIONS, Api.OPENAI_RESPONSES, Api.ANTHROPIC_MESSAGES)
+
 ROUTES: tuple[Route, ...] = (
-    Route("/v1/chat/completions", CHAT),
-    Route("/v1/completions", CompletionsDialect()),
-    Route("/v1/messages", MESSAGES),
-    Route("/v1/responses", ResponsesDialect()),
-    Route("/v1/embeddings", EmbeddingsDialect()),
+    *(Route("/v1" + APIS[api].path, DIALECTS[api]) for api in _V1),
+    Route("/v1" + str(APIS[Api.OPENAI_CHAT].embeddings_path), EmbeddingsDialect()),
     *(Route(base + method, dialect) for base in _GEMINI_BASES
       for method, dialect in _GEMINI_METHODS),
-    Route("/model/{model}/converse-stream", ConverseDialect(stream=True)),
+    Route(APIS[Api.BEDROCK_CONVERSE].path, DIALECTS[Api.BEDROCK_CONVERSE]),
     Route("/model/{model}/converse", ConverseDialect(stream=False)),
-    Route("/api/chat", OllamaChatDialect()),
+    Route(APIS[Api.OLLAMA_CHAT].path, DIALECTS[Api.OLLAMA_CHAT]),
 )
 
 __all__ = [
     "CHAT",
+    "DIALECTS",
     "MESSAGES",
     "ROUTES",
     "AuthRequest",
