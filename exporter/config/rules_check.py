@@ -28,8 +28,8 @@ def reasoning_problems(target: TargetConfig, where: Loc,
         if reasoning is None or reasoning.effort is not None:
             continue
         for index, model in enumerate(target.models):
-            family = lookup(target.api, target.model_family.get(model, model))
-            if family.vendor not in BUDGET_VENDORS:
+            rules = lookup(target.api, target.model_family.get(model, model))
+            if rules.vendor not in BUDGET_VENDORS:
                 yield (*where, "models", index), (
                     f"probe {name!r} gives only reasoning.budget_tokens, but {model} on "
                     f"{target.api.value} takes a named effort, not a budget: set "

@@ -270,11 +270,11 @@ class _Exchange:
             overrides = Overrides.from_headers(request.headers)
         except OverrideError as exc:
             return self.fail(400, str(exc))
-        if isinstance(provider, Dialect):  # a hosted family's own rules (see .hosted)
-            overrides = validate(provider.name, parsed.model, profile, body, overrides)
-        if isinstance(overrides, Rejection):
-            return self.fail(400, overrides.message, code=overrides.code, param=overrides.param)
-        return parsed, profile, overrides
+        checked = validate(provider.name, parsed.model, profile, body, overrides) \
+            if isinstance(provider, Dialect) else overrides  # a hosted family's own rules
+        if isinstance(checked, Rejection):
+            return self.fail(400, checked.message, code=checked.code, param=checked.param)
+        return parsed, profile, checked
 
 
 def _exchange(request: web.Request, provider: Dialect | EmbeddingDialect,
