@@ -175,3 +175,27 @@ async def test_retries_are_bounded_when_nothing_helps(scripted_server) -> None:
         sorted({"model", "messages", "max_tokens", "stream", "stream_options"}),
         sorted({"model", "messages", "max_completion_tokens", "stream", "stream_options"}),
         sorted({"model", "messages", "max_tokens", "stream", "stream_options"})]
+
+
+async def test_an_unknown_field_from_params_fails_naming_it(scripted_server) -> None:
+    refusal = Script(status=400, headers={"Content-Type": "application/json"}, steps=[(0, (
+        b'{"error": {"message": "Unknown parameter: \'vendor_knob\'.", "type": '
+        b'"invalid_request_error", "param": "vendor_knob", "code": "unknown_parameter"}}'))])
+    server = await scripted_server(refusal)
+    series = parse_config({"probes": {"p": {"prompt": "hi", "params": {"vendor_knob": 3}}},
+                           "targets": [{"name": "t", "base_url": server.url,
+                                        "models": ["m"]}]}, env={}).series[0]
+    async with Prober() as prober:
+        result = await prober.probe(series)
+    assert result.cause is Cause.PARAMETER_REFUSED and len(server.requests) == 1
+    assert "m refuses vendor_knob: remove `vendor_knob` from params" in result.reason
+
+
+async def test_a_reload_forgets_what_it_no_longer_probes(sim: Simulator) -> None:
+    kept = config(sim, "openai-chat", "prod-chat", {"max_tokens": 64}).series[0]
+    async with Prober() as prober:
+        await prober.probe(kept)
+        prober.adaptations.retain([kept])
+        assert prober.adaptations.adapted(kept) == ("max_tokens",)
+        prober.adaptations.retain([replace(kept, model="other")])
+        assert prober.adaptations.describe() == []

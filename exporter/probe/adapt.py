@@ -11,11 +11,12 @@ A refusal of a value the user set (`temperature`, `reasoning`, `max_tokens`, any
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from exporter.config import Series, Target
-from exporter.config.reasoning import mentions
+from exporter.config.reasoning import key_names, mentions, squash
 from exporter.log import get_logger
 from exporter.protocols.reasoning import NO_TUNING, PARAM_NAMES, Plan, Tuning, plan
 from exporter.providers.refusals import Action, Refusal, parse_refusal
@@ -76,6 +77,14 @@ class Adaptations:
         entry = self._entry(series)
         return tuple(sorted(p.value for p in entry.changes)) if entry is not None else ()
 
+    def retain(self, series: Iterable[Series]) -> None:
+        """Forget the adaptations of every (target, model) a new config dropped or changed."""
+        current = {(s.target.name, s.model): s.target for s in series}
+        for key, entry in list(self._learnt.items()):
+            target = current.get(key)
+            if target is None or (target is not entry.target and target != entry.target):
+                del self._learnt[key]
+
     def describe(self) -> list[dict[str, str]]:
         """Every adaptation, for `/config` and the status page."""
         return [{"target": target, "model": model, "parameter": change.param.value,
@@ -118,8 +127,8 @@ def _explicit(refusal: Refusal, sent: Plan) -> bool:
     """Whether the refused value is one the user chose (the name of the output limit is the
     exporter's choice even when its value is the user's)."""
     param = refusal.param
-    if param is Param.OTHER:
-        return False
+    if param is Param.OTHER:  # a field the exporter never sends: `params:` sent it, if anyone
+        return _other_in_params(refusal, sent)
     if refusal.action is Action.RENAME and param in _TOKEN_FIELDS:
         return False
     if param is Param.THINKING and refusal.action is Action.SWITCH:
@@ -157,7 +166,8 @@ def _what(refusal: Refusal) -> str:
 def advice(refusal: Refusal, sent: Plan) -> str:
     """What the user should set instead, in the config's words."""
     param, action = refusal.param, refusal.action
-    in_params = bool(sent.params) and param in PARAM_NAMES and _in_params(param, sent)
+    in_params = bool(sent.params) and (_other_in_params(refusal, sent) if param is Param.OTHER
+                                       else _in_params(param, sent))
     where = f"`{refusal.name}` from params" if in_params else f"`{param.value}`"
     if param is Param.TEMPERATURE and action is Action.SET and not in_params:
         return f"remove `temperature` from the probe (or set it to {refusal.value})"
@@ -194,3 +204,8 @@ def advice(refusal: Refusal, sent: Plan) -> str:
 
 def _in_params(param: Param, sent: Plan) -> bool:
     return mentions(sent.params, PARAM_NAMES[param])
+
+
+def _other_in_params(refusal: Refusal, sent: Plan) -> bool:
+    return bool(sent.params) and squash(refusal.name.rsplit(".", 1)[-1]) in key_names(
+        sent.params)

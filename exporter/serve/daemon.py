@@ -177,6 +177,8 @@ class Daemon:
         REDACTOR.update(config.secrets())
         self.metrics.apply(config)
         self.store.set_series(s.key for s in config.series)
+        if self.prober is not None:  # what servers refused under the old config is forgotten
+            self.prober.adaptations.retain(config.series)
         self.scheduler.apply(config)
         self.state.config = config
 
