@@ -61,6 +61,16 @@ local p = import 'lib/promql.libsonnet';
       // Error ratio = 1 - availability, availability = success / all finished probes.
       rec('target_model_probe:llm_probe_requests_failed:ratio_rate' + w, failedRatio(w))
       for w in $.sloWindows
+    ] + [
+      // The same per target, model and location (all probes, other fleet labels summed): one
+      // location failing versus every location (LLMProbeLocationFailing, LLMProbeGlobalFailure).
+      local byRegion = ['target', 'model', cfg.regionLabel];
+      local w = cfg.locationFailure.window;
+      rec('target_model_%s:llm_probe_requests_failed:ratio_rate%s' % [cfg.regionLabel, w],
+          '%s\n/\n%s' % [
+            p.sumBy(byRegion, 'rate', 'llm_probe_requests_total', m(['result!="success"']), w),
+            p.sumBy(byRegion, 'rate', 'llm_probe_requests_total', m(), w),
+          ]),
     ],
   },
 
