@@ -189,7 +189,8 @@ local p = import 'lib/promql.libsonnet';
 
   local lf = cfg.locationFailure,
   local region = cfg.regionLabel,
-  local byModel = p.list(['target', 'model']),
+  // The same target and model in the same fleet, across locations.
+  local byModel = p.list(['target', 'model'] + std.filter(function(l) l != region, cfg.fleetLabels)),
   local locationRatio = 'target_model_%s:llm_probe_requests_failed:ratio_rate%s' % [region, lf.window],
 
   local probes = {

@@ -62,9 +62,9 @@ local p = import 'lib/promql.libsonnet';
       rec('target_model_probe:llm_probe_requests_failed:ratio_rate' + w, failedRatio(w))
       for w in $.sloWindows
     ] + [
-      // The same per target, model and location (all probes, other fleet labels summed): one
-      // location failing versus every location (LLMProbeLocationFailing, LLMProbeGlobalFailure).
-      local byRegion = ['target', 'model', cfg.regionLabel];
+      // The same per target, model and fleet labels (all probes summed): one location failing
+      // versus every location (LLMProbeLocationFailing, LLMProbeGlobalFailure).
+      local byRegion = ['target', 'model'] + cfg.fleetLabels;
       local w = cfg.locationFailure.window;
       rec('target_model_%s:llm_probe_requests_failed:ratio_rate%s' % [cfg.regionLabel, w],
           '%s\n/\n%s' % [

@@ -142,6 +142,10 @@ class SimulatedModel(_Strict):
     disconnect_rate: float = Field(default=0.0, ge=0.0, le=1.0)
     capacity: int | None = Field(default=None, ge=1)
     dimensions: int = Field(default=1536, ge=1)  # embedding size when a request names none
+    # What answers report as `model` (default: the requested name) and `system_fingerprint`
+    # (a dated snapshot behind an alias; flip it with a reload to show a served-model change).
+    served_model: str | None = Field(default=None, min_length=1, max_length=128)
+    fingerprint: str | None = Field(default=None, min_length=1, max_length=128)
 
 
 class SimulatorConfig(_Strict):
