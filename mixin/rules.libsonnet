@@ -66,10 +66,12 @@ local p = import 'lib/promql.libsonnet';
       // versus every location (LLMProbeLocationFailing, LLMProbeGlobalFailure).
       local byRegion = ['target', 'model'] + cfg.fleetLabels;
       local w = cfg.locationFailure.window;
+      // A location without failures is a 0, not a gap (it is the one that is fine).
+      local all = p.sumBy(byRegion, 'rate', 'llm_probe_requests_total', m(), w);
       rec('target_model_%s:llm_probe_requests_failed:ratio_rate%s' % [cfg.regionLabel, w],
-          '%s\n/\n%s' % [
+          '(\n  %s\n  or\n  0 * %s\n)\n/\n%s' % [
             p.sumBy(byRegion, 'rate', 'llm_probe_requests_total', m(['result!="success"']), w),
-            p.sumBy(byRegion, 'rate', 'llm_probe_requests_total', m(), w),
+            all, all,
           ]),
     ],
   },
