@@ -75,7 +75,7 @@ def test_config_overrides_reach_every_rule_alert_and_dashboard() -> None:
 def test_exporter_alerts_never_select_the_on_demand_job(selector: str) -> None:
     # /probe answered 400 (a series gone from the config) or 429 (too many in flight) sets the
     # Probe job's `up` to 0: that must never page "exporter down", even under a regex selector.
-    mixin = generate.evaluate("{ _config+:: { selector: '%s' } }" % selector.replace("'", "\\'"))
+    mixin = generate.evaluate(f"{{ _config+:: {{ selector: {json.dumps(selector)} }} }}")
     ups = [rule["expr"] for group in mixin["alerts"]["groups"] for rule in group["rules"]
            if "up{" in rule["expr"]]
     assert len(ups) == 2
