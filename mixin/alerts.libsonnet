@@ -196,13 +196,14 @@ local p = import 'lib/promql.libsonnet';
   local probes = {
     name: 'llm-probe-alerts',
     rules: [
+      local rl = cfg.rateLimited;
+      local limited(w) = 'target_model_probe_result:llm_probe_requests:ratio_rate%s{result="rate_limited"} > %s' % [w, p.num(rl.ratio)];
       alert('LLMProbeRateLimited',
-            'target_model_probe_result:llm_probe_requests:ratio_rate%s{result="rate_limited"} > %s'
-            % [cfg.rateLimited.window, p.num(cfg.rateLimited.ratio)],
-            cfg.rateLimited['for'], 'warning',
+            '%s\nand\n%s\n' % [limited(rl.window), limited(rl.short)],
+            rl['for'], 'warning',
             '%s is rate limited (HTTP 429).' % series,
-            '{{ $value | humanizePercentage }} of the probes of %s over the last %s were answered 429 (rate limited), more than %s.'
-            % [series, cfg.rateLimited.window, p.num(100 * cfg.rateLimited.ratio) + '%']),
+            '{{ $value | humanizePercentage }} of the probes of %s over the last %s were answered 429 (rate limited), and more than %s over the last %s.'
+            % [series, rl.window, p.num(100 * rl.ratio) + '%', rl.short]),
       // The class of the latest probes, not history: the exporter counts how many of the
       // latest probes in a row ended with the same result.
       alert('LLMProbeAuthFailing',

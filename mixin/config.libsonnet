@@ -46,7 +46,8 @@
     quantiles: [0.5, 0.9, 0.95, 0.99],
 
     // Policies that are the same for the whole fleet (not objectives of a series).
-    rateLimited: { ratio: 0.1, window: '15m', 'for': '10m' },
+    // Over `window` and still over `short`: a burst that ended does not open a ticket later.
+    rateLimited: { ratio: 0.1, window: '15m', short: '5m', 'for': '10m' },
     schedulerLag: { p99Seconds: 1, window: '10m', 'for': '15m' },
     costBudgetPerDay: { USD: 5, CNY: 35 },  // probe spend per target and currency
     exporterAbsentFor: '15m',
