@@ -51,6 +51,7 @@ class Exporter:
         self.process: Process | None = None
         self._lock = asyncio.Lock()
         self.extra_args: list[str] = []
+        self.note = ""  # what a scenario measured (shown under the table)
 
     @property
     def url(self) -> str:

@@ -22,7 +22,7 @@ from tests.e2e_support import Process, http_get, wait_for
 # The shipped mixin with every window and `for:` shortened through `_config` (the generated files
 # are never edited): seconds instead of minutes and hours, so a scenario pages within a minute.
 SHORT_CONFIG = """{ _config+:: {
-    exporterDown+: { 'for': '10s' },
+    exporterDown+: { 'for': '30s' },  // a restart takes 5-15 s here (a pod 10-30 s; shipped 5m)
     exporterAbsentFor: '10s',
     seriesStale+: { 'for': '5s' },
     configReloadFailed+: { 'for': '5s' },
