@@ -50,6 +50,9 @@ class BudgetConfig(_Strict):
     max_cost_per_day: float = Field(gt=0)
     currency: str = "USD"
     state_file: str | None = None
+    # Sharded (`--shard i/n`): max_cost_per_day is the whole fleet's, each shard stops at its
+    # n-th; `per_shard: true` makes it every shard's own limit instead.
+    per_shard: bool = False
 
 
 class SloConfig(_Strict):
