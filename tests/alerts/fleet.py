@@ -29,7 +29,7 @@ FAST = {"ttft": "200ms", "tpot": "5ms", "output_tokens": 16, "jitter": 0.0}
 def base_config(location: str, sim_port: int) -> Config:
     """A config with the embedded simulator on `sim_port` and no targets yet."""
     return {
-        "global": {"interval": "1s", "timeout": "30s", "jitter": 0.0,
+        "global": {"interval": "1s", "timeout": "30s", "jitter": 0.0, "max_concurrency": 64,
                    "allow_short_intervals": True, "labels": {"location": location},
                    "slo": {"availability": "99%"}},
         "simulator": {"listen": f"127.0.0.1:{sim_port}", "models": {}},

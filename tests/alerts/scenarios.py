@@ -212,17 +212,17 @@ def _reload_failed(fleet: Fleet) -> Any:
 
 def _lag_truth(n: Notification, fleet: Fleet) -> str | None:
     count = fleet["lag"].metric("llm_probe_scheduler_lag_seconds_count")
-    within = fleet["lag"].metric("llm_probe_scheduler_lag_seconds_bucket", le="0.5")
-    return None if count > within else "no probe started more than 0.5 s late"
+    within = fleet["lag"].metric("llm_probe_scheduler_lag_seconds_bucket", le="1.0")
+    return None if count > within else "no probe started more than 1 s late"
 
 
-@scenario("scheduler-lag", "max_concurrency 1 for two series that each need 0.7 s a second",
+@scenario("scheduler-lag", "max_concurrency 1 for three series that each need 0.6 s a second",
           [Expect("LLMProbeSchedulerLag", {"severity": "warning"}, _lag_truth)],
           exporters={"lag"})
 def _lag(fleet: Fleet) -> None:
     lag = fleet["lag"]
     lag.config["global"]["max_concurrency"] = 1
-    lag.add_target("scheduler-lag", {"lag-a": {"ttft": "700ms"}, "lag-b": {"ttft": "700ms"}})
+    lag.add_target("scheduler-lag", {f"lag-{i}": {"ttft": "600ms"} for i in range(3)})
 
 
 @scenario("budget-exhausted", "global.budget is spent after two probes",
@@ -458,7 +458,10 @@ def _on_demand(fleet: Fleet) -> None:
 
 @scenario("one-slow-probe", "one probe of a 1 s-objective series takes 2.5 s", [])
 def _slow_once(fleet: Fleet) -> Any:
-    fleet["quiet"].add_target("one-slow-probe", {"once": {}}, slo={"ttft": "1s"})
+    # Every 500 ms: a young series (a minute old) still has ~100 probes in its 2m window, so the
+    # two or three slow ones before the revert stay under its p95.
+    fleet["quiet"].add_target("one-slow-probe", {"once": {}}, slo={"ttft": "1s"},
+                              interval="500ms")
 
     async def act(fleet: Fleet, start: float) -> None:
         await at(start, EARLY)
@@ -485,10 +488,10 @@ def _burst(fleet: Fleet) -> Any:
 
 @scenario("key-rejected-and-recovered", "one probe is answered 401, the next ones succeed", [])
 def _key(fleet: Fleet) -> Any:
-    fleet["quiet"].add_target("key-rejected-and-recovered", {"key": {}}, interval="5s")
+    fleet["quiet"].add_target("key-rejected-and-recovered", {"key": {}}, interval="2s")
 
     async def act(fleet: Fleet, start: float) -> None:
-        await at(start, EARLY + 16)
+        await at(start, WARMUP + 5)  # a series with history: one failure is a small share
         eu = fleet["quiet"]
         await eu.change(headers("key-rejected-and-recovered", {"x-sim-fault": "401"}))
         await until(lambda: (eu.latest("key-rejected-and-recovered") or {}).get("result")

@@ -26,13 +26,13 @@ SHORT_CONFIG = """{ _config+:: {
     exporterAbsentFor: '10s',
     seriesStale+: { 'for': '5s' },
     configReloadFailed+: { 'for': '5s' },
-    schedulerLag+: { window: '20s', 'for': '10s', p99Seconds: 0.5 },
+    schedulerLag+: { window: '20s', 'for': '10s' },
     budgetExhausted+: { window: '30s' },
     rateLimited+: { window: '20s', short: '5s', 'for': '10s' },
     servedModelChanged+: { window: '1m' },
     streamStalls+: { gapSeconds: 1, window: '20s', 'for': '10s' },
     locationFailure+: { window: '20s', 'for': '10s' },
-    latencyHigh+: { window: '1m', 'for': '10s' },
+    latencyHigh+: { window: '2m', 'for': '10s' },  // 120 probes: one slow one is not the p95
     burnRates: [
       { long: '1m', short: '10s', factor: 14.4, 'for': '5s', severity: 'critical',
         spends: '2% of the 30-day error budget in 1 hour' },
