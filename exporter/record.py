@@ -135,6 +135,8 @@ class RecordJSON(TypedDict):
     dimensions: NotRequired[int | None]
     checks_passed: NotRequired[bool | None]          # schema 2
     retry_after_seconds: NotRequired[float | None]   # schema 2
+    served_model: NotRequired[str | None]
+    system_fingerprint: NotRequired[str | None]
     # bench records only
     mode: NotRequired[LoadMode]
     level: NotRequired[int | float]
@@ -188,6 +190,8 @@ class Record:
                                for phase, seconds in r.server_timings.items()},
             "dimensions": r.dimensions,
             "checks_passed": r.checked, "retry_after_seconds": r.retry_after,
+            "served_model": r.served_model and redact(r.served_model),
+            "system_fingerprint": r.system_fingerprint and redact(r.system_fingerprint),
         }
         if self.bench is not None:
             b = self.bench
@@ -227,6 +231,7 @@ class Record:
             tool_calls=tuple(ToolCall(c["name"], c["arguments"])
                              for c in d.get("tool_calls", ())),
             server_timings=d.get("server_timings", {}), dimensions=d.get("dimensions"),
+            served_model=d.get("served_model"), system_fingerprint=d.get("system_fingerprint"),
             started_at=d["started_at"], finished_at=d["finished_at"],
             stamps=_stamps_from_json(d.get("stamps")))
         bench = None

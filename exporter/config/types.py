@@ -103,7 +103,8 @@ MAX_PROBE_NAME = 128
 # Names a constant label may not take because the exporter sets them itself.
 RESERVED_LABELS = frozenset(
     {"target", "model", "probe", "result", "phase", "type", "currency", "kind", "reason",
-     "outcome", "objective", "le", "quantile", "job", "instance", "version", "python_version"}
+     "outcome", "objective", "le", "quantile", "job", "instance", "version", "python_version",
+     "served_model", "system_fingerprint"}
 )
 
 
