@@ -139,6 +139,8 @@ class ProbeResult:
     checked: bool | None = None   # answer checks ran and passed (True) or failed (False)
     tool_calls: tuple[ToolCall, ...] = ()  # the calls the model made, in order
     dimensions: int | None = None  # embedding probes: the size of the returned vector
+    served_model: str | None = None  # the model the server says answered (its `model` field)
+    system_fingerprint: str | None = None  # the server's backend configuration, where it says
     started_at: float = 0.0   # unix time the request was sent
     finished_at: float = 0.0  # unix time the probe ended
     stamps: ProbeStamps | None = None  # absolute stamps (None for results built elsewhere)

@@ -20,27 +20,31 @@ local p = import 'lib/promql.libsonnet';
     annotations: {
       summary: summary,
       description: description,
-      runbook_url: cfg.runbookURLPattern % std.asciiLower(name),
+      runbook_url: cfg.runbookURLPattern % name,
     },
   },
+
+  // `up` of the daemon's job only: never the Probe objects' job, even under a regex selector.
+  local up = 'up{%s}' % m(['%s!="%s"' % [cfg.jobLabel, cfg.onDemandJob]]),
+  local exporterKey = p.list([cfg.jobLabel, 'instance']),
 
   local exporter = {
     name: 'llm-probe-exporter-alerts',
     rules: [
-      alert('LLMProbeExporterDown', 'up{%s} == 0' % m(), '5m', 'critical',
-            'llm-probe-exporter is down: no LLM endpoint is being measured.',
-            'Prometheus cannot scrape %s (%s {{ $labels.%s }}) for 5 minutes; every probe series it owns is blind.'
-            % [instance, cfg.jobLabel, cfg.jobLabel]),
+      alert('LLMProbeExporterDown', '%s == 0' % up, cfg.exporterDown['for'], 'critical',
+            'llm-probe-exporter %s is down: its series are not collected.' % instance,
+            'Prometheus has failed to scrape %s (%s {{ $labels.%s }}) for %s: none of the probe series it owns reaches Prometheus.'
+            % [instance, cfg.jobLabel, cfg.jobLabel, cfg.exporterDown['for']]),
       // `up == 0` needs a target: a scrape config or ServiceMonitor that matches nothing only
       // shows as the absence of `up`.
-      alert('LLMProbeExporterAbsent', 'absent(up{%s})' % m(), cfg.exporterAbsentFor, 'critical',
+      alert('LLMProbeExporterAbsent', 'absent(%s)' % up, cfg.exporterAbsentFor, 'critical',
             'Prometheus scrapes no llm-probe-exporter: no LLM endpoint is being measured.',
-            'No scrape target matches %s for %s: the exporter is not deployed, or its scrape config or ServiceMonitor selects nothing.'
+            'No scrape target matches %s for %s: Prometheus collects no probe series at all.'
             % [cfg.selector, cfg.exporterAbsentFor]),
       alert('LLMProbeSeriesStale',
             |||
               # Seconds since the last finished probe, counted from the last config load when the series has
-              # not run since then (a fresh start or reload is not stale), against 3x the configured interval.
+              # not run since then (a fresh start or reload is not stale), against %(n)s intervals.
               (
                 time()
                 - (
@@ -55,31 +59,32 @@ local p = import 'lib/promql.libsonnet';
                     llm_probe_config_last_reload_success_timestamp_seconds{%(m)s}
                   )
               )
-              > 3 * llm_probe_interval_seconds{%(m)s}
-            ||| % { m: m(), ji: p.list([cfg.jobLabel, 'instance']) },
-            '5m', 'warning',
-            'Probe series %s has not run for 3 intervals.' % series,
-            'No probe of %s finished on %s for {{ $value | humanizeDuration }}, more than 3 times its interval: the scheduler is stuck, overloaded (see LLMProbeSchedulerLag) or the series is skipped.'
-            % [series, instance]),
+              > %(n)s * llm_probe_interval_seconds{%(m)s}
+            ||| % { m: m(), ji: exporterKey, n: p.num(cfg.seriesStale.intervals) },
+            cfg.seriesStale['for'], 'warning',
+            'Probe series %s has not finished a probe for %s intervals.' % [series, p.num(cfg.seriesStale.intervals)],
+            'No probe of %s finished on %s for {{ $value | humanizeDuration }} (counted from the last config load), more than %s times its interval.'
+            % [series, instance, p.num(cfg.seriesStale.intervals)]),
       alert('LLMProbeConfigReloadFailed', 'llm_probe_config_last_reload_successful{%s} == 0' % m(),
-            '5m', 'warning',
-            'llm-probe-exporter could not reload its config.',
-            '%s keeps running its previous config because the last reload failed; the log line "config reload failed" names every problem.'
-            % instance),
+            cfg.configReloadFailed['for'], 'warning',
+            'llm-probe-exporter %s could not reload its config.' % instance,
+            'The last config reload of %s failed (llm_probe_config_last_reload_successful is 0 for %s): it runs the config it loaded before.'
+            % [instance, cfg.configReloadFailed['for']]),
       alert('LLMProbeSchedulerLag',
             'instance:llm_probe_scheduler_lag_seconds:p99_rate%s > %s'
             % [cfg.schedulerLag.window, p.num(cfg.schedulerLag.p99Seconds)],
             cfg.schedulerLag['for'], 'warning',
-            'llm-probe-exporter starts probes late.',
-            'p99 scheduler lag on %s is {{ $value | humanizeDuration }} over %s: max_concurrency is saturated or the event loop is blocked; measurements may be late.'
-            % [instance, cfg.schedulerLag.window]),
+            'llm-probe-exporter %s starts probes late.' % instance,
+            'p99 of how late %s started probes over the last %s is {{ $value | humanizeDuration }}, above %ss.'
+            % [instance, cfg.schedulerLag.window, p.num(cfg.schedulerLag.p99Seconds)]),
       alert('LLMProbeBudgetExhausted',
-            'sum by (%s) (increase(llm_probe_skipped_total{%s}[15m])) > 0'
-            % [p.list([cfg.jobLabel, 'instance'] + cfg.fleetLabels), m(['reason="budget"'])],
+            'sum by (%s) (increase(llm_probe_skipped_total{%s}[%s])) > 0'
+            % [p.list([cfg.jobLabel, 'instance'] + cfg.fleetLabels), m(['reason="budget"']),
+               cfg.budgetExhausted.window],
             '0m', 'warning',
-            'llm-probe-exporter stopped probing: the daily budget is spent.',
-            '%s skipped probes because global.budget.max_cost_per_day is spent; series are not measured until the next UTC day.'
-            % instance),
+            'llm-probe-exporter %s skips probes: its daily budget is spent.' % instance,
+            '%s skipped about {{ $value | printf "%%.0f" }} probes over the last %s because global.budget.max_cost_per_day is spent for the current UTC day.'
+            % [instance, cfg.budgetExhausted.window]),
     ],
   },
 
@@ -97,7 +102,7 @@ local p = import 'lib/promql.libsonnet';
           ||| % [b.long, threshold, b.short, threshold],
           b['for'], b.severity,
           '%s fails too often: availability error budget burning %sx too fast.' % [series, p.num(b.factor)],
-          '{{ $value | humanizePercentage }} of the probes of %s failed over the last %s (and the last %s); at this rate the series spends %s. See llm_probe_requests_total by result for the reason.'
+          '{{ $value | humanizePercentage }} of the probes of %s failed over the last %s (and more than the threshold over the last %s): at this rate the series spends %s.'
           % [series, b.long, b.short, b.spends],
           { long: b.long, short: b.short }),
 
@@ -116,7 +121,7 @@ local p = import 'lib/promql.libsonnet';
           ||| % [missed(b.long), threshold, missed(b.short), threshold, p.list(key + ['objective'])],
           b['for'], b.severity,
           '%s is slow: %s error budget burning %sx too fast.' % [series, objective, p.num(b.factor)],
-          '{{ $value | humanizePercentage }} of the successful probes of %s were slower than their %s objective over the last %s (and the last %s), where at most %s may be; at this rate the series spends %s.'
+          '{{ $value | humanizePercentage }} of the successful probes of %s were slower than their %s objective over the last %s (and more than the threshold over the last %s), where at most %s may be: at this rate the series spends %s.'
           % [series, objective, b.long, b.short, p.num(100 * (1 - target)) + '%', b.spends],
           { objective: objective, long: b.long, short: b.short }),
 
@@ -170,35 +175,95 @@ local p = import 'lib/promql.libsonnet';
     rules: [accuracyDrift(o) for o in d.offsets] + [ttftDrift(o) for o in d.offsets],
   },
 
+  local sf = cfg.streamStalls,
+  local le(x) = if x == std.floor(x) then '%d.0' % x else p.num(x),
+  // Gaps longer than gapSeconds per second: the native histogram's share above it, else the
+  // classic buckets (count - the bucket at the edge).
+  local stalledGaps =
+    local nat = 'sum by (%s) (rate(%s))' % [p.list(key), p.range('llm_probe_inter_chunk_seconds', m(), sf.window)];
+    '(\n  histogram_count(%s)\n  * histogram_fraction(%s, +Inf, %s)\n)\nor\n(\n  %s\n  -\n  %s\n)' % [
+      nat, p.num(sf.gapSeconds), nat,
+      p.sumBy(key, 'rate', 'llm_probe_inter_chunk_seconds_count', m(), sf.window),
+      p.sumBy(key, 'rate', 'llm_probe_inter_chunk_seconds_bucket', m(['le="%s"' % le(sf.gapSeconds)]), sf.window),
+    ],
+
+  local lf = cfg.locationFailure,
+  local region = cfg.regionLabel,
+  // The same target and model in the same fleet, across locations.
+  local byModel = p.list(['target', 'model'] + std.filter(function(l) l != region, cfg.fleetLabels)),
+  local locationRatio = 'target_model_%s:llm_probe_requests_failed:ratio_rate%s' % [region, lf.window],
+
   local probes = {
     name: 'llm-probe-alerts',
     rules: [
+      local rl = cfg.rateLimited;
+      local limited(w) = 'target_model_probe_result:llm_probe_requests:ratio_rate%s{result="rate_limited"} > %s' % [w, p.num(rl.ratio)];
       alert('LLMProbeRateLimited',
-            'target_model_probe_result:llm_probe_requests:ratio_rate%s{result="rate_limited"} > %s'
-            % [cfg.rateLimited.window, p.num(cfg.rateLimited.ratio)],
-            cfg.rateLimited['for'], 'warning',
+            '%s\nand\n%s\n' % [limited(rl.window), limited(rl.short)],
+            rl['for'], 'warning',
             '%s is rate limited (HTTP 429).' % series,
-            '{{ $value | humanizePercentage }} of the probes of %s over %s were answered 429; users of this endpoint are likely throttled too. Check llm_probe_ratelimit_remaining_requests / _tokens and the account quota.'
-            % [series, cfg.rateLimited.window]),
-      // Pages at once: a rejected key (401/403) is never transient; resolves when a probe succeeds.
+            '{{ $value | humanizePercentage }} of the probes of %s over the last %s were answered 429 (rate limited), and more than %s over the last %s.'
+            % [series, rl.window, p.num(100 * rl.ratio) + '%', rl.short]),
+      // The class of the latest probes, not history: the exporter counts how many of the
+      // latest probes in a row ended with the same result.
       alert('LLMProbeAuthFailing',
-            |||
-              %s > 0
-              and %s
-              min by (%s) (llm_probe_success{%s}) == 0
-            ||| % [p.sumBy(key, 'increase', 'llm_probe_requests_total', m(['result="auth"']), '1h'),
-                   on, p.list(key), m()],
-            '0m', 'critical',
-            '{{ $labels.target }} rejects the API key (401/403).',
-            'The last probe of %s failed with an authentication error: the key is missing, revoked, expired or lacks access to this model.'
+            'max by (%s) (llm_probe_consecutive_results{%s}) >= %s'
+            % [p.list(key), m(['result="auth"']), p.num(cfg.authFailing.probes)],
+            cfg.authFailing['for'], 'critical',
+            '{{ $labels.target }} rejects the credentials for {{ $labels.model }} (401/403).',
+            'The last {{ $value }} probes of %s in a row were refused with 401 or 403 (result auth).'
             % series),
+      alert('LLMProbeServedModelChanged',
+            |||
+              (
+                %s > 0
+              )
+              * on (%s) group_left (served_model, system_fingerprint)
+              topk by (%s) (1, max by (%s) (llm_probe_served_model_info{%s}))
+            ||| % [p.sumBy(key, 'increase', 'llm_probe_served_model_changes_total', m(), cfg.servedModelChanged.window),
+                   p.list(key), p.list(key), p.list(key + ['served_model', 'system_fingerprint']), m()],
+            cfg.servedModelChanged['for'], 'warning',
+            'The model answering %s changed.' % series,
+            'The model the server reports for %s changed within the last %s; its last answer came from {{ $labels.served_model }} (system_fingerprint "{{ $labels.system_fingerprint }}").'
+            % [series, cfg.servedModelChanged.window]),
+      alert('LLMProbeStreamStalls',
+            '(\n  %s\n)\n/\n(\n  %s\n)\n> %s\n' % [
+              p.indent(stalledGaps, 2), p.indent(p.count('llm_probe_ttft_seconds', m(), key, sf.window), 2),
+              p.num(sf.ratio),
+            ],
+            sf['for'], 'warning',
+            'Streams of %s stall after their first token.' % series,
+            'Over the last %s, the streams of %s paused for longer than %ss between two token-bearing chunks {{ $value | printf "%%.2f" }} times per successful probe (threshold %s).'
+            % [sf.window, series, p.num(sf.gapSeconds), p.num(sf.ratio)]),
+      alert('LLMProbeLocationFailing',
+            |||
+              %(r)s > %(t)s
+              and on (%(k)s)
+              (count by (%(k)s) (%(r)s) >= %(n)s)
+              and on (%(k)s)
+              (min by (%(k)s) (%(r)s) <= %(t)s)
+            ||| % { r: locationRatio, t: p.num(lf.ratio), k: byModel, n: p.num(lf.minLocations) },
+            lf['for'], 'warning',
+            '{{ $labels.target }}/{{ $labels.model }} fails from %s {{ $labels.%s }} while another %s is fine.' % [region, region, region],
+            '{{ $value | humanizePercentage }} of the probes of {{ $labels.target }}/{{ $labels.model }} from %s {{ $labels.%s }} failed over the last %s, while at least one other %s failed at most %s of them.'
+            % [region, region, lf.window, region, p.num(100 * lf.ratio) + '%']),
+      alert('LLMProbeGlobalFailure',
+            |||
+              min by (%(k)s) (%(r)s) > %(t)s
+              and on (%(k)s)
+              count by (%(k)s) (%(r)s) >= %(n)s
+            ||| % { r: locationRatio, t: p.num(lf.ratio), k: byModel, n: p.num(lf.minLocations) },
+            lf['for'], 'critical',
+            '{{ $labels.target }}/{{ $labels.model }} fails in every %s.' % region,
+            'In every %s that probes {{ $labels.target }}/{{ $labels.model }} (%s or more), at least {{ $value | humanizePercentage }} of the probes failed over the last %s.'
+            % [region, p.num(lf.minLocations), lf.window]),
     ] + [
       alert('LLMProbeCostOverBudget',
             'target_currency:llm_probe_cost:increase1d{currency="%s"} > %s'
             % [currency, p.num(cfg.costBudgetPerDay[currency])],
             '0m', 'warning',
             'Probing {{ $labels.target }} costs more than its daily budget.',
-            'Probes against {{ $labels.target }} spent {{ $value | printf "%%.2f" }} %s over the last 24 hours, above the budget of %s %s per day.'
+            'Probes against {{ $labels.target }} cost {{ $value | printf "%%.2f" }} %s over the last 24 hours (from the configured prices), above the budget of %s %s per day.'
             % [currency, p.num(cfg.costBudgetPerDay[currency]), currency],
             { currency: currency })
       for currency in std.objectFields(cfg.costBudgetPerDay)

@@ -9,19 +9,27 @@
 // llm_probe_objective_ratio, and every SLO rule joins against them, series by series.
 {
   _config+:: {
-    // Selects the exporter's series in every rule, alert and dashboard variable.
-    selector: 'job=~"llm-probe.*"',
-    // The label that names a scrape job: dashboard variable, grouping of exporter alerts.
+    // The daemon's own scrape job (its /metrics): every rule, alert and dashboard variable
+    // selects exactly this job. `selector` is the whole matcher list (add more, e.g.
+    // namespace="monitoring"); keep it an exact job name, never a regex a Probe's job can match.
     jobLabel: 'job',
+    daemonJob: 'llm-probe-exporter',
+    selector: '%s="%s"' % [self.jobLabel, self.daemonJob],
+    // The job of the Probe objects that scrape /probe (on-demand probes, paid requests). The
+    // exporter alerts on `up` exclude it even when `selector` is overridden with a regex: a
+    // /probe scrape answered 400 or 429 must never page "exporter down".
+    onDemandJob: 'llm-probe-on-demand',
+    onDemandSelector: '%s="%s"' % [self.jobLabel, self.onDemandJob],
     // What identifies one probe series.
     seriesLabels: ['target', 'model', 'probe'],
     // The exporter's global.labels that tell a fleet apart (regions, clusters): every aggregation
     // keeps them and every dashboard has a variable for each, so regions never add up.
     fleetLabels: ['location', 'cluster'],
 
-    // Runbooks are sections of the README: one place to set where your copy of it lives.
+    // Runbooks are files of this repository, one per alert (docs/runbooks/<AlertName>.md):
+    // point the pattern at your copy (or wiki) to change every runbook_url at once.
     repositoryURL: 'https://github.com/llm-probe-exporter/llm-probe-exporter',
-    runbookURLPattern: self.repositoryURL + '#runbook-%s',  // %s: the alert name in lower case
+    runbookURLPattern: self.repositoryURL + '/blob/main/docs/runbooks/%s.md',  // %s: the alert name
 
     // Multiwindow, multi-burn-rate alerts on a 30-day error budget (SRE workbook, chapter 5).
     burnRates: [
@@ -38,10 +46,29 @@
     quantiles: [0.5, 0.9, 0.95, 0.99],
 
     // Policies that are the same for the whole fleet (not objectives of a series).
-    rateLimited: { ratio: 0.1, window: '15m', 'for': '10m' },
+    // Over `window` and still over `short`: a burst that ended does not open a ticket later.
+    rateLimited: { ratio: 0.1, window: '15m', short: '5m', 'for': '10m' },
     schedulerLag: { p99Seconds: 1, window: '10m', 'for': '15m' },
     costBudgetPerDay: { USD: 5, CNY: 35 },  // probe spend per target and currency
     exporterAbsentFor: '15m',
+    exporterDown: { 'for': '5m' },
+    seriesStale: { intervals: 3, 'for': '5m' },
+    configReloadFailed: { 'for': '5m' },
+    budgetExhausted: { window: '15m' },
+    // LLMProbeAuthFailing: the last `probes` probes in a row were answered 401/403
+    // (llm_probe_consecutive_results{result="auth"}); one rejected probe that recovers is quiet.
+    authFailing: { probes: 2, 'for': '0m' },
+    // LLMProbeServedModelChanged: the model the server says answered changed within `window`.
+    servedModelChanged: { window: '1h', 'for': '0m' },
+    // LLMProbeStreamStalls: pauses longer than `gapSeconds` between two token-bearing chunks,
+    // per successful streamed probe, above `ratio` over `window`. `gapSeconds` must be an edge
+    // of llm_probe_inter_chunk_seconds (defaults 1, 2.5, 5; `global.buckets.inter_chunk`).
+    streamStalls: { gapSeconds: 5, ratio: 0.5, window: '15m', 'for': '10m' },
+    // LLMProbeLocationFailing / LLMProbeGlobalFailure: a target and model failing (failed share
+    // of probes above `ratio` over `window`) in some locations while others are fine, or in every
+    // one of at least `minLocations`. `regionLabel` is the global.labels key naming a location.
+    regionLabel: 'location',
+    locationFailure: { ratio: 0.5, window: '10m', 'for': '5m', minLocations: 2 },
 
     // Efficiency and quality layers (token efficiency, cost per success and per correct answer,
     // accuracy, estimated-token share) over this window.

@@ -51,16 +51,30 @@ local p = import 'lib/promql.libsonnet';
     rules: [
       rec('target_model_probe:llm_probe_requests:rate5m',
           p.sumBy(key, 'rate', 'llm_probe_requests_total', m(), '5m')),
+    ] + [
       // Share of finished probes per result (success, timeout, rate_limited, ...).
-      rec('target_model_probe_result:llm_probe_requests:ratio_rate' + cfg.rateLimited.window,
+      rec('target_model_probe_result:llm_probe_requests:ratio_rate' + w,
           '%s\n/ ignoring (result) group_left ()\n%s' % [
-            p.sumBy(key + ['result'], 'rate', 'llm_probe_requests_total', m(), cfg.rateLimited.window),
-            p.sumBy(key, 'rate', 'llm_probe_requests_total', m(), cfg.rateLimited.window),
-          ]),
+            p.sumBy(key + ['result'], 'rate', 'llm_probe_requests_total', m(), w),
+            p.sumBy(key, 'rate', 'llm_probe_requests_total', m(), w),
+          ])
+      for w in p.windows([cfg.rateLimited.window, cfg.rateLimited.short])
     ] + [
       // Error ratio = 1 - availability, availability = success / all finished probes.
       rec('target_model_probe:llm_probe_requests_failed:ratio_rate' + w, failedRatio(w))
       for w in $.sloWindows
+    ] + [
+      // The same per target, model and fleet labels (all probes summed): one location failing
+      // versus every location (LLMProbeLocationFailing, LLMProbeGlobalFailure).
+      local byRegion = ['target', 'model'] + cfg.fleetLabels;
+      local w = cfg.locationFailure.window;
+      // A location without failures is a 0, not a gap (it is the one that is fine).
+      local all = p.sumBy(byRegion, 'rate', 'llm_probe_requests_total', m(), w);
+      rec('target_model_%s:llm_probe_requests_failed:ratio_rate%s' % [cfg.regionLabel, w],
+          '(\n  %s\n  or\n  0 * %s\n)\n/\n%s' % [
+            p.sumBy(byRegion, 'rate', 'llm_probe_requests_total', m(['result!="success"']), w),
+            all, all,
+          ]),
     ],
   },
 

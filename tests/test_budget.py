@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 
+import pytest
+import yaml
 from prometheus_client import CollectorRegistry
 
-from exporter.config import BudgetConfig
+from exporter.config import BudgetConfig, parse_config
 from exporter.exposition.metrics import ExporterMetrics
 from exporter.probe.prober import Prober
 from exporter.serve.budget import Budget, utc_day
 from exporter.serve.results import ResultStore
 from exporter.serve.scheduler import Scheduler
 from tests.conftest import make_config, ok_stream
+from tests.e2e_support import shipped_config, start_daemon, wait_for
 
 DAY1 = 1_767_225_600.0  # 2026-01-01T00:00:00Z
 
@@ -78,3 +82,43 @@ async def test_scheduler_skips_probes_once_budget_is_spent(scripted_server, tmp_
                                      {**labels, "reason": "budget"}) >= 5
     assert registry.get_sample_value("llm_probe_budget_spent", {"currency": "USD"}) == 0.006
     assert json.loads(state.read_text())["spent"] == 0.006
+
+
+def test_shards_split_the_budget_unless_it_is_per_shard() -> None:
+    budget = {"max_cost_per_day": 6.0, "currency": "USD"}
+    whole = make_config(global_={"budget": budget})
+    assert whole.global_.budget.max_cost_per_day == 6.0
+    split = parse_config(make_config(global_={"budget": budget}).raw, env={}, shard="1/3")
+    assert split.global_.budget.max_cost_per_day == 2.0
+    own = parse_config(make_config(global_={"budget": {**budget, "per_shard": True}}).raw,
+                       env={}, shard="1/3")
+    assert own.global_.budget.max_cost_per_day == 6.0
+
+
+@pytest.mark.e2e
+def test_a_restart_mid_day_keeps_the_days_spend(tmp_path) -> None:
+    # The real daemon probes its simulator at a price, is stopped mid-day and started again on
+    # the same state file: the day's spend carries on from where it was, it does not restart at 0.
+    config, _ = shipped_config(tmp_path, interval="1s", models={
+        "sim-chat": {"ttft": "20ms", "tpot": "2ms", "output_tokens": 16, "jitter": 0.0}})
+    data = yaml.safe_load(config.read_text())
+    state = tmp_path / "state" / "budget.json"
+    data["global"]["budget"] = {"max_cost_per_day": 1000.0, "currency": "USD",
+                                "state_file": str(state)}
+    config.write_text(yaml.safe_dump(data))
+    daemon = start_daemon(config, tmp_path)
+    try:
+        wait_for(lambda: (daemon.sample("llm_probe_budget_spent", currency="USD") or 0) > 0, 30,
+                 "some spend")
+        wait_for(lambda: state.exists() and json.loads(state.read_text())["spent"] > 0, 30,
+                 "the state file")
+    finally:
+        assert daemon.stop() == 0
+    saved = json.loads(state.read_text())
+    assert saved["day"] == utc_day(time.time()) and saved["currency"] == "USD"
+    daemon = start_daemon(config, tmp_path)
+    try:
+        after = daemon.sample("llm_probe_budget_spent", currency="USD")
+        assert after is not None and after >= saved["spent"] > 0
+    finally:
+        daemon.stop()

@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from exporter.exposition.families import (
+    BY_KEY,
     FAMILIES,
     PROCESS_FAMILIES,
     Family,
@@ -341,9 +342,16 @@ def test_every_aggregation_keeps_the_fleet_labels() -> None:
 
 def test_no_global_threshold_joins_and_no_bucket_edges() -> None:
     texts = [q.expr for q in dashboard_queries()] + [expr for _, expr in rule_exprs()]
+    stall_edge = 'le="{:.1f}"'.format(mixin_config()["streamStalls"]["gapSeconds"])
     for text in texts:
         assert not re.search(r"on\s*\(\s*\)\s*group_left", text), text
-        assert 'le="' not in text, text
+        # The one exception: stalls on a classic histogram need the edge at gapSeconds.
+        assert 'le="' not in text.replace(stall_edge, ""), text
+
+
+def test_the_stall_threshold_is_a_default_inter_chunk_edge() -> None:
+    gap = mixin_config()["streamStalls"]["gapSeconds"]
+    assert gap in BY_KEY[Family.INTER_CHUNK].buckets
 
 
 def test_histogram_queries_prefer_native_histograms() -> None:

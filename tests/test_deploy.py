@@ -17,6 +17,7 @@ import yaml
 from exporter import __version__
 from exporter.config import Config, load_config, parse_config, parse_duration
 from exporter.config.shard import shard_of
+from mixin import generate
 
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy"
@@ -299,6 +300,16 @@ def rendered(k8s_tree: Path) -> dict[str, list[dict[str, Any]]]:
     return {name: render(k8s_tree / name) for name in KUSTOMIZATIONS}
 
 
+@pytest.fixture(scope="module")
+def ondemand(k8s_tree: Path) -> list[dict[str, Any]]:
+    """The example overlay with the opt-in on-demand component."""
+    tree = k8s_tree.parent / "with-ondemand"
+    shutil.copytree(k8s_tree, tree)
+    path = tree / "example/kustomization.yaml"
+    path.write_text(path.read_text() + "components:\n  - ../ondemand\n")
+    return render(tree / "example")
+
+
 @pytest.fixture(params=KUSTOMIZATIONS)
 def manifests(request: pytest.FixtureRequest,
               rendered: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
@@ -391,8 +402,8 @@ def test_every_resource_is_rendered(rendered: dict[str, list[dict[str, Any]]]) -
     common = ["ServiceAccount", "ConfigMap", "ConfigMap", "Service", "ServiceMonitor",
               "PrometheusRule", "NetworkPolicy", "PodDisruptionBudget"]
     expected = {
-        "base": [*common, "Deployment", "Probe"],
-        "example": [*common, "Deployment", "Probe", "Secret"],
+        "base": [*common, "Deployment", "PersistentVolumeClaim"],
+        "example": [*common, "Deployment", "PersistentVolumeClaim", "Secret"],
         "sharded": [*common, "StatefulSet", "Service", "Probe", "Probe", "Probe"],
     }
     for name, docs in rendered.items():
@@ -485,11 +496,56 @@ def test_single_replica_unless_sharded(manifests: list[dict[str, Any]]) -> None:
         assert field == "metadata.labels['apps.kubernetes.io/pod-index']"
 
 
-def test_network_policy_allows_dns_and_https_only(manifests: list[dict[str, Any]]) -> None:
+def test_network_policy_admits_prometheus_only_and_allows_dns_and_https(
+    manifests: list[dict[str, Any]],
+) -> None:
     policy = _one(manifests, "NetworkPolicy")["spec"]
     ports = {(p["port"], p["protocol"]) for rule in policy["egress"] for p in rule["ports"]}
     assert ports == {(53, "UDP"), (53, "TCP"), (443, "TCP")}
-    assert policy["ingress"][0]["ports"] == [{"port": 9471, "protocol": "TCP"}]
+    (ingress,) = policy["ingress"]
+    assert ingress["ports"] == [{"port": 9471, "protocol": "TCP"}]
+    # One source: Prometheus' pods in Prometheus' namespace (kube-prometheus defaults); no rule
+    # without `from`, which would admit every pod of the cluster.
+    assert ingress["from"] == [{
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}},
+        "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}}}]
+
+
+def test_network_policy_selectors_are_overlay_parameters(k8s_tree: Path, tmp_path: Path) -> None:
+    tree = tmp_path / "kubernetes"
+    shutil.copytree(k8s_tree, tree)
+    path = tree / "example/kustomization.yaml"
+    text = path.read_text()
+    assert text.count("value: monitoring") == 1 and text.count("value: prometheus") == 1
+    path.write_text(text.replace("value: monitoring", "value: observability")
+                    .replace("value: prometheus", "value: prom"))
+    ingress = _one(render(tree / "example"), "NetworkPolicy")["spec"]["ingress"][0]["from"][0]
+    assert ingress["namespaceSelector"]["matchLabels"] == {
+        "kubernetes.io/metadata.name": "observability"}
+    assert ingress["podSelector"]["matchLabels"] == {"app.kubernetes.io/name": "prom"}
+
+
+def test_the_budget_state_outlives_the_pod(manifests: list[dict[str, Any]]) -> None:
+    workload = _workload(manifests)
+    spec = workload["spec"]["template"]["spec"]
+    (container,) = spec["containers"]
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    budget = _config(manifests).global_.budget
+    assert budget is not None and budget.state_file is not None
+    assert Path(budget.state_file).parent == Path(mounts["state"])
+    if workload["kind"] == "Deployment":
+        volumes = {v["name"]: v for v in spec["volumes"]}
+        claim = volumes["state"]["persistentVolumeClaim"]["claimName"]
+        pvc = _one(manifests, "PersistentVolumeClaim", claim)
+        assert pvc["spec"]["accessModes"] == ["ReadWriteOnce"]
+        # A RollingUpdate would start the new pod while the old one holds the volume.
+        assert workload["spec"]["strategy"]["type"] == "Recreate"
+    else:  # each shard its own volume and its share of the budget
+        (template,) = workload["spec"]["volumeClaimTemplates"]
+        assert template["metadata"]["name"] == "state" and "state" not in {
+            v["name"] for v in spec["volumes"]}
+        assert not _all(manifests, "PersistentVolumeClaim")
+        assert not budget.per_shard
 
 
 def test_dashboards_config_map(manifests: list[dict[str, Any]]) -> None:
@@ -517,9 +573,23 @@ def test_service_monitor_scrapes_every_pod_once(manifests: list[dict[str, Any]])
     assert monitor["scrapeClassicHistograms"] is True  # classic buckets beside native ones
 
 
+def test_on_demand_probes_are_opt_in(rendered: dict[str, list[dict[str, Any]]],
+                                     ondemand: list[dict[str, Any]]) -> None:
+    # Every /probe scrape is a paid request that /metrics already measures: not in the base.
+    for name in ("base", "example"):
+        assert not _all(rendered[name], "Probe"), name
+    probes = _all(ondemand, "Probe")
+    selector = generate.evaluate()["config"]["selector"]
+    for probe in [*probes, *_all(rendered["sharded"], "Probe")]:
+        job = probe["spec"]["jobName"]
+        assert job == "llm-probe-on-demand" and f'job="{job}"' != selector
+
+
+@pytest.mark.parametrize("name", ["ondemand", "sharded"])
 def test_probes_ask_for_configured_series_with_room_for_the_probe_timeout(
-    manifests: list[dict[str, Any]],
+    name: str, rendered: dict[str, list[dict[str, Any]]], ondemand: list[dict[str, Any]],
 ) -> None:
+    manifests = ondemand if name == "ondemand" else rendered[name]
     series = {s.key: s for s in _config(manifests).series}
     probes = _all(manifests, "Probe")
     assert probes
@@ -534,13 +604,11 @@ def test_probes_ask_for_configured_series_with_room_for_the_probe_timeout(
             assert scrape_timeout > series[key].timeout + PROBE_TIMEOUT_MARGIN, key
 
 
-def test_unsharded_probes_go_through_the_service(rendered: dict[str, list[dict[str, Any]]]) -> None:
-    for name in ("base", "example"):
-        docs = rendered[name]
-        service = _one(docs, "Service")
-        address = (f"{service['metadata']['name']}.{service['metadata']['namespace']}.svc:"
-                   f"{service['spec']['ports'][0]['port']}")
-        assert [p["spec"]["prober"]["url"] for p in _all(docs, "Probe")] == [address], name
+def test_unsharded_probes_go_through_the_service(ondemand: list[dict[str, Any]]) -> None:
+    service = _one(ondemand, "Service")
+    address = (f"{service['metadata']['name']}.{service['metadata']['namespace']}.svc:"
+               f"{service['spec']['ports'][0]['port']}")
+    assert [p["spec"]["prober"]["url"] for p in _all(ondemand, "Probe")] == [address]
 
 
 @pytest.mark.parametrize("resource", ["../base", "../sharded"])
@@ -554,6 +622,8 @@ def test_probe_urls_follow_the_overlay_namespace(k8s_tree: Path, tmp_path: Path,
     kustomization.update(namespace="llm-probes", resources=[resource])
     if resource == "../sharded":
         del kustomization["configMapGenerator"]  # keep the config that the shard Probes ask for
+    else:
+        kustomization["components"] = ["../ondemand"]
     path.write_text(yaml.safe_dump(kustomization))
     docs = render(tree / "example")
     assert {doc["metadata"]["namespace"] for doc in docs} == {"llm-probes"}

@@ -61,7 +61,7 @@ def test_labels_and_values(spec) -> None:
         assert LABEL_NAME.match(label) and label != "le", label
         assert label not in PROBE_LABELS
     if spec.scope is not Scope.EXPORTER:
-        assert len(spec.labels) <= 1
+        assert len(spec.labels) <= 1 or spec.info  # an info family: its labels per series
         # A constant label of the config must never take the name of a family's own label.
         assert set(spec.labels) <= RESERVED_LABELS
     assert len(spec.values) == len(set(spec.values))

@@ -42,6 +42,7 @@ def test_config_overrides_reach_every_rule_alert_and_dashboard() -> None:
         selector: 'job="probes"',
         jobLabel: 'service',
         fleetLabels: ['region'],
+        regionLabel: 'region',
         runbookURLPattern: 'https://wiki.example/llm/%s',
         latencyTargets+: { ttft: 0.99 },
     } }""")
@@ -54,11 +55,11 @@ def test_config_overrides_reach_every_rule_alert_and_dashboard() -> None:
         for selector in re.findall(r"\b(?:llm_probe_\w+|up)\{([^}]*)\}", expr):
             assert selector.startswith('job="probes"'), expr
         for labels in re.findall(r"\bby \(([^)]*)\)", expr):
-            if "target" in labels:
+            if "target" in labels and "target_model_region:" not in expr:  # compares regions
                 assert "region" in labels, expr
     for group in mixin["alerts"]["groups"]:
         for rule in group["rules"]:
-            assert rule["annotations"]["runbook_url"].startswith("https://wiki.example/llm/")
+            assert rule["annotations"]["runbook_url"] == "https://wiki.example/llm/" + rule["alert"]
     ttft_burns = [rule["expr"] for group in mixin["alerts"]["groups"] for rule in group["rules"]
                   if rule["labels"].get("objective") == "ttft"
                   and rule["alert"] == "LLMProbeLatencyBudgetBurn"]
@@ -68,6 +69,21 @@ def test_config_overrides_reach_every_rule_alert_and_dashboard() -> None:
         assert names == ["datasource", "service", "region", "target", "model", "probe"]
     for expr in _dashboard_exprs(mixin):
         assert "service=~\"$service\"" in expr or "llm_probe_" not in expr, expr
+
+
+@pytest.mark.parametrize("selector", ['job="llm-probe-exporter"', 'job=~"llm-probe.*"'])
+def test_exporter_alerts_never_select_the_on_demand_job(selector: str) -> None:
+    # /probe answered 400 (a series gone from the config) or 429 (too many in flight) sets the
+    # Probe job's `up` to 0: that must never page "exporter down", even under a regex selector.
+    mixin = generate.evaluate(f"{{ _config+:: {{ selector: {json.dumps(selector)} }} }}")
+    ups = [rule["expr"] for group in mixin["alerts"]["groups"] for rule in group["rules"]
+           if "up{" in rule["expr"]]
+    assert len(ups) == 2
+    for expr in ups:
+        assert f'up{{{selector}, job!="llm-probe-on-demand"}}' in expr, expr
+    default = generate.evaluate()["config"]
+    assert default["selector"] == 'job="llm-probe-exporter"'
+    assert default["onDemandSelector"] == 'job="llm-probe-on-demand"'
 
 
 @pytest.mark.skipif(shutil.which("jsonnet") is None, reason="the jsonnet command is not installed")

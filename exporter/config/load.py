@@ -373,6 +373,11 @@ def _parse(data: Any, env: Mapping[str, str], base_dir: Path, source: Path | Non
     if shard is not None:
         index, count = parse_shard(shard)
         series = tuple(s for s in series if in_shard(s.key, index, count))
+        budget = global_.budget
+        if budget is not None and not budget.per_shard and count > 1:
+            # n replicas of one config must not spend n budgets.
+            global_ = global_.model_copy(update={"budget": budget.model_copy(
+                update={"max_cost_per_day": budget.max_cost_per_day / count})})
     return Config(global_=global_, simulator=simulator, probes=resolved_probes,
                   targets=tuple(built), series=series, buckets=buckets, source=source,
                   raw=data, files=tuple(path for path, _ in reads),

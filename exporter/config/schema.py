@@ -49,6 +49,9 @@ class BudgetConfig(StrictModel):
     max_cost_per_day: float = Field(gt=0)
     currency: str = "USD"
     state_file: str | None = None
+    # Sharded (`--shard i/n`): max_cost_per_day is the whole fleet's, each shard stops at its
+    # n-th; `per_shard: true` makes it every shard's own limit instead.
+    per_shard: bool = False
 
 
 class SloConfig(StrictModel):
@@ -141,6 +144,10 @@ class SimulatedModel(StrictModel):
     disconnect_rate: float = Field(default=0.0, ge=0.0, le=1.0)
     capacity: int | None = Field(default=None, ge=1)
     dimensions: int = Field(default=1536, ge=1)  # embedding size when a request names none
+    # What answers report as `model` (default: the requested name) and `system_fingerprint`
+    # (a dated snapshot behind an alias; flip it with a reload to show a served-model change).
+    served_model: str | None = Field(default=None, min_length=1, max_length=128)
+    fingerprint: str | None = Field(default=None, min_length=1, max_length=128)
     # Enforce the request rules of a hosted family (e.g. gpt-5, claude-opus-4-7) for a name
     # that says nothing (an Azure deployment); names like a family's enforce them anyway.
     family: str | None = Field(default=None, min_length=1, max_length=MAX_MODEL_NAME)

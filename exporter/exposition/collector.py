@@ -183,8 +183,8 @@ class Layout:
 class SeriesValues:
     """The values of one probe series and its cached renderings."""
 
-    __slots__ = ("_cache", "_families", "_histograms", "_layout", "_native", "_present",
-                 "_proto_pairs", "_scalars", "_text_pairs", "label_items", "version")
+    __slots__ = ("_cache", "_families", "_histograms", "_info", "_layout", "_native",
+                 "_present", "_proto_pairs", "_scalars", "_text_pairs", "label_items", "version")
 
     def __init__(self, label_items: Sequence[tuple[str, str]],
                  families: dict[Family, FamilySpec], native: NativeSettings = DEFAULT_NATIVE,
@@ -196,6 +196,7 @@ class SeriesValues:
         self._histograms: list[_Histogram | None] = []  # by slot
         self._scalars = array("d")  # by slot; a slot's value counts if its bit in _present is set
         self._present = 0
+        self._info: dict[Family, tuple[tuple[str, str], ...]] = {}  # an info family's labels
         self.version = 0
         # Per Format: (version, bytes of every family in `families` order), built by renders.
         self._cache: list[tuple[int, tuple[bytes, ...]] | None] | None = None
@@ -299,6 +300,16 @@ class SeriesValues:
         self._put(self._layout.scalar_slot((family, extra)), value)
         self.version += 1
 
+    def set_info(self, family: Family, labels: Sequence[tuple[str, str]]) -> None:
+        """Set an info family's one child to 1 with these label pairs (replacing the old)."""
+        self._info[family] = tuple(labels)  # before the value: a render never sees it without
+        self._put(self._layout.scalar_slot((family, None)), 1.0)
+        self.version += 1
+
+    def info(self, family: Family) -> tuple[tuple[str, str], ...] | None:
+        """The label pairs of an info family's child, if it has one."""
+        return self._info.get(family) if self.get(family) is not None else None
+
     def get(self, family: Family, extra: str | None = None) -> float | None:
         """A scalar child's value."""
         slot = self._layout.scalars.get((family, extra))
@@ -397,6 +408,10 @@ class SeriesValues:
             else:
                 encode = protobuf.counter if spec.type is _COUNTER else protobuf.gauge
                 for extra, value in scalars.get(spec.key, ()):
+                    if spec.info:
+                        records.append(encode(protobuf.labels(tuple(sorted(
+                            (*self.label_items, *self._info.get(spec.key, ()))))), value))
+                        continue
                     records.append(encode(
                         before + after if extra is None or label is None
                         else before + _proto_pair(label, extra) + after, value))
@@ -409,6 +424,9 @@ class SeriesValues:
         if pairs is None:
             pairs = self._text_pairs = tuple(
                 (name, f'{name}="{_escape(value)}"') for name, value in sorted(self.label_items))
+        if spec.info:
+            return sorted([*pairs, *((name, f'{name}="{_escape(value)}"')
+                                     for name, value in self._info.get(spec.key, ()))])
         if extra is None or spec.label is None:
             return list(pairs)
         return sorted([*pairs, (spec.label, f'{spec.label}="{_escape(extra)}"')])
@@ -598,7 +616,7 @@ class ProbeCollector:
 
     def _family(self, spec: FamilySpec, series: Sequence[SeriesValues]) -> Metric:
         base = [k for k, _ in (series[0].label_items if series else ())]
-        names = [*base, spec.label] if spec.label else base
+        names = [*base, *spec.labels] if spec.info else [*base, spec.label] if spec.label else base
         if spec.type is _HISTOGRAM:
             family: Metric = HistogramMetricFamily(spec.name, spec.help, labels=names)
         elif spec.type is _COUNTER:
@@ -624,7 +642,13 @@ class ProbeCollector:
                     family.add_metric(labels, buckets, hist.total)
             else:
                 for (family_key, extra), value in s.scalar_items():
-                    if family_key is spec.key:
+                    if family_key is not spec.key:
+                        continue
+                    if spec.info:
+                        info = dict(s._info.get(spec.key, ()))
+                        family.add_metric([*values, *(info.get(n, "") for n in spec.labels)],
+                                          value)
+                    else:
                         family.add_metric([*values, extra] if spec.label else values, value)
         return family
 

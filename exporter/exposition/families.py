@@ -103,6 +103,9 @@ class Family(StrEnum):
     RATELIMIT_REQUESTS = "ratelimit_remaining_requests"
     RATELIMIT_TOKENS = "ratelimit_remaining_tokens"
     INTERVAL = "interval"
+    CONSECUTIVE = "consecutive_results"
+    SERVED_MODEL = "served_model_info"
+    SERVED_MODEL_CHANGES = "served_model_changes"
     ADAPTED_PARAMETERS = "adapted_parameters"
     # the exporter itself
     IN_FLIGHT = "in_flight"
@@ -147,11 +150,15 @@ class FamilySpec:
     labels: tuple[str, ...] = ()   # labels beyond the scope's own
     values: tuple[str, ...] = ()   # the one extra label's fixed values (empty: an open set)
     buckets: tuple[float, ...] = ()  # a histogram's default edges (`global.buckets` overrides)
+    # An info gauge: one child per series whose `labels` values change (the old series goes);
+    # the values come from the server, so they are an open set.
+    info: bool = False
 
     @property
     def label(self) -> str | None:
-        """The one extra label of a probe or on-demand family, if it has one."""
-        return self.labels[0] if self.labels else None
+        """The one extra label of a probe or on-demand family, if it has one (an info
+        family's labels are set per series instead)."""
+        return self.labels[0] if self.labels and not self.info else None
 
     @property
     def sample_names(self) -> tuple[str, ...]:
@@ -238,6 +245,14 @@ FAMILIES: tuple[FamilySpec, ...] = (
           "Tokens left in the provider's rate-limit window (from its headers)."),
     _spec(Family.INTERVAL, "llm_probe_interval_seconds", _G, _P,
           "Configured probe interval of the series."),
+    _spec(Family.CONSECUTIVE, "llm_probe_consecutive_results", _G, _P,
+          "How many of the latest probes in a row ended with this result (only the last "
+          "probe's result has a series).", "result", Result),
+    FamilySpec(Family.SERVED_MODEL, "llm_probe_served_model_info", _G, _P,
+               "1 for the model (and system_fingerprint) the server says answered the last "
+               "probe that reported one.", ("served_model", "system_fingerprint"), info=True),
+    _spec(Family.SERVED_MODEL_CHANGES, "llm_probe_served_model_changes", _C, _P,
+          "Times the model the server reports for this series changed."),
     _spec(Family.ADAPTED_PARAMETERS, "llm_probe_adapted_parameters", _G, _P,
           "1 where the exporter changed a request parameter after the server refused it "
           "(remembered per target and model until the config changes).", "parameter"),

@@ -51,7 +51,7 @@ from exporter.result import Phase, ProbeResult, TokenSource
 # Children every series has from the start (each value of a family's fixed label set).
 CREATED_AT_LOAD = (
     Family.DURATION, Family.PHASE, Family.REQUESTS, Family.TOKENS, Family.ESTIMATED_TOKENS,
-    Family.SKIPPED, Family.SUCCESS, Family.LAST_RUN, Family.INTERVAL,
+    Family.SKIPPED, Family.SUCCESS, Family.LAST_RUN, Family.INTERVAL, Family.SERVED_MODEL_CHANGES,
 )
 # Histograms of streamed answers: an embedding series has none (no zero-filled TTFT).
 STREAM_FAMILIES = (Family.TTFT, Family.TIME_TO_FIRST_ANSWER, Family.TPOT, Family.INTER_CHUNK,
@@ -140,6 +140,26 @@ class _Restricted:
 def _own_gauge(family: Family, registry: CollectorRegistry) -> Gauge:
     spec = BY_KEY[family]
     return Gauge(spec.name, spec.help, spec.labels, registry=registry)
+
+
+def _record_streak(values: SeriesValues, result: Result) -> None:
+    """`llm_probe_consecutive_results{result}`: one more of the same result, or a new run."""
+    streak = values.get(Family.CONSECUTIVE, result) or 0.0
+    for previous in values.extras(Family.CONSECUTIVE):
+        if previous != result:
+            values.remove(Family.CONSECUTIVE, previous)
+    values.set(Family.CONSECUTIVE, streak + 1, result)
+
+
+def _record_served_model(values: SeriesValues, model: str, fingerprint: str) -> None:
+    """The served-model info series (replaced when it changes) and its change counter."""
+    labels = (("served_model", model), ("system_fingerprint", fingerprint))
+    previous = values.info(Family.SERVED_MODEL)
+    if previous == labels:
+        return
+    if previous is not None and dict(previous).get("served_model") != model:
+        values.inc(Family.SERVED_MODEL_CHANGES)
+    values.set_info(Family.SERVED_MODEL, labels)
 
 
 class ExporterMetrics:
@@ -286,6 +306,9 @@ class ExporterMetrics:
                 values.set(family, remaining)
         if result.checked is not None and values.get(Family.CHECKS, CheckOutcome.PASS) is not None:
             values.inc(Family.CHECKS, 1, CheckOutcome.PASS if result.checked else CheckOutcome.FAIL)
+        _record_streak(values, result.result)
+        if result.served_model:
+            _record_served_model(values, result.served_model, result.system_fingerprint or "")
         if result.result not in (Result.SUCCESS, Result.CHECK_FAILED):
             return  # latency of a failed probe would pollute the distributions
         t = result.timings

@@ -159,5 +159,7 @@ def assemble(series: Series, attempt: Attempt, error: ProbeError | None, started
                          for c in calls[:MAX_RESULT_TOOL_CALLS]),
         server_timings=dict(parser.server_timings) if parser is not None else {},
         dimensions=attempt.embedding.dimensions if attempt.embedding else None,
+        served_model=parser.served_model if parser is not None else None,
+        system_fingerprint=parser.system_fingerprint if parser is not None else None,
         started_at=started, finished_at=wall(), stamps=clocks, adapted=adapted,
     )

@@ -72,6 +72,7 @@ class AnthropicStreamParser(StreamParser[ServerSentEvent]):
             message = as_object(data.get("message"))
             if isinstance(message.get("id"), str):
                 self.response_id = message["id"]
+            self.note_served(message.get("model"))
             self._read_usage(message.get("usage"))
         elif kind == "message_delta":
             delta = as_object(data.get("delta"))

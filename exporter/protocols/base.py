@@ -9,6 +9,7 @@ cached tokens, `completion` includes reasoning and tool-call tokens).
 
 from __future__ import annotations
 
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -43,6 +44,9 @@ ERROR_LIMIT = 300  # characters of an error object's message kept in the reason
 # An NDJSON line is one small object (Ollama's are under 1 KB); a longer one is cut before the
 # decoder parses it, which bounds the parse like MAX_EVENT_VALUES does for the other framings.
 MAX_NDJSON_LINE = 64 * 1024
+# Model names (`gpt-4o-2024-08-06`, `models/gemini-2.5-flash`, `claude@20240229`) and
+# fingerprints (`fp_44709d6fcb`): label values in Prometheus, so bounded like request ids.
+SERVED_VALUE = re.compile(r"[A-Za-z0-9._:/@+-]{1,128}")
 # Finish reasons meaning "max_tokens was reached", as each API spells it.
 LIMIT_REASONS = frozenset({"length", "max_tokens", "MAX_TOKENS", "max_output_tokens"})
 
@@ -108,6 +112,15 @@ def error_message(error: Any) -> str:
             return "error object in stream"
         error = message
     return REDACTOR.clip(str(error), ERROR_LIMIT)
+
+
+def served_value(value: Any) -> str | None:
+    """A server-reported model name or fingerprint when it may become a label value: a string
+    of a conservative charset and length that the redactor leaves alone; else None (dropped,
+    not repaired: a server controls it)."""
+    if not isinstance(value, str) or not SERVED_VALUE.fullmatch(value):
+        return None
+    return value if REDACTOR(value) == value else None
 
 
 def dumps(value: Any) -> str:
@@ -214,6 +227,8 @@ class StreamParser(ABC, Generic[E]):
     usage: Usage | None = None
     finish_reason: str | None = None
     response_id: str | None = None
+    served_model: str | None = None  # the model the server says answers (its own `model`)
+    system_fingerprint: str | None = None
     done: bool = False  # an explicit end-of-stream marker was seen
     server_timings: dict[ServerPhase, float] = field(default_factory=dict)
     _calls: list[_ToolCallParts] = field(default_factory=list)
@@ -264,6 +279,14 @@ class StreamParser(ABC, Generic[E]):
         """The whole arguments of a call as the server restates them at its end."""
         if self._calls:
             self._calls[call].arguments[:] = [arguments]
+
+    def note_served(self, model: Any, fingerprint: Any = None) -> None:
+        """What the server says answered: kept when it is a safe label value (see
+        `served_value`), the first model and fingerprint of the stream."""
+        if self.served_model is None:
+            self.served_model = served_value(model)
+        if self.system_fingerprint is None:
+            self.system_fingerprint = served_value(fingerprint)
 
     def set_timing(self, phase: ServerPhase, seconds: Any) -> None:
         """One of the server's own durations, when it is a sane number of seconds."""

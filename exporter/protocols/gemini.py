@@ -103,6 +103,8 @@ class GeminiStreamParser(StreamParser[ServerSentEvent]):
             raise UpstreamError(error_message(chunk["error"]))
         if isinstance(chunk.get("responseId"), str) and self.response_id is None:
             self.response_id = chunk["responseId"]
+        if self.served_model is None:
+            self.note_served(chunk.get("modelVersion"))
         if chunk.get("usageMetadata"):
             self.usage = parse_usage(chunk["usageMetadata"]) or self.usage
         blocked = as_object(chunk.get("promptFeedback")).get("blockReason")

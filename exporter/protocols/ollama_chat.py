@@ -61,6 +61,8 @@ class OllamaStreamParser(StreamParser[Any]):
             raise StreamError("an NDJSON line is not a JSON object")
         if event.get("error"):
             raise UpstreamError(error_message(event["error"]))
+        if self.served_model is None:
+            self.note_served(event.get("model"))
         message = as_object(event.get("message"))
         kinds = 0
         content = text_piece(message.get("content"), "message.content")

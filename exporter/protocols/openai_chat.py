@@ -128,6 +128,8 @@ class OpenAIStreamParser(StreamParser[ServerSentEvent]):
         chunk = load_chunk(data)
         if self.response_id is None and isinstance(chunk.get("id"), str):
             self.response_id = chunk["id"]
+        if self.served_model is None:
+            self.note_served(chunk.get("model"), chunk.get("system_fingerprint"))
         if chunk.get("usage"):
             self.usage = parse_usage(chunk["usage"]) or self.usage
         timings = chunk.get("timings")

@@ -102,6 +102,7 @@ class ResponsesStreamParser(StreamParser[ServerSentEvent]):
             response = as_object(data.get("response"))
             if isinstance(response.get("id"), str):
                 self.response_id = response["id"]
+            self.note_served(response.get("model"))
         elif kind in ("response.completed", "response.incomplete"):
             self._finish(kind, as_object(data.get("response")))
         elif kind == "response.failed":

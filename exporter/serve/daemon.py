@@ -230,6 +230,16 @@ class Daemon:
                 if not current.done():
                     current.set_result(None)
 
+    def _reload_simulator(self, running: Config, config: Config) -> None:
+        """Apply changed simulated models at once; other simulator settings need a restart."""
+        old, new = running.simulator, config.simulator
+        if (self.simulator is not None and old is not None and new is not None
+                and old.model_copy(update={"models": {}}) == new.model_copy(update={"models": {}})):
+            self.simulator.set_models(new.models)
+            self.log.info("simulator models reloaded", models=list(new.models))
+        else:
+            self.log.warning("simulator settings changed; restart to apply them")
+
     async def _reload_once(self) -> bool:
         """One reload; any failure keeps the running config and is reported, never raised.
         True if it parsed a file (the files had changed)."""
@@ -239,7 +249,7 @@ class Daemon:
             config = await asyncio.to_thread(self._read_if_changed, running)
             if config is not None:
                 if running is not None and running.simulator != config.simulator:
-                    self.log.warning("simulator settings changed; restart to apply them")
+                    self._reload_simulator(running, config)
                 self._apply(config)
                 if self.owns_process:
                     # Like after start: the new config's objects live until the next reload,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from exporter.result import ProbeResult
 
@@ -17,6 +17,8 @@ class Snapshot:
 
     latest: dict[tuple[str, str, str], ProbeResult | None]
     failures: tuple[ProbeResult, ...]
+    # What the server last said answered each series: (served model, system fingerprint).
+    served: dict[tuple[str, str, str], tuple[str, str]] = field(default_factory=dict)
 
 
 class ResultStore:
@@ -25,16 +27,21 @@ class ResultStore:
     def __init__(self) -> None:
         self._latest: dict[tuple[str, str, str], ProbeResult | None] = {}
         self._failures: deque[ProbeResult] = deque(maxlen=RECENT_FAILURES)
+        self._served: dict[tuple[str, str, str], tuple[str, str]] = {}
 
     def set_series(self, keys: Iterable[tuple[str, str, str]]) -> None:
         """Track exactly these series (after a load or reload), keeping known results."""
         keys = list(keys)
         self._latest = {key: self._latest.get(key) for key in keys}
+        self._served = {key: self._served[key] for key in keys if key in self._served}
 
     def record(self, result: ProbeResult) -> None:
         """Remember a finished probe."""
         if result.key in self._latest:
             self._latest[result.key] = result
+            if result.served_model:  # a failed probe keeps the last one the server named
+                self._served[result.key] = (result.served_model,
+                                            result.system_fingerprint or "")
         if not result.success:
             self._failures.appendleft(result)
 
@@ -44,4 +51,4 @@ class ResultStore:
 
     def snapshot(self) -> Snapshot:
         """Copy the current state (cheap: results are immutable)."""
-        return Snapshot(dict(self._latest), tuple(self._failures))
+        return Snapshot(dict(self._latest), tuple(self._failures), dict(self._served))

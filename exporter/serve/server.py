@@ -483,7 +483,7 @@ th,td{padding:.25rem .6rem;border-bottom:1px solid #d0d7de;text-align:left;white
 td.num{text-align:right;font-variant-numeric:tabular-nums}
 .ok{color:#1a7f37;font-weight:600}.bad{color:#cf222e;font-weight:600}.none{color:#656d76}
 .warn{background:#fff8c5;border:1px solid #d4a72c;padding:.5rem .8rem;margin:.5rem 0}
-.reason{white-space:normal;max-width:40rem}
+.reason{white-space:normal;max-width:40rem}.fp{color:#656d76;font-size:.75rem}
 """
 
 
@@ -505,7 +505,9 @@ def render_status_page(snapshot: Snapshot, info: dict[str, Any], now: float) -> 
 
     rows = []
     for (target, model, probe), r in snapshot.latest.items():
-        names = f"<tr><td>{esc(target)}</td><td>{esc(model)}</td><td>{esc(probe)}</td>"
+        served, fingerprint = snapshot.served.get((target, model, probe), ("", ""))
+        names = (f"<tr><td>{esc(target)}</td><td>{esc(model)}</td><td>{esc(probe)}</td>"
+                 f'<td>{esc(served)}<br><span class="fp">{esc(fingerprint)}</span></td>')
         if r is None:
             rows.append(names + '<td class="none">pending</td>' + "<td></td>" * 10 + "</tr>")
             continue
@@ -547,7 +549,8 @@ def render_status_page(snapshot: Snapshot, info: dict[str, Any], now: float) -> 
 {info.get('in_flight', 0)} in flight</p>
 {warning}
 <h2>Series</h2>
-<table id="series"><thead><tr><th>target</th><th>model</th><th>probe</th><th>result</th>
+<table id="series"><thead><tr><th>target</th><th>model</th><th>probe</th>
+<th title="what the server says answered (model, system_fingerprint)">served by</th><th>result</th>
 <th>last run</th><th>TTFT</th><th>first answer</th><th>TPOT</th><th>tokens/s</th><th>E2E</th>
 <th>tokens in/out</th><th>efficiency</th><th>cost</th><th>reason</th></tr></thead>
 <tbody>{''.join(rows)}</tbody></table>

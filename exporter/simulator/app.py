@@ -140,6 +140,20 @@ class _State:
 _STATE = web.AppKey("llm_probe_sim_state", _State)
 
 
+def set_models(app: web.Application, models: Mapping[str, SimulatedModel]) -> None:
+    """Serve these model profiles from the next request on (requests in flight keep theirs);
+    a model whose capacity is unchanged keeps its queue."""
+    state = app[_STATE]
+    capacity = {}
+    for name, model in models.items():
+        if model.capacity is None:
+            continue
+        old = state.models.get(name)
+        same = old is not None and old.capacity == model.capacity and name in state.capacity
+        capacity[name] = state.capacity[name] if same else asyncio.Semaphore(model.capacity)
+    state.models, state.capacity = dict(models), capacity
+
+
 def create_app(models: Mapping[str, SimulatedModel], *, api_key: str | None = None,
                aws_keys: AwsKeys | None = None, seed: int | None = None, logger: Any = None,
                max_records: int = MAX_RECORDS) -> web.Application:
@@ -342,7 +356,9 @@ async def _generate(request: web.Request, dialect: Dialect) -> web.StreamRespons
 
     visible = plan.reasoning_tokens if plan.reasoning is Reasoning.VISIBLE else 0
     ctx = StreamContext(
-        request_id=dialect.new_id(), model=parsed.model, created=int(time.time()),
+        request_id=dialect.new_id(), model=profile.served_model or parsed.model,
+        created=int(time.time()),
+        **({"fingerprint": profile.fingerprint} if profile.fingerprint else {}),
         include_usage=parsed.include_usage,
         usage=Usage(parsed.prompt_tokens, plan.reasoning_tokens, plan.answer_tokens),
         first_kind=Kind.REASONING if visible else kind, tool_call=call, echo=parsed.echo,

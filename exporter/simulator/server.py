@@ -5,15 +5,16 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 from collections import deque
+from collections.abc import Mapping
 from types import TracebackType
 from typing import Any
 
 import structlog
 from aiohttp import web
 
-from ..config import SimulatorConfig
+from ..config import SimulatedModel, SimulatorConfig
 from ..config.address import parse_listen_address
-from .app import SIM_RECORDS, SimRecord, create_app
+from .app import SIM_RECORDS, SimRecord, create_app, set_models
 from .dialects import AwsKeys
 
 # How long `close()` lets in-flight answers finish before cancelling them: a simulator that
@@ -54,6 +55,10 @@ class Simulator:
     def records(self) -> deque[SimRecord]:
         """What the server did for recent requests (`app[SIM_RECORDS]`)."""
         return self.app[SIM_RECORDS]
+
+    def set_models(self, models: Mapping[str, SimulatedModel]) -> None:
+        """Serve these model profiles from the next request on (a reload of `models`)."""
+        set_models(self.app, models)
 
     async def close(self) -> None:
         """Stop listening, cut in-flight answers after a short grace period, free the port."""

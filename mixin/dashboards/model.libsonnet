@@ -139,6 +139,11 @@ local p = import '../lib/promql.libsonnet';
                    probeLegend + ' {{currency}}']],
                  'short', w=8, defaults={ decimals: 6 }, overrides=g.currencyOverrides(d.currencies, suffix=true)),
 
+    g.table('Served model',
+            "What the server says answered each probe's last response: its `model` field (a dated snapshot behind an alias, or what a gateway substituted) and `system_fingerprint` where the API has one. A change opens LLMProbeServedModelChanged.",
+            'max by (%s) (llm_probe_served_model_info{%s})' % [p.list(byProbe + ['served_model', 'system_fingerprint']), s],
+            w=24, h=5, hide=['Time', 'Value']),
+
     g.row('Failures'),
     g.stateTimeline('Last probe result per probe', 'llm_probe_success per probe: ok when the last probe succeeded.',
                     'llm_probe_success{%s}' % s, probeLegend, h=5),

@@ -33,6 +33,9 @@ class BadRequest(Exception):
         self.param = param
 
 
+# What OpenAI-style answers report as `system_fingerprint` unless a model profile sets one.
+SYSTEM_FINGERPRINT = "fp_llm_probe_sim"
+
 @dataclass(frozen=True)
 class Refusal:
     """An answer other than 200 that a provider gives before generating (auth, unknown model)."""
@@ -135,6 +138,7 @@ class StreamContext:
     first_kind: Kind  # kind of the first streamed token (decides Anthropic's first block)
     tool_call: ToolCall | None = None
     echo: Mapping[str, Any] = field(default_factory=dict)
+    fingerprint: str = SYSTEM_FINGERPRINT  # OpenAI's `system_fingerprint`
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from ..answers import ToolChoice, ToolMode, ToolSpec
 from ..framing import DONE, sse
 from ..plan import Finish, Kind
 from .base import (
+    SYSTEM_FINGERPRINT,
     AuthRequest,
     BadRequest,
     Credentials,
@@ -40,8 +41,6 @@ from .base import (
     same_key,
     schema_param,
 )
-
-SYSTEM_FINGERPRINT = "fp_llm_probe_sim"
 
 _OPENAI_ERRORS: dict[int, tuple[str, str | None, str]] = {
     400: ("invalid_request_error", None, "Invalid request."),
@@ -214,18 +213,18 @@ class ChatDialect(OpenAIProvider, Dialect):
             message["reasoning_content"] = reasoning
         return {
             "id": ctx.request_id, "object": "chat.completion", "created": ctx.created,
-            "model": ctx.model, "system_fingerprint": SYSTEM_FINGERPRINT,
+            "model": ctx.model, "system_fingerprint": ctx.fingerprint,
             "choices": [{"index": 0, "message": message, "logprobs": None,
                          "finish_reason": finish.value}],
             "usage": self.usage(ctx.usage),
         }
 
 
-def chunk_head(request_id: str | None = "chatcmpl-1", model: str = "m", created: int = 0
-               ) -> dict[str, Any]:
+def chunk_head(request_id: str | None = "chatcmpl-1", model: str = "m", created: int = 0,
+               fingerprint: str = SYSTEM_FINGERPRINT) -> dict[str, Any]:
     """The fields every `chat.completion.chunk` of one response repeats (no id: left out)."""
     head: dict[str, Any] = {"object": "chat.completion.chunk", "created": created,
-                            "model": model, "system_fingerprint": SYSTEM_FINGERPRINT}
+                            "model": model, "system_fingerprint": fingerprint}
     return head if request_id is None else {"id": request_id, **head}
 
 
@@ -242,7 +241,7 @@ def chat_chunk(head: Mapping[str, Any], delta: Mapping[str, Any] | None,
 class _ChatStream(StreamEncoder):
     def __init__(self, ctx: StreamContext) -> None:
         super().__init__(ctx)
-        self._head = chunk_head(ctx.request_id, ctx.model, ctx.created)
+        self._head = chunk_head(ctx.request_id, ctx.model, ctx.created, ctx.fingerprint)
         # OpenAI sends `"usage": null` on every chunk but the last when usage is asked for.
         self._usage: dict[str, Any] = {"usage": None} if ctx.include_usage else {}
         self._called = False

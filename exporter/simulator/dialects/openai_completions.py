@@ -23,7 +23,7 @@ from .base import (
     model_param,
     require_object,
 )
-from .openai_chat import SERVER_ERROR, SYSTEM_FINGERPRINT, OpenAIProvider, stream_params
+from .openai_chat import SERVER_ERROR, OpenAIProvider, stream_params
 
 
 class CompletionsDialect(OpenAIProvider, Dialect):
@@ -62,7 +62,7 @@ class CompletionsDialect(OpenAIProvider, Dialect):
         """A `text_completion` object."""
         return {
             "id": ctx.request_id, "object": "text_completion", "created": ctx.created,
-            "model": ctx.model, "system_fingerprint": SYSTEM_FINGERPRINT,
+            "model": ctx.model, "system_fingerprint": ctx.fingerprint,
             "choices": [{"text": answer, "index": 0, "logprobs": None,
                          "finish_reason": finish.value}],
             "usage": self.usage(ctx.usage),
@@ -74,7 +74,7 @@ class _CompletionsStream(StreamEncoder):
         super().__init__(ctx)
         self._head = {"id": ctx.request_id, "object": "text_completion",
                       "created": ctx.created, "model": ctx.model,
-                      "system_fingerprint": SYSTEM_FINGERPRINT}
+                      "system_fingerprint": ctx.fingerprint}
 
     def _chunk(self, text: str, finish: Finish | None = None) -> bytes:
         obj: dict[str, Any] = {**self._head, "choices": [{

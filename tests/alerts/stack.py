@@ -1,0 +1,192 @@
+"""The monitoring side of the alert scenarios: the shipped mixin rendered with short windows, a real
+Prometheus evaluating it, a real Alertmanager, and the webhook receiver the notifications reach."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from aiohttp import web
+
+from mixin import generate
+from tests.conftest import free_port
+from tests.e2e_support import Process, http_get, wait_for
+
+# The shipped mixin with every window and `for:` shortened through `_config` (the generated files
+# are never edited): seconds instead of minutes and hours, so a scenario pages within a minute.
+SHORT_CONFIG = """{ _config+:: {
+    exporterDown+: { 'for': '30s' },  // a restart takes 5-15 s here (a pod 10-30 s; shipped 5m)
+    exporterAbsentFor: '10s',
+    seriesStale+: { 'for': '5s' },
+    configReloadFailed+: { 'for': '5s' },
+    schedulerLag+: { window: '20s', 'for': '10s' },
+    budgetExhausted+: { window: '30s' },
+    rateLimited+: { window: '20s', short: '5s', 'for': '10s' },
+    servedModelChanged+: { window: '1m' },
+    streamStalls+: { gapSeconds: 1, window: '20s', 'for': '10s' },
+    locationFailure+: { window: '20s', 'for': '10s' },
+    latencyHigh+: { window: '2m', 'for': '10s' },  // 120 probes: one slow one is not the p95
+    burnRates: [
+      { long: '1m', short: '10s', factor: 14.4, 'for': '5s', severity: 'critical',
+        spends: '2% of the 30-day error budget in 1 hour' },
+      { long: '2m', short: '20s', factor: 6, 'for': '10s', severity: 'warning',
+        spends: '5% of the 30-day error budget in 6 hours' },
+    ],
+    costBudgetPerDay: { USD: 0.001 },
+    efficiencyWindow: '1m',
+    // 30 probes a window instead of a day's 1,440: a few late stamps on a busy 2-core machine
+    // move a p95 this short by tens of percent, so the TTFT rise it takes is +100 %, not +50 %.
+    drift+: { window: '30s', offsets: ['1m'], 'for': '10s', interval: '1s', ttftRise: 1 },
+} }"""
+
+
+def render_rules(folder: Path) -> list[Path]:
+    """The mixin's rules and alerts with SHORT_CONFIG, as Prometheus rule files."""
+    mixin = generate.evaluate(SHORT_CONFIG)
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for name in ("rules", "alerts"):
+        path = folder / f"{name}.yml"
+        path.write_text(generate.to_yaml(mixin[name]))
+        paths.append(path)
+    return paths
+
+
+@dataclass
+class Notification:
+    """One alert as the webhook receiver got it from Alertmanager."""
+
+    labels: dict[str, str]
+    annotations: dict[str, str]
+    received: float  # unix time
+
+    @property
+    def name(self) -> str:
+        """The alert name."""
+        return self.labels["alertname"]
+
+
+@dataclass
+class Receiver:
+    """The webhook Alertmanager delivers to: aiohttp on loopback, keeping every firing alert."""
+
+    port: int
+    notifications: list[Notification] = field(default_factory=list)
+    _runner: web.AppRunner | None = None
+
+    async def start(self) -> None:
+        """Listen on 127.0.0.1:port."""
+        async def hook(request: web.Request) -> web.Response:
+            body = await request.json()
+            for alert in body.get("alerts", []):
+                if alert.get("status") == "firing":
+                    self.notifications.append(Notification(
+                        dict(alert["labels"]), dict(alert["annotations"]), time.time()))
+            return web.Response(text="ok")
+
+        app = web.Application()
+        app.router.add_post("/", hook)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        await web.TCPSite(self._runner, "127.0.0.1", self.port).start()
+
+    async def stop(self) -> None:
+        """Stop listening."""
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+
+def alertmanager_binary() -> str | None:
+    """Debian's prometheus-alertmanager (or an `alertmanager` on PATH)."""
+    return shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
+
+
+def start_alertmanager(tmp: Path, receiver_port: int) -> tuple[Process, str]:
+    """Alertmanager sending every alert on its own (no grouping) to the receiver at once."""
+    binary = alertmanager_binary()
+    assert binary, "Alertmanager is not installed (Debian: apt-get install prometheus-alertmanager)"
+    config = {
+        "route": {"receiver": "hook", "group_by": ["..."], "group_wait": "1s",
+                  "group_interval": "1s", "repeat_interval": "1h"},
+        "receivers": [{"name": "hook", "webhook_configs": [
+            {"url": f"http://127.0.0.1:{receiver_port}/", "send_resolved": False}]}],
+    }
+    path = tmp / "alertmanager.yml"
+    path.write_text(yaml.safe_dump(config))
+    checked = subprocess.run(["amtool", "check-config", str(path)], capture_output=True,
+                             text=True, check=False)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    port = free_port()
+    log = tmp / "alertmanager.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [binary, f"--config.file={path}", f"--storage.path={tmp / 'alertmanager-data'}",
+             f"--web.listen-address=127.0.0.1:{port}", "--cluster.listen-address=",
+             "--log.level=warn"], stdout=out, stderr=subprocess.STDOUT)
+    manager = Process(proc, log)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_for(lambda: http_get(f"{url}/-/ready"), 30, "Alertmanager to be ready")
+    except TimeoutError:
+        manager.stop()
+        raise AssertionError(f"Alertmanager did not start:\n{manager.output()}") from None
+    return manager, url
+
+
+@dataclass
+class Prometheus(Process):
+    """A real Prometheus evaluating the rules every second and alerting to Alertmanager."""
+
+    url: str = ""
+
+    def query(self, expr: str) -> list[dict[str, Any]]:
+        """Instant query; the result vector."""
+        from urllib.parse import urlencode
+
+        body = json.loads(http_get(f"{self.url}/api/v1/query?{urlencode({'query': expr})}"))
+        return body["data"]["result"]
+
+
+def start_prometheus(tmp: Path, name: str, jobs: list[dict[str, Any]], rules: list[Path],
+                     alertmanager: str) -> Prometheus:
+    """Prometheus `name` (its external label `prometheus`) scraping `jobs` every second."""
+    binary = shutil.which("prometheus")
+    assert binary, "prometheus is not installed (Debian: apt-get install prometheus)"
+    folder = tmp / f"prometheus-{name}"
+    folder.mkdir()
+    config = {
+        "global": {"scrape_interval": "1s", "evaluation_interval": "1s",
+                   "scrape_timeout": "1s", "external_labels": {"prometheus": name}},
+        "rule_files": [str(p) for p in rules],
+        "alerting": {"alertmanagers": [{"static_configs": [
+            {"targets": [alertmanager.removeprefix("http://")]}]}]},
+        "scrape_configs": jobs,
+    }
+    path = folder / "prometheus.yml"
+    path.write_text(yaml.safe_dump(config))
+    port = free_port()
+    log = folder / "prometheus.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [binary, f"--config.file={path}", f"--storage.tsdb.path={folder / 'data'}",
+             f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn",
+             "--rules.alert.resend-delay=1s"], stdout=out, stderr=subprocess.STDOUT)
+    prometheus = Prometheus(proc, log, url=f"http://127.0.0.1:{port}")
+    try:
+        wait_for(lambda: http_get(f"{prometheus.url}/-/ready"), 30, "Prometheus to be ready")
+    except TimeoutError:
+        prometheus.stop()
+        raise AssertionError(f"Prometheus did not start:\n{prometheus.output()}") from None
+    return prometheus
+
+
+async def in_thread(fn: Any, *args: Any) -> Any:
+    """Run a blocking helper (process start, HTTP) off the loop."""
+    return await asyncio.to_thread(fn, *args)
