@@ -44,6 +44,7 @@ class Feature(StrEnum):
     TOOLS = "tools"
     RESPONSE_FORMAT = "response_format"
     EMBEDDING = "kind: embedding"
+    REASONING = "reasoning"
 
 
 class Framing(StrEnum):
@@ -90,6 +91,7 @@ _ALL = frozenset(Feature)
 APIS: Mapping[Api, ApiSpec] = MappingProxyType({spec.api: spec for spec in (
     ApiSpec(Api.OPENAI_CHAT, "/chat/completions", Framing.SSE, _ALL,
             "Authorization: Bearer", "/embeddings", _OPENAI_RATELIMITS, ("x-request-id",)),
+    # Legacy completions: no reasoning control either.
     ApiSpec(Api.OPENAI_COMPLETIONS, "/completions", Framing.SSE, frozenset({Feature.EMBEDDING}),
             "Authorization: Bearer", "/embeddings", _OPENAI_RATELIMITS, ("x-request-id",)),
     ApiSpec(Api.OPENAI_RESPONSES, "/responses", Framing.SSE, _ALL,
@@ -104,7 +106,8 @@ APIS: Mapping[Api, ApiSpec] = MappingProxyType({spec.api: spec for spec in (
             _ALL - {Feature.EMBEDDING}, "AWS SigV4 (aws_sigv4), or a Bedrock API key as Bearer",
             request_id_headers=("x-amzn-requestid",)),
     ApiSpec(Api.OLLAMA_CHAT, "/api/chat", Framing.NDJSON,
-            frozenset({Feature.IMAGE, Feature.TOOLS, Feature.RESPONSE_FORMAT}),
+            frozenset({Feature.IMAGE, Feature.TOOLS, Feature.RESPONSE_FORMAT,
+                       Feature.REASONING}),
             "Authorization: Bearer (optional)"),
 )})
 

@@ -97,6 +97,9 @@ def build_parser() -> argparse.ArgumentParser:
     probe.add_argument("--json", action="store_true", help="print JSON instead of a table")
     probe.add_argument("--repeat", type=int, default=1, metavar="N",
                        help="run every selected probe N times, one round after another")
+    probe.add_argument("--show-request", dest="show_request", action="store_true",
+                       help="print the request each selected probe would send (key redacted) "
+                            "and exit without sending it")
 
     bench = commands.add_parser(
         "bench", help="benchmark series at concurrency or rate levels; compare with a baseline")
@@ -234,6 +237,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from exporter.config import format_duration
+    from exporter.protocols.advice import reasoning_advice
 
     config = _load(args.config_file, getattr(args, "shard", None))
     if config is None:
@@ -250,6 +254,8 @@ def cmd_check(args: argparse.Namespace) -> int:
     if config.simulator is not None:
         console.print(f"simulator: {config.simulator.listen} serving "
                       f"{', '.join(config.simulator.models)}")
+    for advice in reasoning_advice(config.series):  # what a probe would pay for or fail on
+        console.print(f"warning: {advice}", markup=False, highlight=False)
     console.print("config OK")
     return 0
 
@@ -270,8 +276,24 @@ def cmd_probe(args: argparse.Namespace) -> int:
     config = _load(args.config_file, getattr(args, "shard", None))
     if config is None:
         return 1
+    if args.show_request:
+        return _show_requests(config, _selection(args))
     return asyncio.run(run_probe_command(config, _selection(args), as_json=args.json,
                                          repeat=args.repeat))
+
+
+def _show_requests(config: Config, selection: Selection) -> int:
+    """`probe --show-request`: print the requests, send nothing."""
+    from exporter.commands.selection import select_series
+    from exporter.commands.show import show_requests
+
+    try:
+        series = select_series(config, selection)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(show_requests(config, series), end="")
+    return 0
 
 
 def cmd_bench(args: argparse.Namespace) -> int:

@@ -137,6 +137,7 @@ class RecordJSON(TypedDict):
     retry_after_seconds: NotRequired[float | None]   # schema 2
     served_model: NotRequired[str | None]
     system_fingerprint: NotRequired[str | None]
+    adapted_parameters: NotRequired[list[str]]  # request parameters adapted for the model
     # bench records only
     mode: NotRequired[LoadMode]
     level: NotRequired[int | float]
@@ -192,6 +193,7 @@ class Record:
             "checks_passed": r.checked, "retry_after_seconds": r.retry_after,
             "served_model": r.served_model and redact(r.served_model),
             "system_fingerprint": r.system_fingerprint and redact(r.system_fingerprint),
+            "adapted_parameters": list(r.adapted),
         }
         if self.bench is not None:
             b = self.bench
@@ -232,6 +234,7 @@ class Record:
                              for c in d.get("tool_calls", ())),
             server_timings=d.get("server_timings", {}), dimensions=d.get("dimensions"),
             served_model=d.get("served_model"), system_fingerprint=d.get("system_fingerprint"),
+            adapted=tuple(d.get("adapted_parameters", ())),
             started_at=d["started_at"], finished_at=d["finished_at"],
             stamps=_stamps_from_json(d.get("stamps")))
         bench = None

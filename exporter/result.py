@@ -144,6 +144,7 @@ class ProbeResult:
     started_at: float = 0.0   # unix time the request was sent
     finished_at: float = 0.0  # unix time the probe ended
     stamps: ProbeStamps | None = None  # absolute stamps (None for results built elsewhere)
+    adapted: tuple[str, ...] = ()  # request parameters adapted for this (target, model)
 
     @property
     def success(self) -> bool:

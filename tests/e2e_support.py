@@ -65,6 +65,7 @@ def shipped_config(tmp: Path, *, interval: str = "1s", models: dict | None = Non
             m: {"input": 0.5, "output": 1.5, "currency": "USD"} for m in models}
         for target in data["targets"][1:]:  # the demo's other API styles probe one model
             target["models"] = list(models)[:1]
+            target.pop("prices", None)
         data["targets"][0]["model_slo"] = {
             m: slo for m, slo in data["targets"][0].get("model_slo", {}).items() if m in models}
     if "budget" in data["global"]:  # each run its own day's spend, not the machine's

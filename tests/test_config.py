@@ -107,6 +107,24 @@ INVALID_CASES = {
                      "targets[0].model_slo.m.duration: Input should be greater than 0",
                      "targets[1].model_slo.other: objectives for a model this target does "
                      "not probe"],
+    "bad_reasoning.yaml": [
+        "probes.nothing.reasoning: set `effort` (none, minimal, low, medium, high, xhigh, max), "
+        "`budget_tokens`, or both",
+        "probes.typo.reasoning.effort: Input should be 'none', 'minimal', 'low', 'medium', "
+        "'high', 'xhigh' or 'max'",
+        "probes.off_with_budget.reasoning: `effort: none` turns thinking off; drop "
+        "`budget_tokens`",
+        "probes.stream.params: stream is set by the exporter (a probe reads a stream); "
+        "remove it",
+        "probes.embed: `kind: embedding` sends only `input`; drop reasoning",
+        "targets[0].models[0]: probe 'budget_only' gives only reasoning.budget_tokens, but "
+        "gpt-5-mini on openai-chat takes a named effort, not a budget: set reasoning.effort too",
+        "targets[0].model_family.prod: 'gpt-9-ultra' names no model family the request rules "
+        "know for openai-chat",
+        "targets[0].model_family.gone: a family for a model this target does not probe",
+        "targets[1].probes[0]: probe 'budget_only' uses reasoning, which openai-completions "
+        "does not have",
+        "probes.inf.params: logit_scale: numbers must be finite"],
     # Schema problems and cross-field checks of every section, all in one run.
     "every_problem.yaml": ["global.intervall: unknown key",
                            "global.interval: 1ms is shorter than 1s",

@@ -54,9 +54,11 @@ NOT_SHOWN = {
 }
 NOT_SHOWN_FAMILIES: dict[Family, str] = {}
 # Queries that may return nothing on a healthy exporter: they read a server's own timings (only
-# some servers report them) or compare with days ago (`offset`). They must still run.
+# some servers report them), adaptations (only after a server refused a parameter) or compare
+# with days ago (`offset`). They must still run.
 OPTIONAL_NAMES = frozenset(
-    name for spec in FAMILIES if spec.name == "llm_probe_server_duration_seconds"
+    name for spec in FAMILIES
+    if spec.name in ("llm_probe_server_duration_seconds", "llm_probe_adapted_parameters")
     for name in (spec.name, *spec.sample_names)
 )
 

@@ -158,7 +158,8 @@ async def test_gemini_request_and_stream(scripted_server) -> None:
         (0.02, gemini_chunk({"text": " there"}, finish="STOP", usage=GEMINI_USAGE))],
         headers=SSE))
     result, _ = await probe_once(server, models=("gemini-2.5-flash",), probe={
-        "system": "Be brief.", "response_format": {"schema": WEATHER}}, **api("gemini"))
+        "system": "Be brief.", "response_format": {"schema": WEATHER}, "temperature": 0.2},
+        **api("gemini"))
     assert result.result is Result.SUCCESS, result.reason
     request = server.requests[0]
     assert request["path"] == "/v1/models/gemini-2.5-flash:streamGenerateContent"
@@ -245,8 +246,8 @@ async def test_bedrock_request_and_stream(scripted_server) -> None:
         block({"reasoningContent": {"signature": "c2ln"}}),
         block({"text": "Hello"}, 1), block({"text": " there"}, 1)))
     model = "anthropic.claude-3-5-sonnet-20240620-v1:0"
-    result, _ = await probe_once(server, models=(model,), probe={"system": "Be brief."},
-                                 **api("bedrock-converse"))
+    result, _ = await probe_once(server, models=(model,), probe={
+        "system": "Be brief.", "temperature": 0.2}, **api("bedrock-converse"))
     assert result.result is Result.SUCCESS, result.reason
     request = server.requests[0]
     assert request["path"] == f"/v1/model/{model}/converse-stream"
@@ -310,7 +311,8 @@ async def test_ollama_request_and_stream(scripted_server) -> None:
         (0, ollama_line(thinking="Hm")), (0.02, ollama_line("Hello")),
         (0.02, ollama_line(" there")), (0, OLLAMA_DONE)], headers=NDJSON))
     result, _ = await probe_once(server, probe={"response_format": {"schema": WEATHER},
-                                                **TOOL_PROBE, "expect": None},
+                                                **TOOL_PROBE, "expect": None,
+                                                "temperature": 0.2},
                                  **api("ollama-chat"))
     assert result.result is Result.SUCCESS, result.reason
     request = server.requests[0]

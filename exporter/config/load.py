@@ -36,6 +36,7 @@ from exporter.config.network import (
     build_tls,
     resolve_proxy,
 )
+from exporter.config.rules_check import reasoning_problems
 from exporter.config.schema import (
     CONTROL,
     Api,
@@ -353,6 +354,7 @@ def _parse(data: Any, env: Mapping[str, str], base_dir: Path, source: Path | Non
             key_file=key_file_path(target.api_key_file, base_dir)
             if target.api_key_file else None,
             proxy=proxy, tls=tls, aws_sigv4=target.aws_sigv4,
+            params=dict(target.params), model_family=dict(target.model_family),
         ))
     series = tuple(
         Series(target=t, model=m, probe_name=p, probe=resolved_probes[p],
@@ -458,6 +460,8 @@ def _check_target(target: TargetConfig, index: int, probes: Mapping[str, ProbeCo
         if model not in target.models:
             problems.append(_problem((*where, "model_slo", model),
                                      "objectives for a model this target does not probe"))
+    problems += [_problem(loc, message)
+                 for loc, message in reasoning_problems(target, where, probes)]
 
 
 def _resolve_network(target: TargetConfig, index: int, env: Mapping[str, str], base: Path,

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from exporter.config.network import TLS, Proxy
+from exporter.config.reasoning import merge_patches
 from exporter.config.schema import (
     Api,
     AwsSigV4Config,
@@ -53,6 +54,8 @@ class Target:
     proxy: Proxy | None = None  # None: direct
     tls: TLS = field(default_factory=TLS)
     aws_sigv4: AwsSigV4Config | None = None  # sign requests (instead of an API key)
+    params: Mapping[str, Any] = field(default_factory=dict)  # extra body fields (`params:`)
+    model_family: Mapping[str, str] = field(default_factory=dict)  # model → hosted family
 
     @property
     def route(self) -> str:
@@ -88,6 +91,18 @@ class Series:
     def key(self) -> SeriesKey:
         """The (target, model, probe) label values."""
         return (self.target.name, self.model, self.probe_name)
+
+    @property
+    def family_name(self) -> str:
+        """The name the request rules are looked up by: the target's `model_family` for this
+        model, else the model itself."""
+        return self.target.model_family.get(self.model, self.model)
+
+    @property
+    def params(self) -> dict[str, Any]:
+        """The extra body fields: the target's `params`, then the probe's (which win); a
+        patch (`null` removes a field) to apply to the body."""
+        return merge_patches(self.target.params, self.probe.params)
 
     @property
     def price(self) -> Price | None:

@@ -20,6 +20,7 @@ from yarl import URL
 
 from exporter.apis import Api, Feature
 from exporter.config.address import parse_listen_address
+from exporter.config.reasoning import Params, ReasoningConfig
 from exporter.config.shard import parse_shard
 from exporter.config.types import (
     LABEL_NAME,
@@ -147,6 +148,9 @@ class SimulatedModel(StrictModel):
     # (a dated snapshot behind an alias; flip it with a reload to show a served-model change).
     served_model: str | None = Field(default=None, min_length=1, max_length=128)
     fingerprint: str | None = Field(default=None, min_length=1, max_length=128)
+    # Enforce the request rules of a hosted family (e.g. gpt-5, claude-opus-4-7) for a name
+    # that says nothing (an Azure deployment); names like a family's enforce them anyway.
+    family: str | None = Field(default=None, min_length=1, max_length=MAX_MODEL_NAME)
 
 
 class SimulatorConfig(StrictModel):
@@ -307,7 +311,7 @@ class ResponseFormat(StrictModel):
 
 # Keys of a chat probe that an embedding probe does not send.
 _CHAT_ONLY = ("prompt", "messages", "cases", "system", "image", "tools", "tool_choice",
-              "response_format", "max_tokens", "temperature")
+              "response_format", "max_tokens", "temperature", "reasoning")
 
 
 class ProbeConfig(StrictModel):
@@ -320,7 +324,10 @@ class ProbeConfig(StrictModel):
     system: str | None = None
     input: str | None = None  # kind: embedding
     max_tokens: int = Field(default=256, ge=1, le=10_000_000)
-    temperature: float | None = Field(default=0.2, ge=0.0, le=2.0)
+    # Sent only when set: reasoning models refuse most values (and Anthropic's newest any).
+    temperature: float | None = Field(default=None, ge=0.0, le=2.0)
+    reasoning: ReasoningConfig | None = None
+    params: Params = Field(default_factory=dict)  # extra body fields, merged last
     nonce: bool = True
     image: ImageSpec | None = None
     tools: tuple[Tool, ...] = Field(default=(), max_length=128)
@@ -395,6 +402,8 @@ class ProbeConfig(StrictModel):
             needs.add(Feature.TOOLS)
         if self.response_format is not None:
             needs.add(Feature.RESPONSE_FORMAT)
+        if self.reasoning is not None:
+            needs.add(Feature.REASONING)
         return frozenset(needs)
 
 
@@ -521,6 +530,10 @@ class TargetConfig(StrictModel):
     aws_sigv4: AwsSigV4Config | None = None
     slo: SloConfig = Field(default_factory=SloConfig)
     model_slo: dict[str, SloConfig] = Field(default_factory=dict)
+    params: Params = Field(default_factory=dict)  # extra body fields for every probe here
+    # The hosted family behind a name that says nothing (an Azure deployment, a gateway alias):
+    # {deployment: gpt-5-mini}; its request rules then apply.
+    model_family: dict[str, str] = Field(default_factory=dict)
 
     @field_validator("name")
     @classmethod

@@ -104,7 +104,8 @@ MAX_PROBE_NAME = 128
 RESERVED_LABELS = frozenset(
     {"target", "model", "probe", "result", "phase", "type", "currency", "kind", "reason",
      "outcome", "objective", "le", "quantile", "job", "instance", "version", "python_version",
-     "served_model", "system_fingerprint"}
+     "served_model", "system_fingerprint",
+     "parameter"}
 )
 
 

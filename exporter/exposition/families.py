@@ -106,6 +106,7 @@ class Family(StrEnum):
     CONSECUTIVE = "consecutive_results"
     SERVED_MODEL = "served_model_info"
     SERVED_MODEL_CHANGES = "served_model_changes"
+    ADAPTED_PARAMETERS = "adapted_parameters"
     # the exporter itself
     IN_FLIGHT = "in_flight"
     SCHEDULER_LAG = "scheduler_lag"
@@ -252,6 +253,9 @@ FAMILIES: tuple[FamilySpec, ...] = (
                "probe that reported one.", ("served_model", "system_fingerprint"), info=True),
     _spec(Family.SERVED_MODEL_CHANGES, "llm_probe_served_model_changes", _C, _P,
           "Times the model the server reports for this series changed."),
+    _spec(Family.ADAPTED_PARAMETERS, "llm_probe_adapted_parameters", _G, _P,
+          "1 where the exporter changed a request parameter after the server refused it "
+          "(remembered per target and model until the config changes).", "parameter"),
     # -- the exporter itself ---------------------------------------------------------------
     _spec(Family.IN_FLIGHT, "llm_probe_in_flight", _G, _E, "Probes in flight now."),
     _spec(Family.SCHEDULER_LAG, "llm_probe_scheduler_lag_seconds", _H, _E,

@@ -298,6 +298,7 @@ class ExporterMetrics:
             return
         values.inc(Family.REQUESTS, 1, result.result)
         values.set(Family.SUCCESS, 1 if result.success else 0)
+        self._adapted(values, result.adapted)
         values.set(Family.LAST_RUN, result.finished_at)
         for kind, remaining in result.ratelimit.items():
             family = RATELIMIT.get(kind)
@@ -338,6 +339,16 @@ class ExporterMetrics:
             values.inc(Family.ESTIMATED_TOKENS, result.output_tokens)
         if result.cost and values.get(Family.COST, result.currency) is not None:
             values.inc(Family.COST, result.cost, result.currency)
+
+    @staticmethod
+    def _adapted(values: SeriesValues, parameters: tuple[str, ...]) -> None:
+        """One child per adapted parameter of the series' (target, model); gone when the
+        adaptation is (a changed config starts afresh)."""
+        for parameter in values.extras(Family.ADAPTED_PARAMETERS):
+            if parameter not in parameters:
+                values.remove(Family.ADAPTED_PARAMETERS, parameter)
+        for parameter in parameters:
+            values.set(Family.ADAPTED_PARAMETERS, 1, parameter)
 
     def record_skip(self, key: SeriesKey, reason: SkipReason) -> None:
         """Count a probe that was not run."""

@@ -115,8 +115,9 @@ def ratelimits(headers: Mapping[str, str]) -> dict[str, float]:
 
 def assemble(series: Series, attempt: Attempt, error: ProbeError | None, started: float, *,
              clock: Callable[[], float], wall: Callable[[], float],
-             redactor: Redactor) -> ProbeResult:
-    """The ProbeResult of what `attempt` saw (`error`: how it failed, None on success)."""
+             redactor: Redactor, adapted: tuple[str, ...] = ()) -> ProbeResult:
+    """The ProbeResult of what `attempt` saw (`error`: how it failed, None on success;
+    `adapted`: the request parameters adapted for the series' model)."""
     parser = attempt.parser
     stamps = attempt.stamps
     result = Result.SUCCESS if error is None else error.outcome()
@@ -160,5 +161,5 @@ def assemble(series: Series, attempt: Attempt, error: ProbeError | None, started
         dimensions=attempt.embedding.dimensions if attempt.embedding else None,
         served_model=parser.served_model if parser is not None else None,
         system_fingerprint=parser.system_fingerprint if parser is not None else None,
-        started_at=started, finished_at=wall(), stamps=clocks,
+        started_at=started, finished_at=wall(), stamps=clocks, adapted=adapted,
     )

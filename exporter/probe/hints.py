@@ -149,10 +149,14 @@ HINTS: tuple[Hint, ...] = (
     Hint(Result.HTTP_4XX, cause=Cause.CLIENT_CERT_REQUIRED,
          text="the server (nginx answers so) requires a client certificate: set "
               "`tls.cert_file` and `tls.key_file`"),
+    Hint(Result.HTTP_4XX, cause=Cause.PARAMETER_REFUSED,
+         text="the model refuses a value the probe sets (the reason names it and what to set "
+              "instead); the exporter adapts only what it chose itself. `probe --show-request` "
+              "prints the request; docs/reasoning.md lists what each model family takes"),
     Hint(Result.HTTP_4XX, cause=Cause.BAD_REQUEST,
          text="the server rejected the request body: a parameter (temperature, max_tokens, "
-              "messages, stream_options) may not be supported by this model; read its message "
-              "above"),
+              "reasoning, params) may not be supported by this model; read its message above "
+              "and `probe --show-request` for what was sent (docs/reasoning.md)"),
     Hint(Result.HTTP_4XX,
          text="the server refused the request: read its message above (payment, quota and "
               "content-policy errors land here)"),

@@ -32,6 +32,7 @@ from exporter.errors import (
 )
 from exporter.log import REDACTOR, Redactor, get_logger
 from exporter.probe import tokens
+from exporter.probe.adapt import MAX_ADAPTATIONS, Adaptations
 from exporter.probe.assembly import ANSWER_LIMIT, Attempt, assemble, output_tokens
 from exporter.probe.checks import Observed, run_checks
 from exporter.probe.failures import (
@@ -109,7 +110,8 @@ class Prober:
         self._log = logger or get_logger()
         self._keys = KeyFiles(redactor, self._log)
         self._session: aiohttp.ClientSession | None = None
-        self._no_stream_options: set[str] = set()  # targets that rejected stream_options
+        # Request parameters servers refused, adapted per (target, model).
+        self.adaptations = Adaptations(self._log)
         self._protocols: dict[Any, ApiProtocol] = {}
         self._case_turn: dict[tuple[str, str, str], int] = {}  # golden-set rotation per series
         self._vocabulary: asyncio.Future[str] | None = None  # the one load of tokens' vocabulary
@@ -182,7 +184,7 @@ class Prober:
     def _assemble(self, series: Series, attempt: Attempt, error: ProbeError | None,
                   started: float) -> ProbeResult:
         return assemble(series, attempt, error, started, clock=self._clock, wall=self._wall,
-                        redactor=self._redact)
+                        redactor=self._redact, adapted=self.adaptations.adapted(series))
 
     async def _vocabulary_for(self, attempt: Attempt) -> None:
         """Load the token vocabulary (~40 MiB; once, in a worker thread) when this result will
@@ -204,22 +206,22 @@ class Prober:
         attempt.prompt_text = "\n".join(filter(None, (prompt.system, *(
             content for _role, content in prompt.messages))))
         key = self._keys.key(target)
-        stream_options = target.name not in self._no_stream_options
-        for _ in range(2):
-            request = protocol.build_request(series, prompt, key, stream_options=stream_options)
+        tuning = self.adaptations.tuning(series)
+        for turn in range(MAX_ADAPTATIONS + 1):
+            request = protocol.build_request(series, prompt, key, tuning=tuning)
             async with await self._send(series, attempt, request) as response:
                 if response.status >= 300:
-                    message = error_text(await _read_some(response, ERROR_BODY_LIMIT),
-                                         self._redact)
-                    if (stream_options and protocol.rejects_stream_options(
-                            response.status, message)):
-                        # Remembered per target so later probes ask once, not twice.
-                        self._no_stream_options.add(target.name)
-                        stream_options = False
-                        self._log.info("stream_options rejected; retrying without it",
-                                       target=target.name)
+                    body = await _read_some(response, ERROR_BODY_LIMIT)
+                    # A refused parameter the exporter chose: retried at once, adapted (each
+                    # try restarts t0: a refused attempt is not the probe's time).
+                    verdict = self.adaptations.after(series, tuning, response.status, body)
+                    if verdict.tuning is not None and turn < MAX_ADAPTATIONS:
+                        tuning = verdict.tuning
                         continue
-                    raise self._status_error(response, message)
+                    if verdict.reason:
+                        raise HTTPStatusError(response.status, verdict.reason,
+                                              cause=Cause.PARAMETER_REFUSED)
+                    raise self._status_error(response, error_text(body, self._redact))
                 await self._read_stream(response, protocol, series, attempt)
                 return
 

@@ -39,6 +39,8 @@ from exporter.protocols.base import (
     text_piece,
 )
 from exporter.protocols.images import image_payload
+from exporter.protocols.reasoning import NO_TUNING, Plan, Tuning, plan
+from exporter.providers.rules import ANTHROPIC_EFFORT, Knob
 from exporter.result import Usage
 
 ANTHROPIC_VERSION = "2023-06-01"
@@ -157,34 +159,55 @@ def anthropic_tools(probe: ProbeConfig) -> dict[str, Any]:
     return out
 
 
+def anthropic_thinking(sent: Plan) -> dict[str, Any]:
+    """`thinking` (and `output_config.effort`) for a plan: `enabled` with a budget, `adaptive`
+    with an effort (plus `display: summarized` where thinking text is omitted by default), or
+    `disabled` for effort none (Anthropic extended-thinking and effort docs)."""
+    if sent.knob is None:
+        return {}
+    if sent.off:
+        return {"thinking": {"type": "disabled"}}
+    if sent.knob is Knob.BUDGET:
+        return {"thinking": {"type": "enabled", "budget_tokens": sent.budget}}
+    thinking: dict[str, Any] = {"type": "adaptive"}
+    if sent.show_thoughts and sent.family.show_thoughts:
+        thinking["display"] = "summarized"
+    out: dict[str, Any] = {"thinking": thinking}
+    if sent.effort is not None:
+        out["output_config"] = {"effort": ANTHROPIC_EFFORT[sent.effort]}
+    return out
+
+
 class AnthropicMessages(ApiProtocol):
     """The Anthropic Messages API."""
 
     api = Api.ANTHROPIC_MESSAGES
 
     def build_request(self, series: Series, prompt: Prompt, api_key: Secret | None, *,
-                      stream_options: bool = True) -> HttpRequest:
-        """A streamed Messages request."""
+                      tuning: Tuning = NO_TUNING) -> HttpRequest:
+        """A streamed Messages request (thinking as the rules table says)."""
         probe = series.probe
+        sent = plan(series, tuning)
         body: dict[str, Any] = {
             "model": series.model,
-            "max_tokens": probe.max_tokens,
+            "max_tokens": sent.cap,
             "messages": anthropic_content(prompt),
             "stream": True,
             **anthropic_tools(probe),
+            **anthropic_thinking(sent),
         }
         if prompt.system:
             body["system"] = prompt.system
-        if probe.temperature is not None:
-            body["temperature"] = min(probe.temperature, 1.0)
+        if sent.temperature is not None:
+            body["temperature"] = min(sent.temperature, 1.0)
         if probe.response_format is not None:
-            body["output_config"] = {"format": {
+            body["output_config"] = {**body.get("output_config", {}), "format": {
                 "type": "json_schema", "schema": probe.response_format.json_schema}}
         auth = {"anthropic-version": ANTHROPIC_VERSION}
         if api_key:
             auth["x-api-key"] = api_key.reveal()
         return HttpRequest(self.url(series), json_headers(series, "text/event-stream", auth),
-                           orjson.dumps(body))
+                           orjson.dumps(sent.finish(body)))
 
     def new_parser(self) -> AnthropicStreamParser:
         """A parser for one Messages stream."""

@@ -25,6 +25,7 @@ from exporter.framing.eventstream import EventStreamDecoder
 from exporter.framing.ndjson import NDJSONDecoder
 from exporter.framing.sse import SSEDecoder
 from exporter.log import REDACTOR
+from exporter.protocols.reasoning import NO_TUNING, Tuning
 from exporter.result import ServerPhase, ToolCall, Usage
 
 # Kinds of generated token an event carries (a bitmask). A tool call's name and every argument
@@ -302,16 +303,12 @@ class ApiProtocol(ABC):
 
     @abstractmethod
     def build_request(self, series: Series, prompt: Prompt, api_key: Secret | None, *,
-                      stream_options: bool = True) -> HttpRequest:
-        """The HTTP request for one run of this series."""
+                      tuning: Tuning = NO_TUNING) -> HttpRequest:
+        """The HTTP request for one run of this series (`tuning`: what adaptation learnt)."""
 
     @abstractmethod
     def new_parser(self) -> StreamParser[Any]:
         """A parser for one response stream."""
-
-    def rejects_stream_options(self, status: int, body: str) -> bool:
-        """Whether a 4xx answer means the server does not know `stream_options`."""
-        return False
 
     @property
     def spec(self) -> ApiSpec:

@@ -31,9 +31,11 @@ import orjson
 
 from exporter.apis import Api
 from exporter.config import ProbeConfig, Secret, Series, ToolChoiceName
+from exporter.config.reasoning import Effort
 from exporter.errors import StreamError, UpstreamError
 from exporter.framing.eventstream import EventMessage
 from exporter.log import REDACTOR
+from exporter.protocols.anthropic_messages import anthropic_thinking
 from exporter.protocols.base import (
     ANSWER,
     ERROR_LIMIT,
@@ -52,6 +54,8 @@ from exporter.protocols.base import (
     text_piece,
 )
 from exporter.protocols.images import image_payload
+from exporter.protocols.reasoning import NO_TUNING, Plan, Tuning, plan
+from exporter.providers.rules import NOVA_EFFORT, Vendor
 from exporter.result import ServerPhase, Usage
 
 EVENTSTREAM = "application/vnd.amazon.eventstream"
@@ -179,6 +183,23 @@ def converse_tools(probe: ProbeConfig) -> dict[str, Any]:
     return {"toolConfig": config}
 
 
+def model_fields(sent: Plan) -> dict[str, Any]:
+    """`additionalModelRequestFields` carrying the reasoning control: Claude's as on the
+    Messages API (AWS "Extended thinking" page), gpt-oss `reasoning_effort` (vercel/ai#11467),
+    Nova 2 `reasoningConfig` (rig-bedrock docs)."""
+    if sent.knob is None:
+        return {}
+    vendor = sent.family.vendor
+    if vendor is Vendor.OPENAI:
+        return {"reasoning_effort": (sent.effort or Effort.MEDIUM).value}
+    if vendor is Vendor.AMAZON:
+        if sent.off:
+            return {"reasoningConfig": {"type": "disabled"}}
+        return {"reasoningConfig": {"type": "enabled", "maxReasoningEffort":
+                                    NOVA_EFFORT[sent.effort or Effort.MEDIUM]}}
+    return anthropic_thinking(sent)
+
+
 class BedrockConverse(ApiProtocol):
     """The Bedrock Converse API (streamed)."""
 
@@ -191,14 +212,20 @@ class BedrockConverse(ApiProtocol):
         return self.default_path.replace("{model}", quote(series.model, safe=""))
 
     def build_request(self, series: Series, prompt: Prompt, api_key: Secret | None, *,
-                      stream_options: bool = True) -> HttpRequest:
-        """A ConverseStream request."""
+                      tuning: Tuning = NO_TUNING) -> HttpRequest:
+        """A ConverseStream request; reasoning goes in `additionalModelRequestFields`, in the
+        shape of the model's vendor (Claude's `thinking`, gpt-oss's `reasoning_effort`, Nova's
+        `reasoningConfig`)."""
         probe = series.probe
-        inference: dict[str, Any] = {"maxTokens": probe.max_tokens}
-        if probe.temperature is not None:
-            inference["temperature"] = min(probe.temperature, 1.0)
+        sent = plan(series, tuning)
+        inference: dict[str, Any] = {"maxTokens": sent.cap}
+        if sent.temperature is not None:
+            inference["temperature"] = min(sent.temperature, 1.0)
         body: dict[str, Any] = {"messages": converse_messages(prompt),
                                 "inferenceConfig": inference, **converse_tools(probe)}
+        extra = model_fields(sent)
+        if extra:
+            body["additionalModelRequestFields"] = extra
         if prompt.system:
             body["system"] = [{"text": prompt.system}]
         fmt = probe.response_format
@@ -207,7 +234,7 @@ class BedrockConverse(ApiProtocol):
                 "jsonSchema": {"schema": dumps(fmt.json_schema), "name": fmt.name}}}}
         return HttpRequest(self.url(series),
                            json_headers(series, EVENTSTREAM, bearer(api_key)),
-                           orjson.dumps(body))
+                           orjson.dumps(sent.finish(body)))
 
     def new_parser(self) -> ConverseStreamParser:
         """A parser for one ConverseStream."""

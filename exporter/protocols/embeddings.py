@@ -18,6 +18,7 @@ import orjson
 
 from exporter.apis import Api
 from exporter.config import Secret, Series
+from exporter.config.reasoning import merge_patch
 from exporter.errors import StreamError, UpstreamError
 from exporter.protocols.base import (
     Embedding,
@@ -70,7 +71,7 @@ class OpenAIEmbeddings(EmbeddingProtocol):
         body = {"model": series.model, "input": text, "encoding_format": "float"}
         return HttpRequest(self.url(series),
                            json_headers(series, "application/json", bearer(api_key)),
-                           orjson.dumps(body))
+                           orjson.dumps(merge_patch(body, series.params)))
 
     def parse(self, body: bytes) -> Embedding:
         """`data[0].embedding` and `usage.prompt_tokens`."""
@@ -96,7 +97,8 @@ class GeminiEmbeddings(EmbeddingProtocol):
         """One text part."""
         body = {"content": {"parts": [{"text": text}]}}
         return HttpRequest(self.url(series), json_headers(
-            series, "application/json", gemini_auth(series, api_key)), orjson.dumps(body))
+            series, "application/json", gemini_auth(series, api_key)),
+            orjson.dumps(merge_patch(body, series.params)))
 
     def parse(self, body: bytes) -> Embedding:
         """`embedding.values` (Gemini reports no tokens)."""

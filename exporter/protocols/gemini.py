@@ -30,6 +30,7 @@ import orjson
 
 from exporter.apis import Api
 from exporter.config import ProbeConfig, Secret, Series, ToolChoiceName
+from exporter.config.reasoning import Effort
 from exporter.errors import StreamError, UpstreamError
 from exporter.framing.sse import ServerSentEvent
 from exporter.protocols.base import (
@@ -49,6 +50,8 @@ from exporter.protocols.base import (
     load_event,
 )
 from exporter.protocols.images import image_payload
+from exporter.protocols.reasoning import NO_TUNING, Plan, Tuning, plan
+from exporter.providers.rules import GEMINI_LEVEL, Knob
 from exporter.result import Usage
 
 # Finish reasons of an answer that ended as asked; any other one was cut by the server.
@@ -173,6 +176,20 @@ def gemini_tools(probe: ProbeConfig) -> dict[str, Any]:
     return out
 
 
+def thinking_config(sent: Plan) -> dict[str, Any]:
+    """`thinkingConfig`: `thinkingBudget` (0 turns thinking off: the only way to ask for none)
+    or `thinkingLevel`, and `includeThoughts` so thought summaries stream as reasoning."""
+    if sent.knob is None:
+        return {}
+    if sent.off or sent.knob is Knob.BUDGET:
+        config: dict[str, Any] = {"thinkingBudget": 0 if sent.off else sent.budget}
+    else:
+        config = {"thinkingLevel": GEMINI_LEVEL[sent.effort or Effort.MEDIUM]}
+    if sent.show_thoughts:
+        config["includeThoughts"] = True
+    return config
+
+
 class Gemini(ApiProtocol):
     """The Gemini API (and Vertex AI's generateContent)."""
 
@@ -183,12 +200,16 @@ class Gemini(ApiProtocol):
         return self.default_path.replace("{model}", model_path(series.model))
 
     def build_request(self, series: Series, prompt: Prompt, api_key: Secret | None, *,
-                      stream_options: bool = True) -> HttpRequest:
-        """A streamed generateContent request."""
+                      tuning: Tuning = NO_TUNING) -> HttpRequest:
+        """A streamed generateContent request (`thinkingConfig` as the rules table says)."""
         probe = series.probe
-        config: dict[str, Any] = {"maxOutputTokens": probe.max_tokens}
-        if probe.temperature is not None:
-            config["temperature"] = probe.temperature
+        sent = plan(series, tuning)
+        config: dict[str, Any] = {"maxOutputTokens": sent.cap}
+        if sent.temperature is not None:
+            config["temperature"] = sent.temperature
+        thinking = thinking_config(sent)
+        if thinking:
+            config["thinkingConfig"] = thinking
         fmt = probe.response_format
         if fmt is not None:
             config["responseMimeType"] = "application/json"
@@ -199,7 +220,8 @@ class Gemini(ApiProtocol):
         if prompt.system:
             body["systemInstruction"] = {"parts": [{"text": prompt.system}]}
         return HttpRequest(self.url(series), json_headers(
-            series, "text/event-stream", gemini_auth(series, api_key)), orjson.dumps(body))
+            series, "text/event-stream", gemini_auth(series, api_key)),
+            orjson.dumps(sent.finish(body)))
 
     def new_parser(self) -> GeminiStreamParser:
         """A parser for one generateContent stream."""

@@ -40,6 +40,8 @@ from exporter.protocols.base import (
     text_piece,
 )
 from exporter.protocols.images import image_payload
+from exporter.protocols.reasoning import NO_TUNING, Plan, Tuning, plan
+from exporter.providers.rules import OLLAMA_THINK
 from exporter.result import ServerPhase, Usage
 
 NDJSON_TYPES = ("application/x-ndjson", "application/ndjson", "application/jsonl")
@@ -119,6 +121,14 @@ def ollama_tools(probe: ProbeConfig) -> dict[str, Any]:
         for tool in probe.tools]}
 
 
+def ollama_think(sent: Plan) -> bool | str:
+    """`think`: false for effort none, else the level in Ollama's words (minimal → low,
+    xhigh → max)."""
+    if sent.off:
+        return False
+    return True if sent.effort is None else OLLAMA_THINK[sent.effort]
+
+
 class OllamaChat(ApiProtocol):
     """Ollama's native chat API."""
 
@@ -126,20 +136,23 @@ class OllamaChat(ApiProtocol):
     content_types = NDJSON_TYPES
 
     def build_request(self, series: Series, prompt: Prompt, api_key: Secret | None, *,
-                      stream_options: bool = True) -> HttpRequest:
-        """A streamed chat request."""
+                      tuning: Tuning = NO_TUNING) -> HttpRequest:
+        """A streamed chat request (`think` from the probe's reasoning effort)."""
         probe = series.probe
-        options: dict[str, Any] = {"num_predict": probe.max_tokens}
-        if probe.temperature is not None:
-            options["temperature"] = probe.temperature
+        sent = plan(series, tuning)
+        options: dict[str, Any] = {"num_predict": sent.cap}
+        if sent.temperature is not None:
+            options["temperature"] = sent.temperature
         body: dict[str, Any] = {"model": series.model, "messages": ollama_messages(prompt),
                                 "stream": True, "options": options, **ollama_tools(probe)}
+        if sent.knob is not None:
+            body["think"] = ollama_think(sent)
         fmt = probe.response_format
         if fmt is not None:
             body["format"] = fmt.schema_ if fmt.schema_ is not None else "json"
         return HttpRequest(self.url(series),
                            json_headers(series, "application/x-ndjson", bearer(api_key)),
-                           orjson.dumps(body))
+                           orjson.dumps(sent.finish(body)))
 
     def new_parser(self) -> OllamaStreamParser:
         """A parser for one chat stream."""

@@ -40,6 +40,7 @@ from exporter.protocols.base import (
     load_event,
 )
 from exporter.protocols.images import data_url
+from exporter.protocols.reasoning import NO_TUNING, Tuning, plan
 from exporter.result import ServerPhase, Usage
 
 
@@ -210,29 +211,29 @@ class OpenAIChat(ApiProtocol):
     api = Api.OPENAI_CHAT
 
     def build_request(self, series: Series, prompt: Prompt, api_key: Secret | None, *,
-                      stream_options: bool = True) -> HttpRequest:
-        """A streamed chat completion request asking for usage."""
+                      tuning: Tuning = NO_TUNING) -> HttpRequest:
+        """A streamed chat completion request asking for usage; reasoning families get
+        `max_completion_tokens` and `reasoning_effort` (see `rules.OPENAI`)."""
         probe = series.probe
+        sent = plan(series, tuning)
         body: dict[str, Any] = {
             "model": series.model,
             "messages": chat_messages(prompt),
-            "max_tokens": probe.max_tokens,
+            sent.token_field.value: sent.cap,
             "stream": True,
             **chat_tools(probe),
         }
-        if probe.temperature is not None:
-            body["temperature"] = probe.temperature
+        if sent.temperature is not None:
+            body["temperature"] = sent.temperature
+        if sent.knob is not None and sent.effort is not None:
+            body["reasoning_effort"] = sent.effort.value
         if probe.response_format is not None:
             body["response_format"] = json_schema_format(probe.response_format)
-        if stream_options:
+        if sent.stream_options:
             body["stream_options"] = {"include_usage": True}
         return HttpRequest(self.url(series), openai_headers(series, api_key),
-                           orjson.dumps(body))
+                           orjson.dumps(sent.finish(body)))
 
     def new_parser(self) -> ChatStreamParser:
         """A parser for one chat stream."""
         return ChatStreamParser()
-
-    def rejects_stream_options(self, status: int, body: str) -> bool:
-        """Older servers answer 400 naming `stream_options`."""
-        return status in (400, 422) and "stream_options" in body

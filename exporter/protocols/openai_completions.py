@@ -14,6 +14,7 @@ from exporter.apis import Api
 from exporter.config import Secret, Series
 from exporter.protocols.base import ANSWER, HttpRequest, Prompt
 from exporter.protocols.openai_chat import OpenAIChat, OpenAIStreamParser, openai_headers
+from exporter.protocols.reasoning import NO_TUNING, Tuning, plan
 
 
 def completion_prompt(prompt: Prompt) -> str:
@@ -42,16 +43,17 @@ class OpenAICompletions(OpenAIChat):
     api = Api.OPENAI_COMPLETIONS
 
     def build_request(self, series: Series, prompt: Prompt, api_key: Secret | None, *,
-                      stream_options: bool = True) -> HttpRequest:
+                      tuning: Tuning = NO_TUNING) -> HttpRequest:
         """A streamed completion request asking for usage."""
+        sent = plan(series, tuning)
         body: dict[str, Any] = {"model": series.model, "prompt": completion_prompt(prompt),
-                                "max_tokens": series.probe.max_tokens, "stream": True}
-        if series.probe.temperature is not None:
-            body["temperature"] = series.probe.temperature
-        if stream_options:
+                                "max_tokens": sent.cap, "stream": True}
+        if sent.temperature is not None:
+            body["temperature"] = sent.temperature
+        if sent.stream_options:
             body["stream_options"] = {"include_usage": True}
         return HttpRequest(self.url(series), openai_headers(series, api_key),
-                           orjson.dumps(body))
+                           orjson.dumps(sent.finish(body)))
 
     def new_parser(self) -> CompletionStreamParser:
         """A parser for one completion stream."""

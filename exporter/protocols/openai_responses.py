@@ -42,6 +42,7 @@ from exporter.protocols.base import (
 )
 from exporter.protocols.images import data_url
 from exporter.protocols.openai_chat import json_schema_format
+from exporter.protocols.reasoning import NO_TUNING, Tuning, plan
 from exporter.result import Usage
 
 _ANSWER_DELTAS = frozenset({"response.output_text.delta", "response.refusal.delta"})
@@ -163,28 +164,32 @@ class OpenAIResponses(ApiProtocol):
     api = Api.OPENAI_RESPONSES
 
     def build_request(self, series: Series, prompt: Prompt, api_key: Secret | None, *,
-                      stream_options: bool = True) -> HttpRequest:
-        """A streamed Responses request (usage always comes with `response.completed`)."""
+                      tuning: Tuning = NO_TUNING) -> HttpRequest:
+        """A streamed Responses request (usage always comes with `response.completed`);
+        reasoning goes in `reasoning.effort`."""
         probe = series.probe
+        sent = plan(series, tuning)
         body: dict[str, Any] = {
             "model": series.model,
             "input": responses_input(prompt),
-            "max_output_tokens": probe.max_tokens,
+            "max_output_tokens": sent.cap,
             "stream": True,
             "store": False,
             **responses_tools(probe),
         }
         if prompt.system:
             body["instructions"] = prompt.system
-        if probe.temperature is not None:
-            body["temperature"] = probe.temperature
+        if sent.temperature is not None:
+            body["temperature"] = sent.temperature
+        if sent.knob is not None and sent.effort is not None:
+            body["reasoning"] = {"effort": sent.effort.value}
         if probe.response_format is not None:
             fmt = json_schema_format(probe.response_format)
             # Responses flattens chat's `json_schema: {name, schema, strict}` into the format.
             body["text"] = {"format": {"type": fmt["type"], **fmt.get("json_schema", {})}}
         return HttpRequest(self.url(series),
                            json_headers(series, "text/event-stream", bearer(api_key)),
-                           orjson.dumps(body))
+                           orjson.dumps(sent.finish(body)))
 
     def new_parser(self) -> ResponsesStreamParser:
         """A parser for one Responses stream."""

@@ -137,7 +137,8 @@ class Daemon:
                                    max_concurrency=config.global_.max_concurrency)
         self.state = ServerState(self.registry, self.metrics, self.store, self.scheduler,
                                  None, self.reload, started_at=time.time(),
-                                 probe_endpoint=self.probe_endpoint, shard=self.shard)
+                                 probe_endpoint=self.probe_endpoint, shard=self.shard,
+                                 adaptations=self.prober.adaptations.describe)
         web_config = LiveWebConfig(self.web_config) if self.web_config is not None else None
         host, port = parse_listen_address(self.listen)
         try:
@@ -176,6 +177,8 @@ class Daemon:
         REDACTOR.update(config.secrets())
         self.metrics.apply(config)
         self.store.set_series(s.key for s in config.series)
+        if self.prober is not None:  # what servers refused under the old config is forgotten
+            self.prober.adaptations.retain(config.series)
         self.scheduler.apply(config)
         self.state.config = config
 

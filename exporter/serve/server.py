@@ -110,6 +110,8 @@ class ServerState:
     probe_concurrency: int = 4  # on-demand probes in flight at once (each costs money)
     probe_margin: float = 0.5  # seconds kept from the scraper's timeout for the answer itself
     shard: str | None = None  # `--shard i/n` (overrides global.shard), to explain 404s
+    # The request parameters adapted after servers refused them (`/config` shows them).
+    adaptations: Callable[[], list[dict[str, str]]] | None = None
     loop_lag_recent: float = 0.0  # worst event-loop lag over the last minute (seconds)
     loop: asyncio.AbstractEventLoop | None = None  # the probing loop (set by start_server)
     reloads: Coalescer = field(default_factory=Coalescer)
@@ -441,7 +443,10 @@ async def config_handler(request: web.Request) -> web.Response:
         return web.Response(status=503, text="no config loaded\n")
     # Redacted by name, then every string by the redactor (which also knows the secrets of
     # earlier configs), then the serialised text once more.
-    data = REDACTOR.tree(redacted(state.config))
+    data = redacted(state.config)
+    if state.adaptations is not None:
+        data["adapted_parameters"] = state.adaptations()
+    data = REDACTOR.tree(data)
     if request.query.get("format") == "json":
         return web.Response(text=REDACTOR.net(orjson.dumps(data).decode()),
                             content_type="application/json")
@@ -482,6 +487,14 @@ td.num{text-align:right;font-variant-numeric:tabular-nums}
 """
 
 
+def _reason(result: ProbeResult) -> str:
+    """The reason of a result, and the request parameters adapted for its model."""
+    if not result.adapted:
+        return result.reason
+    adapted = f"adapted: {', '.join(result.adapted)} (see /config)"
+    return f"{result.reason}; {adapted}" if result.reason else adapted
+
+
 def render_status_page(snapshot: Snapshot, info: dict[str, Any], now: float) -> str:
     """The status page HTML: every series' last result and recent failures."""
     redact = REDACTOR
@@ -512,7 +525,7 @@ def render_status_page(snapshot: Snapshot, info: dict[str, Any], now: float) -> 
             f'<td class="num">{_ms(t.tpot)}</td><td class="num">{tps}</td>'
             f'<td class="num">{_ms(t.duration)}</td><td class="num">{tokens}</td>'
             f'<td class="num">{efficiency}</td>'
-            f'<td class="num">{cost}</td><td class="reason">{esc(r.reason)}</td></tr>')
+            f'<td class="num">{cost}</td><td class="reason">{esc(_reason(r))}</td></tr>')
     failures = "".join(
         f"<tr><td>{_ago(now, r.finished_at)}</td><td>{esc(r.target)}</td><td>{esc(r.model)}</td>"
         f'<td>{esc(r.probe)}</td><td class="bad">{esc(r.result.value)}</td>'

@@ -40,6 +40,7 @@ from .dialects import (
     embed,
     sigv4_supported,
 )
+from .hosted import Rejection, validate
 from .plan import Fault, Kind, OverrideError, Overrides, Plan, Reasoning, make_plan
 from .text import generate_tokens
 
@@ -283,7 +284,11 @@ class _Exchange:
             overrides = Overrides.from_headers(request.headers)
         except OverrideError as exc:
             return self.fail(400, str(exc))
-        return parsed, profile, overrides
+        checked = validate(provider.name, parsed.model, profile, body, overrides) \
+            if isinstance(provider, Dialect) else overrides  # a hosted family's own rules
+        if isinstance(checked, Rejection):
+            return self.fail(400, checked.message, code=checked.code, param=checked.param)
+        return parsed, profile, checked
 
 
 def _exchange(request: web.Request, provider: Dialect | EmbeddingDialect,

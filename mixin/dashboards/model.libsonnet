@@ -167,6 +167,9 @@ local p = import '../lib/promql.libsonnet';
                    ['llm_probe_ratelimit_remaining_tokens{%s}' % s, probeLegend + ' tokens'],
                  ],
                  'short'),
+    g.table('Adapted request parameters',
+            'Request parameters a server refused and the exporter changed (e.g. max_tokens sent as max_completion_tokens to a reasoning model behind a deployment name); /config says what was changed and why. Values you set are never adapted: those probes fail naming the parameter.',
+            'llm_probe_adapted_parameters{%s} == 1' % s),
   ],
 
   grafanaDashboards+:: {

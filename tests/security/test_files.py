@@ -153,6 +153,8 @@ def test_failed_reloads_log_one_line_each(running: Any) -> None:
 def test_watcher_picks_up_a_valid_edit_after_all_that(running: Any) -> None:
     data = yaml.safe_load(running.good)
     data["probes"]["again"] = {"prompt": "Say hi again.", "max_tokens": 8}
+    for target in data["targets"]:  # targets that list their probes probe it too
+        target.get("probes", []).append("again")
     running.config.write_text(yaml.safe_dump(data))
     wait_for(lambda: running.sample("llm_probe_requests_total", probe="again", result="success"),
              20, "the watcher to reload and probe the new probe")

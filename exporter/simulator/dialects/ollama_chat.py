@@ -112,8 +112,13 @@ class OllamaChatDialect(Dialect):
         if max_tokens is not None and max_tokens < 0:
             max_tokens = None  # -1: unlimited
         think = body.get("think")
-        if think is not None and think not in (True, False, "low", "medium", "high"):
-            raise BadRequest(f"invalid think value: {think!r}", "think")
+        if isinstance(think, str) and think not in ("low", "medium", "high", "max"):
+            # Ollama's ThinkValue.UnmarshalJSON (api/types.go), verbatim.
+            raise BadRequest(f'invalid think value: "{think}" (must be "high", "medium", '
+                             '"low", "max", true, or false)', "think")
+        if think is not None and not isinstance(think, bool | str):
+            raise BadRequest('think must be a boolean or string ("high", "medium", "low", '
+                             '"max", true, or false)', "think")
         tools = function_tools(body.get("tools"), "tools", _tool)
         return ParsedRequest(model, bool_param(body, "stream", default=True), max_tokens or None,
                              True, prompt_tokens, show_reasoning=think not in (None, False),

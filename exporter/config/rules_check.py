@@ -1,0 +1,36 @@
+"""Config checks against the providers' request rules: `model_family` names a family the rules
+table knows, and a probe that gives only a thinking budget targets models that take one."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+
+from exporter.config.schema import ProbeConfig, TargetConfig
+from exporter.providers.rules import BUDGET_VENDORS, lookup
+
+Loc = tuple[int | str, ...]
+
+
+def reasoning_problems(target: TargetConfig, where: Loc,
+                       probes: Mapping[str, ProbeConfig | None]) -> Iterator[tuple[Loc, str]]:
+    """(location, message) for every reasoning problem of one valid target."""
+    for model, family in target.model_family.items():
+        loc = (*where, "model_family", model)
+        if model not in target.models:
+            yield loc, "a family for a model this target does not probe"
+        elif not lookup(target.api, family).known:
+            yield loc, (f"{family!r} names no model family the request rules know for "
+                        f"{target.api.value}; name a model of the family, e.g. gpt-5-mini, "
+                        "o3, claude-opus-4-7, gemini-2.5-pro")
+    for name in target.probes or tuple(probes):
+        probe = probes.get(name)
+        reasoning = probe.reasoning if probe is not None else None
+        if reasoning is None or reasoning.effort is not None:
+            continue
+        for index, model in enumerate(target.models):
+            rules = lookup(target.api, target.model_family.get(model, model))
+            if rules.vendor not in BUDGET_VENDORS:
+                yield (*where, "models", index), (
+                    f"probe {name!r} gives only reasoning.budget_tokens, but {model} on "
+                    f"{target.api.value} takes a named effort, not a budget: set "
+                    "reasoning.effort too")

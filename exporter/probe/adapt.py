@@ -1,0 +1,211 @@
+"""What the exporter learnt from servers that refused a request parameter, per (target, model).
+
+A refusal (`exporter.providers.refusals`) of something the exporter chose — the output limit's
+name, `stream_options`, asking for thought summaries, the shape of the thinking control — is
+adapted the way the server asks, once per parameter, and remembered until the target's config
+changes: the probe retries at once and every later probe sends the working request (logged
+once, shown on the status page and in `/config`, exported as `llm_probe_adapted_parameters`).
+A refusal of a value the user set (`temperature`, `reasoning`, `max_tokens`, anything in
+`params:`) is never adapted: the probe fails, naming the parameter and what to set instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from exporter.config import Series, Target
+from exporter.config.reasoning import key_names, mentions, squash
+from exporter.log import get_logger
+from exporter.protocols.reasoning import NO_TUNING, PARAM_NAMES, Plan, Tuning, plan
+from exporter.providers.refusals import Action, Refusal, parse_refusal
+from exporter.providers.rules import Knob, Param
+
+MAX_ADAPTATIONS = 4  # retries of one probe: one per parameter, and never more than this
+_TOKEN_FIELDS = frozenset({Param.MAX_TOKENS, Param.MAX_COMPLETION_TOKENS})
+# Extras the exporter adds on its own; a server that refuses them gets requests without.
+_EXTRAS = frozenset({Param.STREAM_OPTIONS, Param.SHOW_THOUGHTS})
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """One adaptation: the parameter, what was done, and the server's words for why."""
+
+    param: Param
+    change: str
+    message: str
+
+
+@dataclass(slots=True)
+class _Learnt:
+    target: Target  # the config it was learnt under: a changed target starts afresh
+    tuning: Tuning = NO_TUNING
+    changes: dict[Param, Change] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """What to do after a refusal: retry with `tuning`, or fail with `reason`."""
+
+    tuning: Tuning | None = None
+    reason: str = ""
+
+
+class Adaptations:
+    """The adaptations of every (target, model), read and written on the probing loop."""
+
+    def __init__(self, logger: Any = None) -> None:
+        self._log = logger or get_logger()
+        self._learnt: dict[tuple[str, str], _Learnt] = {}
+
+    def _entry(self, series: Series) -> _Learnt | None:
+        entry = self._learnt.get((series.target.name, series.model))
+        if entry is not None and entry.target is not series.target \
+                and entry.target != series.target:
+            del self._learnt[(series.target.name, series.model)]
+            return None
+        return entry
+
+    def tuning(self, series: Series) -> Tuning:
+        """What requests of this series' (target, model) send differently."""
+        entry = self._entry(series)
+        return entry.tuning if entry is not None else NO_TUNING
+
+    def adapted(self, series: Series) -> tuple[str, ...]:
+        """The parameters adapted for this series' (target, model), sorted."""
+        entry = self._entry(series)
+        return tuple(sorted(p.value for p in entry.changes)) if entry is not None else ()
+
+    def retain(self, series: Iterable[Series]) -> None:
+        """Forget the adaptations of every (target, model) a new config dropped or changed."""
+        current = {(s.target.name, s.model): s.target for s in series}
+        for key, entry in list(self._learnt.items()):
+            target = current.get(key)
+            if target is None or (target is not entry.target and target != entry.target):
+                del self._learnt[key]
+
+    def describe(self) -> list[dict[str, str]]:
+        """Every adaptation, for `/config` and the status page."""
+        return [{"target": target, "model": model, "parameter": change.param.value,
+                 "change": change.change, "because": change.message}
+                for (target, model), entry in self._learnt.items()
+                for change in entry.changes.values()]
+
+    def after(self, series: Series, tuning: Tuning, status: int, body: bytes) -> Verdict:
+        """Decide about a non-2xx answer to a request sent with `tuning`: the prober's one
+        entry point (an empty verdict: not a refusal this module handles)."""
+        refusal = parse_refusal(status, body)
+        if refusal is None:
+            return Verdict()
+        return self.refused(series, plan(series, tuning), refusal, status)
+
+    def refused(self, series: Series, sent: Plan, refusal: Refusal, status: int) -> Verdict:
+        """Decide about one refusal: retry adapted (and remember), fail naming what the user
+        must change, or neither (an empty verdict: report the error as it is)."""
+        entry = self._entry(series)
+        if entry is not None and refusal.param in entry.changes:
+            return Verdict()  # adapted once already: the change did not help
+        if _explicit(refusal, sent):
+            return Verdict(reason=f"HTTP {status}: {series.model} refuses {_what(refusal)}: "
+                                  f"{advice(refusal, sent)} (server: {refusal.message})")
+        adapted = _adapt(refusal, sent, entry.tuning if entry is not None else NO_TUNING)
+        if adapted is None:
+            return Verdict()
+        tuning, change = adapted
+        if entry is None:
+            entry = self._learnt[(series.target.name, series.model)] = _Learnt(series.target)
+        entry.tuning = tuning
+        entry.changes[refusal.param] = Change(refusal.param, change, refusal.message)
+        self._log.info("request parameter adapted", target=series.target.name,
+                       model=series.model, parameter=refusal.param.value, change=change,
+                       server=refusal.message)
+        return Verdict(tuning=tuning)
+
+
+def _explicit(refusal: Refusal, sent: Plan) -> bool:
+    """Whether the refused value is one the user chose (the name of the output limit is the
+    exporter's choice even when its value is the user's)."""
+    param = refusal.param
+    if param is Param.OTHER:  # a field the exporter never sends: `params:` sent it, if anyone
+        return _other_in_params(refusal, sent)
+    if refusal.action is Action.RENAME and param in _TOKEN_FIELDS:
+        return False
+    if param is Param.THINKING and refusal.action is Action.SWITCH:
+        # The shape is the exporter's choice, unless the user's budget cannot be expressed.
+        return refusal.knob is Knob.LEVEL and sent.effort is None
+    return param in sent.explicit
+
+
+def _adapt(refusal: Refusal, sent: Plan, tuning: Tuning) -> tuple[Tuning, str] | None:
+    """The tuning that does what the server asks, and the change in words (None: nothing the
+    exporter chose can be changed)."""
+    param, action = refusal.param, refusal.action
+    if action is Action.RENAME and param in _TOKEN_FIELDS and refusal.to in _TOKEN_FIELDS:
+        assert refusal.to is not None
+        return (replace(tuning, token_field=refusal.to),
+                f"sent as {refusal.to.value} instead of {param.value}")
+    if action is Action.DROP and param in _EXTRAS:
+        return replace(tuning, omit=tuning.omit | {param}), "left out"
+    if action is Action.SWITCH and refusal.knob is not None:
+        shape = "a named effort" if refusal.knob is Knob.LEVEL else "a thinking budget"
+        return replace(tuning, knob=refusal.knob), f"thinking asked for with {shape}"
+    if param.is_cap and action is Action.RAISE and isinstance(refusal.value, int):
+        return (replace(tuning, min_cap=refusal.value),
+                f"output limit raised to {refusal.value}")
+    return None
+
+
+def _what(refusal: Refusal) -> str:
+    """The refused parameter, with the refused value where the server named it."""
+    if refusal.value is None or refusal.action in (Action.SET, Action.RAISE, Action.LOWER):
+        return refusal.name
+    return f"{refusal.name} {refusal.value}"
+
+
+def advice(refusal: Refusal, sent: Plan) -> str:
+    """What the user should set instead, in the config's words."""
+    param, action = refusal.param, refusal.action
+    in_params = bool(sent.params) and (_other_in_params(refusal, sent) if param is Param.OTHER
+                                       else _in_params(param, sent))
+    where = f"`{refusal.name}` from params" if in_params else f"`{param.value}`"
+    if param is Param.TEMPERATURE and action is Action.SET and not in_params:
+        return f"remove `temperature` from the probe (or set it to {refusal.value})"
+    if param is Param.REASONING_EFFORT:
+        if action is Action.CHOOSE and refusal.choices:
+            return f"set reasoning.effort to one of: {', '.join(refusal.choices)}"
+        if action is Action.CHOOSE:
+            return "set another reasoning.effort"
+        return "remove reasoning.effort (this model takes none)"
+    if param is Param.THINKING_BUDGET:
+        if action is Action.RAISE and refusal.value is not None:
+            return f"set reasoning.budget_tokens to at least {refusal.value}"
+        if action is Action.RANGE and refusal.low is not None:
+            return f"set reasoning.budget_tokens between {refusal.low} and {refusal.high}"
+        return "change reasoning.budget_tokens (or set reasoning.effort instead)"
+    if param is Param.THINKING:
+        if action is Action.SWITCH:
+            return "it takes no thinking budget: set reasoning.effort instead of budget_tokens"
+        if sent.off:
+            return "it cannot turn thinking off: set reasoning.effort to a level"
+        return "it does not think: remove `reasoning` from the probe"
+    if param.is_cap:
+        if action is Action.LOWER:
+            return (f"lower max_tokens (plus any thinking budget) to at most {refusal.value}")
+        if refusal.value is not None:
+            return f"set max_tokens to at least {refusal.value}"
+        return "raise max_tokens"
+    if action is Action.RENAME and refusal.to_name:
+        return f"send `{refusal.to_name}` instead of {where}"
+    if action is Action.SET and refusal.value is not None:
+        return f"set {where} to {refusal.value} or remove it"
+    return f"remove {where}"
+
+
+def _in_params(param: Param, sent: Plan) -> bool:
+    return mentions(sent.params, PARAM_NAMES[param])
+
+
+def _other_in_params(refusal: Refusal, sent: Plan) -> bool:
+    return bool(sent.params) and squash(refusal.name.rsplit(".", 1)[-1]) in key_names(
+        sent.params)

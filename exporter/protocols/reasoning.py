@@ -1,0 +1,155 @@
+"""What one request of a series sends, resolved from the rules table, the probe and what run-time
+adaptation learnt: a `Plan` that every protocol writes in its own fields.
+
+The probe's `max_tokens` is the answer's allowance: where a thinking budget is sent (Anthropic,
+Bedrock's Claude, Gemini 2.5), thinking counts against the same output limit, so the limit sent
+is `max_tokens + budget`. `temperature` is sent only when the probe sets it. `Plan.explicit`
+lists the parameters the user chose (in the probe or in `params:`): a server refusing one of
+those fails the probe instead of being adapted (see `exporter.probe.adapt`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from exporter.config import Series
+from exporter.config.reasoning import Effort, key_names, merge_patch, squash
+from exporter.providers.rules import (
+    DEFAULT_KNOBS,
+    Family,
+    Knob,
+    Param,
+    effort_budget,
+    lookup,
+)
+
+# The names (compared without case and `_`) under which each parameter can sit in `params:`.
+PARAM_NAMES: Mapping[Param, frozenset[str]] = {
+    Param.MAX_TOKENS: frozenset({"max_tokens", "maxTokens", "num_predict"}),
+    Param.MAX_COMPLETION_TOKENS: frozenset({"max_completion_tokens"}),
+    Param.MAX_OUTPUT_TOKENS: frozenset({"max_output_tokens", "maxOutputTokens"}),
+    Param.TEMPERATURE: frozenset({"temperature"}),
+    Param.TOP_P: frozenset({"top_p"}),
+    Param.TOP_K: frozenset({"top_k"}),
+    Param.PRESENCE_PENALTY: frozenset({"presence_penalty"}),
+    Param.FREQUENCY_PENALTY: frozenset({"frequency_penalty"}),
+    Param.LOGPROBS: frozenset({"logprobs"}),
+    Param.TOP_LOGPROBS: frozenset({"top_logprobs"}),
+    Param.LOGIT_BIAS: frozenset({"logit_bias"}),
+    Param.STOP: frozenset({"stop", "stop_sequences", "stopSequences"}),
+    Param.STREAM_OPTIONS: frozenset({"stream_options"}),
+    Param.REASONING_EFFORT: frozenset({"reasoning_effort", "effort", "thinkingLevel",
+                                       "maxReasoningEffort"}),
+    Param.THINKING_BUDGET: frozenset({"budget_tokens", "thinkingBudget"}),
+    Param.THINKING: frozenset({"thinking", "thinkingConfig", "think", "reasoningConfig"}),
+    Param.SHOW_THOUGHTS: frozenset({"includeThoughts", "display"}),
+}
+_CAPS = frozenset({Param.MAX_TOKENS, Param.MAX_COMPLETION_TOKENS, Param.MAX_OUTPUT_TOKENS})
+_SQUASHED = {param: frozenset(squash(name) for name in names)
+             for param, names in PARAM_NAMES.items()}
+
+
+@dataclass(frozen=True, slots=True)
+class Tuning:
+    """What run-time adaptation changed for one (target, model); `plan` applies it."""
+
+    token_field: Param | None = None  # OpenAI chat: the output limit's name that works
+    knob: Knob | None = None  # the reasoning control that works, when the table guessed wrong
+    min_cap: int = 0  # the smallest output limit the server accepts
+    omit: frozenset[Param] = frozenset()  # extras the exporter chose and the server refused
+
+
+NO_TUNING = Tuning()
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """The resolved request fields of one run; each protocol writes them in its own names."""
+
+    family: Family
+    cap: int  # the output limit to send (max_tokens, plus a thinking budget where one is sent)
+    token_field: Param  # OpenAI chat: max_tokens or max_completion_tokens
+    knob: Knob | None = None  # which control carries the reasoning; None: nothing is sent
+    effort: Effort | None = None  # LEVEL: the effort, in the exporter's vocabulary
+    budget: int | None = None  # BUDGET: thinking tokens
+    off: bool = False  # reasoning: {effort: none}: thinking turned off
+    show_thoughts: bool = False  # ask for the thinking text (Gemini, Claude Opus 4.7+)
+    stream_options: bool = True  # OpenAI: ask for usage in the stream
+    temperature: float | None = None
+    params: Mapping[str, Any] = field(default_factory=dict)  # merged into the body last
+    explicit: frozenset[Param] = frozenset()  # what the user set (never adapted silently)
+
+    @property
+    def thinks(self) -> bool:
+        """Whether the request asks for thinking (a level or a budget, not off)."""
+        return self.knob is not None and not self.off
+
+    def finish(self, body: dict[str, Any]) -> dict[str, Any]:
+        """The body with `params:` merged in last (JSON Merge Patch)."""
+        return merge_patch(body, self.params) if self.params else body
+
+
+def knobs_of(family: Family) -> tuple[Knob, ...]:
+    """The controls a family takes; the vendor's usual ones when the table does not know (or
+    knows of none: the request then says what the probe asks, and the server decides)."""
+    return family.knobs or DEFAULT_KNOBS[family.vendor]
+
+
+def plan(series: Series, tuning: Tuning = NO_TUNING) -> Plan:
+    """The request fields of one run of `series`, after what adaptation learnt."""
+    family = lookup(series.target.api, series.family_name)
+    probe = series.probe
+    params = series.params
+    reasoning = probe.reasoning
+    knob = effort = budget = None
+    off = False
+    if reasoning is not None:
+        effort, asked = reasoning.effort, reasoning.budget_tokens
+        knobs = knobs_of(family)
+        off = effort is Effort.NONE
+        if tuning.knob is not None:
+            knob = tuning.knob
+        elif asked is None:
+            knob = Knob.LEVEL if Knob.LEVEL in knobs else knobs[0]
+        elif effort is None:
+            knob = Knob.BUDGET
+        else:
+            knob = knobs[0]
+        if knob is Knob.LEVEL and effort is None:
+            knob = Knob.BUDGET  # only a budget was given: it is what the request can carry
+        if knob is Knob.BUDGET:
+            budget = asked if asked is not None else effort_budget(effort or Effort.MEDIUM,
+                                                                   family.budget)
+    cap = probe.max_tokens + (budget or 0)
+    return Plan(
+        family=family, cap=max(cap, tuning.min_cap),
+        token_field=tuning.token_field or family.token_field, knob=knob, effort=effort,
+        budget=budget, off=off,
+        show_thoughts=(knob is not None and not off and budget != 0
+                       and Param.SHOW_THOUGHTS not in tuning.omit),
+        stream_options=Param.STREAM_OPTIONS not in tuning.omit,
+        temperature=probe.temperature, params=params,
+        explicit=_explicit(series, params))
+
+
+def _explicit(series: Series, params: Mapping[str, Any]) -> frozenset[Param]:
+    """The parameters whose values the user chose: in the probe, or anywhere in `params:`."""
+    probe = series.probe
+    chosen: set[Param] = set()
+    if params:
+        keys = key_names(params)
+        chosen = {param for param, names in _SQUASHED.items() if not keys.isdisjoint(names)}
+    if probe.temperature is not None:
+        chosen.add(Param.TEMPERATURE)
+    if "max_tokens" in probe.model_fields_set:
+        chosen |= _CAPS
+    reasoning = probe.reasoning
+    if reasoning is not None:
+        chosen.add(Param.THINKING)
+        if reasoning.effort is not None:
+            chosen.add(Param.REASONING_EFFORT)
+        if reasoning.budget_tokens is not None:
+            chosen.add(Param.THINKING_BUDGET)
+    return frozenset(chosen)

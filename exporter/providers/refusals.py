@@ -1,0 +1,403 @@
+"""A provider's 400 naming a request parameter → `Refusal(param, action, …)`, keyed by enums.
+
+Every provider words its refusals differently: OpenAI (and Azure) name the parameter in
+`error.param` with an `error.code`; Anthropic, Gemini, Bedrock and Ollama only in the message;
+LiteLLM wraps the upstream's message in its own, OpenRouter puts the upstream's body in
+`error.metadata.raw`, Bedrock prefixes Claude's message (sometimes its whole JSON body) with
+"The model returned the following errors: ". `parse_refusal` unwraps all of these and matches
+the message against the providers' own sentences (verbatim in the project's research notes,
+section 10), so what happens next (`exporter.probe.adapt`) never reads message text.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from enum import StrEnum
+from typing import Any
+
+import orjson
+
+from exporter.config.reasoning import squash
+from exporter.log import REDACTOR
+from exporter.providers.rules import Knob, Param
+
+MESSAGE_LIMIT = 300  # characters of the server's message kept (after redaction)
+MAX_UNWRAP = 3  # gateways inside gateways
+BEDROCK_PREFIX = "The model returned the following errors: "
+
+
+class Action(StrEnum):
+    """What the server asks to be done with the parameter it named."""
+
+    DROP = "drop"            # leave it out
+    RENAME = "rename"        # send it under another name (`to`)
+    SET = "set"              # only `value` is accepted (temperature → 1)
+    RAISE = "raise"          # at least `value` (max_output_tokens ≥ 16, budget ≥ 1024)
+    LOWER = "lower"          # at most `value` (a model's output limit)
+    CHOOSE = "choose"        # one of `choices`
+    RANGE = "range"          # between `low` and `high`
+    SWITCH = "switch"        # another shape: the `knob` it takes (adaptive ↔ budget)
+    UNSUPPORTED = "unsupported"  # the model cannot do this at all (think, turn thinking off)
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """A parameter the server refused, and what it asked for instead."""
+
+    param: Param
+    action: Action
+    name: str  # the parameter as the server spelt it
+    message: str  # the server's message, redacted and cut
+    to: Param | None = None  # RENAME
+    to_name: str = ""  # RENAME: the new name as the server spelt it
+    value: str | int | float | None = None  # SET, RAISE, LOWER; the refused value otherwise
+    choices: tuple[str, ...] = ()  # CHOOSE
+    low: int | None = None  # RANGE
+    high: int | None = None  # RANGE
+    knob: Knob | None = None  # SWITCH
+
+
+# Server names → parameter, compared without case, `_` or `.` (full name first, then its last
+# dotted part: `generation_config.thinking_config.thinking_budget` → thinking_budget).
+_NAMES: Mapping[str, Param] = {squash(name): param for name, param in {
+    "max_tokens": Param.MAX_TOKENS, "maxTokens": Param.MAX_TOKENS,
+    "max_completion_tokens": Param.MAX_COMPLETION_TOKENS,
+    "max_output_tokens": Param.MAX_OUTPUT_TOKENS, "maxOutputTokens": Param.MAX_OUTPUT_TOKENS,
+    "temperature": Param.TEMPERATURE, "top_p": Param.TOP_P, "top_k": Param.TOP_K,
+    "presence_penalty": Param.PRESENCE_PENALTY, "frequency_penalty": Param.FREQUENCY_PENALTY,
+    "logprobs": Param.LOGPROBS, "top_logprobs": Param.TOP_LOGPROBS,
+    "logit_bias": Param.LOGIT_BIAS, "stop": Param.STOP, "stream_options": Param.STREAM_OPTIONS,
+    "reasoning_effort": Param.REASONING_EFFORT, "reasoning.effort": Param.REASONING_EFFORT,
+    "effort": Param.REASONING_EFFORT, "thinking_level": Param.REASONING_EFFORT,
+    "budget_tokens": Param.THINKING_BUDGET, "thinking_budget": Param.THINKING_BUDGET,
+    "thinking": Param.THINKING, "thinking_config": Param.THINKING, "think": Param.THINKING,
+    "include_thoughts": Param.SHOW_THOUGHTS, "display": Param.SHOW_THOUGHTS,
+}.items()}
+
+
+def param_of(name: str) -> Param:
+    """The parameter a server's name stands for (OTHER when the exporter does not model it)."""
+    key = squash(name)
+    if key in _NAMES:
+        return _NAMES[key]
+    return _NAMES.get(squash(name.rsplit(".", 1)[-1]), Param.OTHER)
+
+
+def _values(text: str) -> tuple[str, ...]:
+    """`'a', 'b', and 'c'` (or `"a", "b"`, or `a, b`) → ('a', 'b', 'c')."""
+    quoted = re.findall(r"'([^']+)'|\"([^\"]+)\"", text)
+    if quoted:
+        return tuple((a or b).lower() for a, b in quoted)
+    return tuple(part.strip(" .`").lower() for part in re.split(r",|\bor\b|\band\b", text)
+                 if part.strip(" .`"))
+
+
+def _number(text: str) -> int | float | str:
+    try:
+        value = float(text)
+    except ValueError:
+        return text.strip()
+    return int(value) if value.is_integer() else value
+
+
+Build = Callable[[re.Match[str], str | None], Refusal | None]
+_RULES: list[tuple[re.Pattern[str], Build]] = []
+
+
+def _rule(pattern: str) -> Callable[[Build], Build]:
+    def register(build: Build) -> Build:
+        _RULES.append((re.compile(pattern, re.IGNORECASE), build))
+        return build
+    return register
+
+
+def _named(m: re.Match[str], action: Action, **fields: Any) -> Refusal:
+    name = m.group("p")
+    return Refusal(param_of(name), action, name, "", **fields)
+
+
+# -- OpenAI and Azure (sections 1-3 of the notes) ----------------------------------------------
+@_rule(r"Unsupported parameter: '(?P<p>[\w.\[\]]+)'\. In the Responses API, this parameter "
+       r"has moved to '(?P<q>[\w.]+)'")
+def _moved(m: re.Match[str], param: str | None) -> Refusal:
+    return _named(m, Action.RENAME, to=param_of(m.group("q")), to_name=m.group("q"))
+
+
+@_rule(r"Unsupported parameter: '(?P<p>[\w.\[\]]+)' is not supported with this model\.\s*"
+       r"Use '(?P<q>[\w.]+)' instead")
+def _use_instead(m: re.Match[str], param: str | None) -> Refusal:
+    return _named(m, Action.RENAME, to=param_of(m.group("q")), to_name=m.group("q"))
+
+
+@_rule(r"Unsupported parameter: '(?P<p>[\w.\[\]]+)' is not supported with this model")
+def _unsupported_parameter(m: re.Match[str], param: str | None) -> Refusal:
+    return _named(m, Action.DROP)
+
+
+@_rule(r"Unsupported value: '(?P<p>[\w.\[\]]+)' does not support (?P<got>.+?) with this "
+       r"model\. Only the default \((?P<v>[^)]*)\) value is supported")
+def _only_default(m: re.Match[str], param: str | None) -> Refusal:
+    if param_of(m.group("p")) is Param.OTHER:  # stream, messages[0].role: nothing to adapt
+        return _named(m, Action.UNSUPPORTED, value=m.group("got"))
+    return _named(m, Action.SET, value=_number(m.group("v")))
+
+
+@_rule(r"Unsupported value: '(?P<p>[\w.\[\]]+)' does not support (?P<got>.+?) with this "
+       r"model\. Supported values are: (?P<list>.+?)\.?$")
+def _supported_values(m: re.Match[str], param: str | None) -> Refusal:
+    return _named(m, Action.CHOOSE, value=m.group("got").strip("'"),
+                  choices=_values(m.group("list")))
+
+
+@_rule(r"Unsupported value: '(?P<got>[^']+)' is not supported with the '[^']+' model\. "
+       r"Supported values are: (?P<list>.+?)\.?$")
+def _model_values(m: re.Match[str], param: str | None) -> Refusal:
+    name = param or "reasoning.effort"
+    return Refusal(param_of(name), Action.CHOOSE, name, "", value=m.group("got"),
+                   choices=_values(m.group("list")))
+
+
+@_rule(r"Invalid value: '(?P<got>[^']*)'\. Supported values are: (?P<list>.+?)\.?$")
+def _invalid_value(m: re.Match[str], param: str | None) -> Refusal | None:
+    if param is None:
+        return None
+    return Refusal(param_of(param), Action.CHOOSE, param, "", value=m.group("got"),
+                   choices=_values(m.group("list")))
+
+
+@_rule(r"Invalid '(?P<p>[\w.]+)': integer below minimum value\. Expected a value >= "
+       r"(?P<m>\d+)")
+def _below_minimum(m: re.Match[str], param: str | None) -> Refusal:
+    return _named(m, Action.RAISE, value=int(m.group("m")))
+
+
+@_rule(r"(?:Unrecognized request argument(?: supplied)?|Unknown parameter):?\s*'?"
+       r"(?P<p>[\w.]+)'?")
+def _unknown_argument(m: re.Match[str], param: str | None) -> Refusal:
+    if param_of(m.group("p")) is Param.MAX_COMPLETION_TOKENS:  # an Azure api-version before it
+        return _named(m, Action.RENAME, to=Param.MAX_TOKENS, to_name="max_tokens")
+    return _named(m, Action.DROP)
+
+
+# -- Anthropic (and Claude on Bedrock), section 4 ----------------------------------------------
+@_rule(r"\"?thinking\.type\.enabled\"? is not supported for this model")
+def _adaptive_only(m: re.Match[str], param: str | None) -> Refusal:
+    return Refusal(Param.THINKING, Action.SWITCH, "thinking.type", "", knob=Knob.LEVEL)
+
+
+@_rule(r"adaptive thinking is not supported on this model")
+def _no_adaptive(m: re.Match[str], param: str | None) -> Refusal:
+    return Refusal(Param.THINKING, Action.SWITCH, "thinking.type", "", knob=Knob.BUDGET)
+
+
+@_rule(r"(?P<p>thinking\.(?:enabled\.)?budget_tokens): Input should be greater than or equal "
+       r"to (?P<m>\d+)")
+def _budget_minimum(m: re.Match[str], param: str | None) -> Refusal:
+    return _named(m, Action.RAISE, value=int(m.group("m")))
+
+
+@_rule(r"`?(?P<p>max_tokens)`? must be greater than `?thinking\.budget_tokens`?")
+def _cap_above_budget(m: re.Match[str], param: str | None) -> Refusal:
+    return _named(m, Action.RAISE)
+
+
+@_rule(r"`?(?P<p>temperature)`? may only be set to 1 when thinking is enabled")
+def _temperature_one(m: re.Match[str], param: str | None) -> Refusal:
+    return _named(m, Action.SET, value=1)
+
+
+@_rule(r"`?(?P<p>top_k|top_p)`? must be unset when thinking is enabled")
+def _unset_with_thinking(m: re.Match[str], param: str | None) -> Refusal:
+    return _named(m, Action.DROP)
+
+
+@_rule(r"`?temperature`? and `?(?P<p>top_p)`? cannot both be specified")
+def _not_both(m: re.Match[str], param: str | None) -> Refusal:
+    return _named(m, Action.DROP)
+
+
+@_rule(r"`?(?P<p>temperature|top_p|top_k)`? is deprecated for this model")
+def _deprecated(m: re.Match[str], param: str | None) -> Refusal:
+    return _named(m, Action.DROP)
+
+
+@_rule(r"This model does not support the effort parameter|(?P<p>output_config(?:\.effort)?): "
+       r"Extra inputs are not permitted")
+def _no_effort(m: re.Match[str], param: str | None) -> Refusal:
+    return Refusal(Param.REASONING_EFFORT, Action.DROP, "output_config.effort", "")
+
+
+@_rule(r"(?P<p>[\w.]+): Extra inputs are not permitted")
+def _extra_input(m: re.Match[str], param: str | None) -> Refusal:
+    return _named(m, Action.DROP)
+
+
+@_rule(r"The maximum tokens you requested exceeds the model limit of (?P<m>\d+)")
+def _over_model_limit(m: re.Match[str], param: str | None) -> Refusal:
+    # Some texts make the limit exclusive ("lower than 4096"): one below is always accepted.
+    return Refusal(Param.MAX_TOKENS, Action.LOWER, "maxTokens", "", value=int(m.group("m")) - 1)
+
+
+# -- Gemini, section 5 ---------------------------------------------------------------------------
+@_rule(r"only set only one of thinking budget and thinking level")
+def _budget_and_level(m: re.Match[str], param: str | None) -> Refusal:
+    return Refusal(Param.THINKING_BUDGET, Action.DROP, "thinkingBudget", "")
+
+
+@_rule(r"thinking[_ ]level (?P<got>[A-Za-z]+) is not supported (?:for|by) this model")
+def _level_not_here(m: re.Match[str], param: str | None) -> Refusal:
+    return Refusal(Param.REASONING_EFFORT, Action.CHOOSE, "thinkingLevel", "",
+                   value=m.group("got").lower())
+
+
+@_rule(r"thinking level is not supported for this model")
+def _no_level(m: re.Match[str], param: str | None) -> Refusal:
+    return Refusal(Param.THINKING, Action.SWITCH, "thinkingLevel", "", knob=Knob.BUDGET)
+
+
+@_rule(r"Budget 0 is invalid\. This model only works in thinking mode|does not support "
+       r"setting thinking_budget to 0")
+def _cannot_stop_thinking(m: re.Match[str], param: str | None) -> Refusal:
+    return Refusal(Param.THINKING, Action.UNSUPPORTED, "thinkingBudget", "", value=0)
+
+
+@_rule(r"thinking budget \(?(?P<got>-?\d+)\)? is invalid\.(?: Please choose a value between "
+       r"(?P<lo>\d+) and (?P<hi>\d+))?")
+def _budget_range(m: re.Match[str], param: str | None) -> Refusal:
+    low, high = m.group("lo"), m.group("hi")
+    return Refusal(Param.THINKING_BUDGET, Action.RANGE, "thinkingBudget", "",
+                   value=int(m.group("got")), low=int(low) if low else None,
+                   high=int(high) if high else None)
+
+
+@_rule(r"thinking_budget is out of range; supported values are integers from (?P<lo>\d+) to "
+       r"(?P<hi>\d+)")
+def _budget_out_of_range(m: re.Match[str], param: str | None) -> Refusal:
+    return Refusal(Param.THINKING_BUDGET, Action.RANGE, "thinking_budget", "",
+                   low=int(m.group("lo")), high=int(m.group("hi")))
+
+
+@_rule(r"include_thoughts is only enabled when thinking is enabled")
+def _thoughts_need_thinking(m: re.Match[str], param: str | None) -> Refusal:
+    return Refusal(Param.SHOW_THOUGHTS, Action.DROP, "includeThoughts", "")
+
+
+@_rule(r"thinking is not supported by this model|Thinking is not enabled for|"
+       r"thinking_config is not supported|\"[^\"]+\" does not support thinking")
+def _no_thinking(m: re.Match[str], param: str | None) -> Refusal:
+    return Refusal(Param.THINKING, Action.UNSUPPORTED, "thinking", "")
+
+
+# -- Ollama, section 7 ---------------------------------------------------------------------------
+@_rule(r"invalid think value: \"(?P<got>[^\"]+)\" \(must be (?P<list>[^)]+)\)")
+def _think_value(m: re.Match[str], param: str | None) -> Refusal:
+    return Refusal(Param.REASONING_EFFORT, Action.CHOOSE, "think", "", value=m.group("got"),
+                   choices=tuple(v for v in _values(m.group("list")) if v not in ("true",
+                                                                                   "false")))
+
+
+# -- LiteLLM's own checks, section 8 -------------------------------------------------------------
+@_rule(r"UnsupportedParamsError: \S+ does not support parameters: \[(?P<list>[^\]]*)\]")
+def _litellm_params(m: re.Match[str], param: str | None) -> Refusal | None:
+    names = _values(m.group("list"))
+    if not names:
+        return None
+    return Refusal(param_of(names[0]), Action.DROP, names[0], "")
+
+
+@_rule(r"(?:don't|doesn't) support (?P<p>temperature)=[\d.]+.*?Only temperature=1")
+def _litellm_temperature(m: re.Match[str], param: str | None) -> Refusal:
+    return _named(m, Action.SET, value=1)
+
+
+def parse_refusal(status: int, body: bytes,
+                  headers: Mapping[str, str] | None = None) -> Refusal | None:
+    """The parameter a 400/422 answer refuses, and what it asks for; None when it names none
+    (or is not a refusal of a request parameter)."""
+    if status not in (400, 422):
+        return None
+    for message, param, code in _messages(_load(body), MAX_UNWRAP):
+        found = _match(message, param, code)
+        if found is not None:
+            return found
+    # Servers that refuse `stream_options` in words of their own (vLLM, old gateways).
+    if b"stream_options" in body:
+        return Refusal(Param.STREAM_OPTIONS, Action.DROP, "stream_options",
+                       _clip(body.decode("utf-8", "replace")))
+    return None
+
+
+def _match(message: str, param: str | None, code: str | None) -> Refusal | None:
+    text = message.removeprefix(BEDROCK_PREFIX).strip()
+    for pattern, build in _RULES:
+        m = pattern.search(text)
+        if m is not None:
+            found = build(m, param)
+            if found is not None:
+                return _with_message(found, message)
+    # OpenAI named the parameter but in words not seen yet: its code says enough.
+    if param and code == "unsupported_parameter":
+        return _with_message(Refusal(param_of(param), Action.DROP, param, ""), message)
+    return None
+
+
+def _with_message(refusal: Refusal, message: str) -> Refusal:
+    return replace(refusal, message=_clip(message))
+
+
+def _clip(text: str) -> str:
+    return REDACTOR.clip(" ".join(REDACTOR(text).split()), MESSAGE_LIMIT)
+
+
+def _load(body: bytes | str) -> Any:
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return body.decode("utf-8", "replace") if isinstance(body, bytes) else body
+
+
+def _messages(data: Any, depth: int) -> list[tuple[str, str | None, str | None]]:
+    """(message, param, code) of an error body and of every upstream body wrapped in it,
+    outermost first."""
+    if isinstance(data, list) and data:  # Gemini without alt=sse: a one-element array
+        data = data[0]
+    if isinstance(data, str):
+        return [(data, None, None), *_wrapped(data, depth)]
+    if not isinstance(data, Mapping):
+        return []
+    error = data.get("error", data)
+    if isinstance(error, str):  # Ollama: {"error": "…"}
+        return [(error, None, None), *_wrapped(error, depth)]
+    if not isinstance(error, Mapping):
+        return []
+    found: list[tuple[str, str | None, str | None]] = []
+    message = error.get("message")
+    param, code = error.get("param"), error.get("code")
+    if isinstance(message, str):
+        found.append((message, param if isinstance(param, str) else None,
+                      code if isinstance(code, str) else None))
+        found += _wrapped(message, depth)
+    raw = error.get("metadata", {}).get("raw") if isinstance(error.get("metadata"),
+                                                             Mapping) else None
+    if isinstance(raw, str) and depth > 0:  # OpenRouter: the upstream body as a string
+        found += _messages(_load(raw), depth - 1)
+    return found
+
+
+def _wrapped(message: str, depth: int) -> list[tuple[str, str | None, str | None]]:
+    """An upstream error body inside a message (Bedrock's Claude JSON, LiteLLM's
+    `XException - {…}`)."""
+    if depth <= 0:
+        return []
+    text = message.removeprefix(BEDROCK_PREFIX)
+    start = text.find("{")
+    if start < 0:
+        return []
+    inner = text[start:]
+    data = _load(inner)
+    if isinstance(data, str):  # a Python repr (LiteLLM): its message is still plain text
+        m = re.search(r"['\"]message['\"]:\s*['\"](?P<m>.+?)['\"],\s*['\"]type['\"]", inner)
+        return [(m.group("m"), None, None)] if m else []
+    return _messages(data, depth - 1)
