@@ -255,14 +255,14 @@ async def test_a_bug_in_a_reload_is_a_failed_reload_without_its_text(
 async def test_the_file_watcher_survives_errors(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setattr(daemon_module, "AUTO_RELOAD_PERIOD", 0.05)
     daemon = Daemon(write(tmp_path), "127.0.0.1:0", auto_reload=True)
-    real_stamps, failures = daemon._stamps, [3]
+    real_signatures, failures = daemon._signatures, [3]
 
     def flaky() -> dict:
         if failures[0]:
             failures[0] -= 1
             raise OSError("the disk went away")
-        return real_stamps()
-    monkeypatch.setattr(daemon, "_stamps", flaky)
+        return real_signatures()
+    monkeypatch.setattr(daemon, "_signatures", flaky)
     saved = (gc.get_threshold(), sys.getswitchinterval())
     await daemon.start(daemon_module.load_config(daemon.config_path))
     try:
