@@ -21,6 +21,8 @@ import time
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
+from yarl import URL
+
 from benchmarks.common import (
     FloorClient,
     OursClient,
@@ -77,6 +79,7 @@ class _Content:
 class _Response:
     status = 200
     connection = None  # no socket: stamps are taken at the read
+    url = URL("http://127.0.0.1:1/v1/chat/completions")
 
     def __init__(self, chunks: Sequence[bytes]) -> None:
         self.headers = {"Content-Type": "text/event-stream"}
