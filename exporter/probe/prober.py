@@ -381,6 +381,28 @@ def _proxy_status_reason(status: int, message: str | None, proxy: Proxy | None,
     return f"{where} could not reach {host}: {answer}"
 
 
+def _sends_basic(url: str, headers: Mapping[str, str]) -> bool:
+    """Whether a request carries Basic credentials for the server (a header, or the URL's
+    userinfo, from which aiohttp builds one)."""
+    return URL(url).user is not None or any(
+        name.lower() == "authorization" and value.lower().startswith("basic")
+        for name, value in headers.items())
+
+
+def _proxy_refused(response: aiohttp.ClientResponse, sent_basic: bool) -> bool:
+    """Whether a proxied request's 401/407 is the proxy's own refusal, not the server's: a 407
+    always; for an http target (whose request the proxy forwards and may answer itself) a 401
+    that asks for proxy credentials (`Proxy-Authenticate`), or for Basic credentials when the
+    request sent the server none — tinyproxy answers wrong proxy credentials so."""
+    if response.status == 407:
+        return True
+    if response.status != 401 or response.url.scheme != "http":
+        return False
+    challenge = response.headers.get("WWW-Authenticate", "")
+    return "Proxy-Authenticate" in response.headers or (
+        challenge.lower().startswith("basic") and not sent_basic)
+
+
 # OpenSSL's reason codes for alerts and failures, in plain words.
 _TLS_REASONS = {
     "TLSV13_ALERT_CERTIFICATE_REQUIRED": "the server requires a client certificate",
@@ -735,10 +757,11 @@ class Prober:
                 net.tls_done = handler.handshake_done
         attempt.status = response.status
         attempt.headers = response.headers
-        if response.status == 407 and proxy is not None:
+        if proxy is not None and _proxy_refused(response, _sends_basic(request.url, headers)):
             # An http target's request is forwarded by the proxy, which answers for itself.
             response.release()
-            raise ConnectFailed(_proxy_status_reason(407, response.reason, proxy, response.url))
+            raise ConnectFailed(_proxy_status_reason(response.status, response.reason, proxy,
+                                                     response.url))
         return response
 
     def _status_error(self, response: aiohttp.ClientResponse, message: str) -> HTTPStatusError:
