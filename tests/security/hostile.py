@@ -25,13 +25,14 @@ from tests.conftest import free_port
 
 SSE = {"Content-Type": "text/event-stream"}
 Echo = Callable[[web.Request, str], Awaitable[web.StreamResponse]]
-ECHOES: dict[str, Echo] = {}
+ECHOES: dict[str, Echo] = {}  # every one is in the canary test's plan
+OTHER_ANSWERS: dict[str, Echo] = {}  # answers some tests need, which echo nothing
 
 
-def echo(name: str) -> Callable[[Echo], Echo]:
-    """Register an echo point under its route name."""
+def echo(name: str, *, echoes: bool = True) -> Callable[[Echo], Echo]:
+    """Register an echo point (or, `echoes=False`, another answer) under its route name."""
     def register(handler: Echo) -> Echo:
-        ECHOES[name] = handler
+        (ECHOES if echoes else OTHER_ANSWERS)[name] = handler
         return handler
     return register
 
@@ -155,11 +156,19 @@ async def _headers(request: web.Request, text: str) -> web.StreamResponse:
                               "headers": dict(request.headers)}, status=403)
 
 
+@echo("basic-challenge", echoes=False)
+async def _basic_challenge(request: web.Request, text: str) -> web.StreamResponse:
+    # A server that wants Basic credentials and refuses the ones it got.
+    return web.Response(status=401, text="Unauthorized",
+                        headers={"WWW-Authenticate": 'Basic realm="api"'})
+
+
 async def handle(request: web.Request) -> web.StreamResponse:
     """Route `/<echo>/<at>/v1/...` to its echo point."""
     await request.read()
     padding = "x" * int(request.match_info["at"])
-    return await ECHOES[request.match_info["echo"]](request, padding + credential(request))
+    answer = ECHOES.get(request.match_info["echo"]) or OTHER_ANSWERS[request.match_info["echo"]]
+    return await answer(request, padding + credential(request))
 
 
 def make_app() -> web.Application:

@@ -11,6 +11,7 @@ the result records for any piece of a key in use.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 from pathlib import Path
@@ -18,9 +19,9 @@ from pathlib import Path
 import orjson
 import pytest
 
+from exporter import log
 from exporter.config import parse_config
 from exporter.errors import Result
-from exporter import log
 from exporter.log import REDACTED, REDACTOR, Redactor
 from exporter.probe.prober import Prober
 from exporter.record import Record
@@ -89,8 +90,8 @@ async def test_keys_in_use_stay_redacted_after_many_reloads(upstream, aws_static
              "api_key_file": str(key_file)}]}, env={})
     REDACTOR.update(config.secrets())  # the daemon's start
     rotated = canary("rotated-")
-    time.sleep(0.01)  # a new modification time for the rotated file
-    key_file.write_text(rotated + "\n")  # a sidecar refreshed the key
+    await asyncio.sleep(0.01)  # a new modification time for the rotated file
+    await asyncio.to_thread(key_file.write_text, rotated + "\n")  # a sidecar refreshed it
     store = ResultStore()
     store.set_series(s.key for s in config.series)
     async with Prober() as prober:

@@ -182,7 +182,7 @@ async def test_a_tls_key_swapped_for_a_fifo_keeps_the_running_context(tmp_path) 
     configure_logging("info", "json", stream=out)
     live = await asyncio.to_thread(LiveWebConfig, web, logger=get_logger())
     key = Path(yaml.safe_load(web.read_text())["tls_server_config"]["key_file"])
-    good = key.read_bytes()
+    good = await asyncio.to_thread(key.read_bytes)
     running = live.ssl_context()
     swap(key, "fifo")
     assert await asyncio.wait_for(live.refresh(), 10) is False  # never blocks on the FIFO
@@ -190,7 +190,7 @@ async def test_a_tls_key_swapped_for_a_fifo_keeps_the_running_context(tmp_path) 
     assert "tls_server_config.key_file" in out.getvalue()
     assert "not a regular file" in out.getvalue()
     swap(key, "file")
-    key.write_bytes(good)
+    await asyncio.to_thread(key.write_bytes, good)
     assert await asyncio.wait_for(live.refresh(), 10) is True
     assert live.last_reload_ok is True and live.ssl_context() is not running
     live.close()
