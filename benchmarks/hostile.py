@@ -213,7 +213,7 @@ async def _attack(url: str, duration: float, plan: dict[str, int], out: str) -> 
                 async with session.get(f"{url}/metrics",
                                        headers=auth(f"guess-{worker}-{n}")) as response:
                     stats[f"wrong password → {response.status}"] += 1
-            except aiohttp.ClientError:
+            except (aiohttp.ClientError, TimeoutError):
                 stats["wrong password → connection dropped"] += 1
                 await asyncio.sleep(0.05)
 
@@ -222,7 +222,7 @@ async def _attack(url: str, duration: float, plan: dict[str, int], out: str) -> 
             try:
                 async with session.post(f"{url}/-/reload", headers=auth()) as response:
                     stats[f"reload → {response.status}"] += 1
-            except aiohttp.ClientError:
+            except (aiohttp.ClientError, TimeoutError):
                 stats["reload → connection dropped"] += 1
                 await asyncio.sleep(0.05)
 

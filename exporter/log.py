@@ -17,6 +17,7 @@ credential chain) are kept out of our sinks.
 """
 from __future__ import annotations
 
+import bisect
 import contextlib
 import html
 import json
@@ -48,10 +49,11 @@ _RUN = b"a" * FRAGMENT  # in the marked copy of a text: FRAGMENT secret characte
 _PROBE, _STRIDE = 6, 7  # _PROBE + _STRIDE - 1 <= FRAGMENT: every fragment holds a sample
 _REDACTED_BYTES = REDACTED.encode()
 _CLEAN_LIMIT = 100_000
-# A stretch of URL-ish text holding percent-escapes: decoded, it may spell a key that no
-# FRAGMENT-long piece of the encoded text shows (`sk%2Dab%2Bcd…`).
-_ESCAPED_RUN = re.compile(r"[^\s\"'<>\\`]*%[0-9A-Fa-f]{2}[^\s\"'<>\\`]*")
-_ESCAPE = re.compile(r"%([0-9A-Fa-f]{2})")
+# A percent-escape: decoded, a text may spell a key that no FRAGMENT-long piece of it shows
+# (`sk%2Dab%2Bcd…`, any mix of escaped and plain characters).
+_ESCAPE = re.compile(rb"%[0-9A-Fa-f]{2}")
+_HEX = b"0123456789abcdefABCDEF"
+_UNESCAPED = {b"%" + bytes((a, b)): bytes((int(bytes((a, b)), 16),)) for a in _HEX for b in _HEX}
 _MEMO_LIMIT, _MEMO_TEXT = 32_768, 200  # bounded: a few MB at most
 
 # Libraries whose debug and info lines carry credentials before the exporter knows them:
@@ -255,59 +257,77 @@ def _redact(text: str, index: _Index, *, fragments: bool) -> str:
             text = text.replace(secret, REDACTED)
     if fragments and index.marks is not None:
         if "%" in text:  # decoded first: redacting a raw piece first would split the stretch
-            text = _ESCAPED_RUN.sub(lambda m: _remove_escaped(m.group(), index), text)
+            text = _remove_escaped(text, index)
         text = _remove_fragments(text, index)
     return text
 
 
-def _remove_escaped(run: str, index: _Index) -> str:
-    """`run` (text with percent-escapes) with every stretch that, decoded, holds a FRAGMENT-long
-    piece of a secret (or a whole short one) replaced; the rest left as written."""
-    decoded = bytearray()
-    where: list[tuple[int, int]] = []  # for each decoded byte: its (start, end) in `run`
-    last = 0
-    for match in _ESCAPE.finditer(run):
-        for i, char in enumerate(run[last:match.start()], last):
-            piece = char.encode("utf-8", "surrogatepass")
-            decoded += piece
-            where += [(i, i + 1)] * len(piece)
-        decoded.append(int(match.group(1), 16))
-        where.append(match.span())
-        last = match.end()
-    for i, char in enumerate(run[last:], last):
-        piece = char.encode("utf-8", "surrogatepass")
-        decoded += piece
-        where += [(i, i + 1)] * len(piece)
-    data = bytes(decoded)
-    spans: list[tuple[int, int]] = []
-    _add_spans(data, 0, index.grams, spans)
+def _remove_escaped(text: str, index: _Index) -> str:
+    """`text` with every stretch that, percent-decoded, holds a FRAGMENT-long piece of a secret
+    (or a whole short one) replaced; everything else left as written.
+
+    The whole text is decoded at once (linear: a regular expression finds the escapes); only when
+    a piece is found are the escapes located again to map it back."""
+    data = text.encode("utf-8", "surrogatepass")
+    # (Not unquote_to_bytes: a '%' that starts no escape costs it an exception each.)
+    decoded = _ESCAPE.sub(lambda m: _UNESCAPED[m[0]], data)
+    if len(decoded) == len(data):
+        return text  # no escape in it
+    spans = _fragment_spans(decoded, index)
     for secret in index.short:
         raw = secret.encode("utf-8", "surrogatepass")
-        at = data.find(raw)
+        at = decoded.find(raw)
         while at >= 0:
             spans.append((at, at + len(raw)))
-            at = data.find(raw, at + 1)
+            at = decoded.find(raw, at + 1)
     if not spans:
-        return run
-    merged: list[list[int]] = []
-    for first, end in sorted(spans):
-        start, stop = where[first][0], where[end - 1][1]
-        if merged and start <= merged[-1][1]:
-            merged[-1][1] = max(merged[-1][1], stop)
+        return text
+    # Escape k starts at data[escapes[k]] and decodes to decoded[escapes[k] - 2k].
+    escapes = [m.start() for m in _ESCAPE.finditer(data)]
+    landed = [at - 2 * k for k, at in enumerate(escapes)]
+
+    def raw(offset: int, end: bool) -> int:
+        k = bisect.bisect_right(landed, offset) - 1
+        if k >= 0 and landed[k] == offset:  # inside escape k
+            return escapes[k] + (3 if end else 0)
+        return offset + 2 * (k + 1) + (1 if end else 0)
+
+    parts, last = [], 0
+    for first, stop in _merged((raw(a, False), raw(b - 1, True)) for a, b in sorted(spans)):
+        parts += (data[last:first], _REDACTED_BYTES)
+        last = stop
+    parts.append(data[last:])
+    return b"".join(parts).decode("utf-8", "replace")
+
+
+def _merged(spans: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Sorted spans with the overlapping ones joined."""
+    out: list[tuple[int, int]] = []
+    for first, stop in spans:
+        if out and first <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], stop))
         else:
-            merged.append([start, stop])
-    parts, done = [], 0
-    for start, stop in merged:
-        parts += (run[done:start], REDACTED)
-        done = stop
-    parts.append(run[done:])
-    return "".join(parts)
+            out.append((first, stop))
+    return out
 
 
 def _remove_fragments(text: str, index: _Index) -> str:
     """Replace every stretch of `text` made of FRAGMENT-long pieces of a secret."""
-    assert index.marks is not None
     data = text.encode("utf-8", "surrogatepass")
+    spans = _fragment_spans(data, index)
+    if not spans:
+        return text
+    parts, last = [], 0
+    for first, end in spans:
+        parts += (data[last:first], _REDACTED_BYTES)
+        last = end
+    parts.append(data[last:])
+    return b"".join(parts).decode("utf-8", "replace")
+
+
+def _fragment_spans(data: bytes, index: _Index) -> list[tuple[int, int]]:
+    """The (start, end) byte spans of `data` made of FRAGMENT-long pieces of a secret, in order."""
+    assert index.marks is not None
     find = data.translate(index.marks).find
     probes, size, clean = index.probes, len(data), index.clean
     if len(clean) > _CLEAN_LIMIT:
@@ -329,14 +349,7 @@ def _remove_fragments(text: str, index: _Index) -> str:
             else:
                 clean.add(run)
         start = find(_RUN, end)
-    if not spans:
-        return text
-    parts, last = [], 0
-    for first, end in spans:
-        parts += (data[last:first], _REDACTED_BYTES)
-        last = end
-    parts.append(data[last:])
-    return b"".join(parts).decode("utf-8", "replace")
+    return spans
 
 
 def _add_spans(run: bytes, offset: int, grams: frozenset[bytes],
