@@ -15,6 +15,7 @@ logfmt or console; `redacted_stdio` puts the same redaction under a command's st
 stderr. Libraries that log credentials below WARNING while they fetch them (botocore's
 credential chain) are kept out of our sinks.
 """
+
 from __future__ import annotations
 
 import bisect
