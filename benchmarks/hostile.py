@@ -9,12 +9,15 @@ every 0.25 s on a kept-alive connection, as Prometheus does.
 Phases, one run: warm-up, a quiet baseline, the same attack on a decoy server in another
 process (what the attacker's load alone costs this machine), then the attack on the exporter's
 port — 1,100 idle connections (reopened when closed), 50 slowloris clients, 500 concurrent wrong
-passwords in a loop, and a reload flood (`POST /-/reload`, authenticated, 20 in a loop).
+passwords in a loop, and a reload flood (`POST /-/reload`, authenticated, 20 in a loop) — and
+last a flood of requests that fail to parse (50 clients in a loop, each request carrying an
+`Authorization` header with a control character, as a client's password would).
 
     python -m benchmarks.hostile [--duration 20] [--smoke]
 
 TTFT error = the daemon's TTFT − the truth server's (first token write − request arrival),
-matched by response id, on one CLOCK_MONOTONIC.
+matched by response id, on one CLOCK_MONOTONIC. Log B/s = bytes the daemon (at
+`--log.level warn`, json) wrote per second of the phase.
 """
 
 from __future__ import annotations
@@ -52,6 +55,10 @@ from tests.conftest import free_port
 USER, PASSWORD = "prometheus", "s3cret"
 HEALTHY = ("truth", "healthy", "short")
 SCRAPE_EVERY = 0.25
+# A request aiohttp's parser refuses: a control character inside a client's credentials.
+MALFORMED_TOKEN = base64.b64encode(b"prometheus:malformed-guess")
+MALFORMED = (b"GET /metrics HTTP/1.1\r\nHost: x\r\nAuthorization: Basic " + MALFORMED_TOKEN
+             + b"\x01" + b"x" * 200 + b"\r\n\r\n")
 
 
 def auth(password: str = PASSWORD) -> dict[str, str]:
@@ -86,13 +93,13 @@ def write_files(folder: Path, truth_url: str, bulk: int) -> tuple[Path, Path]:
 
 # -- the daemon child -------------------------------------------------------------------------
 
-async def _daemon(config_path: str, web: str, listen: str, duration: float, out: str) -> None:
-    """Run the real Daemon for `duration` seconds, keeping each result of the healthy series."""
+async def _daemon(config_path: str, web: str, listen: str, out: str) -> None:
+    """Run the real Daemon until its stdin closes, keeping each result of the healthy series."""
     from exporter.config import load_config
     from exporter.log import configure_logging
     from exporter.serve.daemon import Daemon
 
-    configure_logging("error", "json")
+    configure_logging("warn", "json")  # warnings count: what a flood makes the daemon write
     daemon = Daemon(Path(config_path), listen, web_config=Path(web))
     daemon.owns_process = True  # GIL switch interval and GC settings, as `serve` makes them
     kept: list[dict[str, Any]] = []
@@ -107,7 +114,7 @@ async def _daemon(config_path: str, web: str, listen: str, duration: float, out:
     daemon.metrics.record = keep  # type: ignore[method-assign]
     await daemon.start(load_config(config_path))
     print("READY", flush=True)
-    await asyncio.sleep(duration)
+    await asyncio.to_thread(sys.stdin.buffer.read)  # until the parent closes it
     await asyncio.to_thread(Path(out).write_text, json.dumps(kept))
     await daemon.shutdown()
 
@@ -138,9 +145,10 @@ async def _decoy(port: int, duration: float) -> None:
 
 # -- the attacker child -----------------------------------------------------------------------
 
-async def _attack(url: str, duration: float, idle: int, wrong: int, reloads: int,
-                  out: str) -> None:
-    """Hold idle and slowloris connections, guess passwords and flood reloads for `duration`."""
+async def _attack(url: str, duration: float, plan: dict[str, int], out: str) -> None:
+    """For `duration`, as `plan` says: hold idle and slowloris connections, guess passwords,
+    flood reloads, send requests that fail to parse."""
+    idle, wrong, reloads = plan["idle"], plan["wrong"], plan["reloads"]
     more_descriptors()
     host, port = url.removeprefix("http://").split(":")
     loop = asyncio.get_running_loop()
@@ -205,7 +213,7 @@ async def _attack(url: str, duration: float, idle: int, wrong: int, reloads: int
                 async with session.get(f"{url}/metrics",
                                        headers=auth(f"guess-{worker}-{n}")) as response:
                     stats[f"wrong password → {response.status}"] += 1
-            except aiohttp.ClientError:
+            except (aiohttp.ClientError, TimeoutError):
                 stats["wrong password → connection dropped"] += 1
                 await asyncio.sleep(0.05)
 
@@ -214,17 +222,34 @@ async def _attack(url: str, duration: float, idle: int, wrong: int, reloads: int
             try:
                 async with session.post(f"{url}/-/reload", headers=auth()) as response:
                     stats[f"reload → {response.status}"] += 1
-            except aiohttp.ClientError:
+            except (aiohttp.ClientError, TimeoutError):
                 stats["reload → connection dropped"] += 1
                 await asyncio.sleep(0.05)
+
+    async def malformed() -> None:
+        while loop.time() < stop:
+            sock = await connect()
+            if sock is None:
+                stats["malformed → not connected"] += 1
+                await asyncio.sleep(0.05)
+                continue
+            try:
+                await loop.sock_sendall(sock, MALFORMED)
+                answer = await asyncio.wait_for(loop.sock_recv(sock, 4096), 10)
+                stats[f"malformed → {answer[9:12].decode(errors='replace') or 'closed'}"] += 1
+            except (OSError, TimeoutError):
+                stats["malformed → connection dropped"] += 1
+            finally:
+                sock.close()
 
     timeout = aiohttp.ClientTimeout(total=30)
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0, force_close=True),
                                      timeout=timeout) as session:
         print("ATTACKING", flush=True)
-        await asyncio.gather(hold_idle(), *(slowloris() for _ in range(50)),
+        await asyncio.gather(hold_idle(), *(slowloris() for _ in range(plan["slowloris"])),
                              *(guesses(session, w) for w in range(wrong)),
-                             *(reload_flood(session) for _ in range(reloads)))
+                             *(reload_flood(session) for _ in range(reloads)),
+                             *(malformed() for _ in range(plan["malformed"])))
     await asyncio.to_thread(Path(out).write_text, json.dumps(stats))
 
 
@@ -254,8 +279,9 @@ async def scrape_for(url: str, seconds: float) -> tuple[list[float], int]:
 
 
 def phase_row(name: str, scrapes: tuple[list[float], int], probes: list[dict[str, Any]],
-              truth: dict[str, dict[str, Any]]) -> list[str]:
-    """One table row: scrape latency and TTFT error of the probes finished in the phase."""
+              truth: dict[str, dict[str, Any]], log_rate: float) -> list[str]:
+    """One table row: scrape latency, TTFT error of the probes finished in the phase, log
+    bytes per second."""
     latencies, failed = scrapes
     errors = []
     for probe in probes:
@@ -265,110 +291,165 @@ def phase_row(name: str, scrapes: tuple[list[float], int], probes: list[dict[str
     return [name, str(len(latencies)), ms(pct(latencies, 50), 1), ms(pct(latencies, 95), 1),
             ms(max(latencies, default=None), 1), str(failed), str(len(probes)),
             str(sum(p["result"] != "success" for p in probes)),
-            ms(pct(errors, 50)), ms(pct(errors, 95)), ms(max(errors, default=None))]
+            ms(pct(errors, 50)), ms(pct(errors, 95)), ms(max(errors, default=None)),
+            f"{log_rate:,.0f}"]
 
 
-async def attack_process(url: str, args: argparse.Namespace, folder: Path, out: str,
-                         env: dict[str, str]) -> asyncio.subprocess.Process:
+def port_attack(args: argparse.Namespace) -> dict[str, int]:
+    """The attack of the "attack" phases."""
+    return {"idle": args.idle, "slowloris": 50, "wrong": args.wrong, "reloads": args.reloads,
+            "malformed": 0}
+
+
+def malformed_attack(args: argparse.Namespace) -> dict[str, int]:
+    """The attack of the malformed-flood phase."""
+    return {"idle": 0, "slowloris": 0, "wrong": 0, "reloads": 0, "malformed": args.malformed}
+
+
+async def attack_process(url: str, args: argparse.Namespace, plan: dict[str, int], folder: Path,
+                         out: str, env: dict[str, str]) -> asyncio.subprocess.Process:
     """Start the attacker on `url` and wait until it attacks."""
     attacker = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "benchmarks.hostile", "--attack", url, str(args.duration + 1),
-        str(args.idle), str(args.wrong), str(args.reloads), str(folder / out),
-        stdout=asyncio.subprocess.PIPE, cwd=ROOT, env=env)
+        json.dumps(plan), str(folder / out), stdout=asyncio.subprocess.PIPE, cwd=ROOT, env=env)
     assert attacker.stdout is not None
     await attacker.stdout.readline()
     return attacker
 
 
+class Phases:
+    """When each phase began and ended (monotonic), and the daemon's log size then."""
+
+    def __init__(self, log: Path) -> None:
+        self._log = log
+        self.marks: dict[str, tuple[float, int]] = {}
+
+    def mark(self, name: str) -> None:
+        self.marks[name] = (time.monotonic(), self._log.stat().st_size)
+
+    def span(self, start: str, end: str) -> tuple[float, float]:
+        return self.marks[start][0], self.marks[end][0]
+
+    def log_rate(self, start: str, end: str) -> float:
+        (t0, b0), (t1, b1) = self.marks[start], self.marks[end]
+        return (b1 - b0) / (t1 - t0)
+
+
 async def hostile(args: argparse.Namespace) -> None:
-    """Truth server, daemon and attacker; quiet phase then attack; print the table."""
+    """Truth server, daemon and attacker; quiet phase then attacks; print the table."""
     more_descriptors()
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    total = args.warm_up + 3 * args.duration + 8
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     async with truth_server(ttft=0.2, tpot=0.02, tokens=20) as truth:
         with tempfile.TemporaryDirectory() as tmp:
             folder = Path(tmp)
             config, web = write_files(folder, truth.base_url, args.bulk)
-            daemon = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "benchmarks.hostile", "--daemon", str(config), str(web),
-                f"127.0.0.1:{port}", str(total), str(folder / "daemon.json"),
-                stdout=asyncio.subprocess.PIPE, cwd=ROOT, env=env)
+            log = folder / "daemon.log"
+            with log.open("wb") as log_file:
+                daemon = await asyncio.create_subprocess_exec(
+                    sys.executable, "-m", "benchmarks.hostile", "--daemon", str(config),
+                    str(web), f"127.0.0.1:{port}", str(folder / "daemon.json"),
+                    stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+                    stderr=log_file, cwd=ROOT, env=env)
             attacker = decoy = None
+            phases = Phases(log)
             try:
                 assert daemon.stdout is not None
                 line = (await daemon.stdout.readline()).decode()
                 if line.strip() != "READY":
-                    raise RuntimeError(f"daemon did not start: {line!r}")
+                    raise RuntimeError(f"daemon did not start: {line!r} {log.read_text()}")
                 load_before = machine_line()
                 await asyncio.sleep(args.warm_up)
-                t_quiet = time.monotonic()
+                phases.mark("quiet")
                 quiet = await scrape_for(url, args.duration)
+                phases.mark("quiet end")
                 decoy_port = free_port()
                 decoy = await asyncio.create_subprocess_exec(
                     sys.executable, "-m", "benchmarks.hostile", "--decoy", str(decoy_port),
                     str(args.duration + 3), stdout=asyncio.subprocess.PIPE, cwd=ROOT, env=env)
                 assert decoy.stdout is not None
                 await decoy.stdout.readline()
-                attacker = await attack_process(f"http://127.0.0.1:{decoy_port}", args, folder,
-                                                "decoy.json", env)
-                t_decoy = time.monotonic()
+                attacker = await attack_process(f"http://127.0.0.1:{decoy_port}", args,
+                                                port_attack(args), folder, "decoy.json", env)
+                phases.mark("decoy")
                 elsewhere = await scrape_for(url, args.duration)
-                t_decoy_end = time.monotonic()
+                phases.mark("decoy end")
                 await asyncio.wait_for(attacker.wait(), 60)
                 await stop_process(decoy)
-                attacker = await attack_process(url, args, folder, "attack.json", env)
-                t_attack = time.monotonic()
+                attacker = await attack_process(url, args, port_attack(args), folder,
+                                                "attack.json", env)
+                phases.mark("attack")
                 attacked = await scrape_for(url, args.duration)
-                t_end = time.monotonic()
+                phases.mark("attack end")
+                await asyncio.wait_for(attacker.wait(), 60)
+                attacker = await attack_process(url, args, malformed_attack(args), folder,
+                                                "malformed.json", env)
+                phases.mark("malformed")
+                flooded = await scrape_for(url, args.duration)
+                phases.mark("malformed end")
                 load_after = machine_line()
                 await asyncio.wait_for(attacker.wait(), 60)
                 attack = json.loads((folder / "attack.json").read_text())
-                await asyncio.wait_for(daemon.wait(), total + 30)
+                flood = json.loads((folder / "malformed.json").read_text())
+                assert daemon.stdin is not None
+                daemon.stdin.close()  # the daemon's cue to stop
+                await asyncio.wait_for(daemon.wait(), 60)
                 probes = json.loads((folder / "daemon.json").read_text())
+                logged = log.read_text(errors="replace")
             finally:
                 for child in (attacker, decoy):
                     if child is not None:
                         await stop_process(child)
                 await stop_process(daemon)
         records = await truth.records()
-    rows = [
-        phase_row("quiet", quiet, [p for p in probes if t_quiet <= p["at"] < t_decoy], records),
-        phase_row("attack on a decoy", elsewhere,
-                  [p for p in probes if t_decoy <= p["at"] < t_decoy_end], records),
-        phase_row("attack on the port", attacked,
-                  [p for p in probes if t_attack <= p["at"] < t_end], records),
-    ]
+
+    def row(name: str, scrapes: tuple[list[float], int], phase: str) -> list[str]:
+        start, end = phases.span(phase, f"{phase} end")
+        return phase_row(name, scrapes, [p for p in probes if start <= p["at"] < end], records,
+                         phases.log_rate(phase, f"{phase} end"))
+
+    rows = [row("quiet", quiet, "quiet"), row("attack on a decoy", elsewhere, "decoy"),
+            row("attack on the port", attacked, "attack"),
+            row("malformed-request flood", flooded, "malformed")]
     print(f"### hostile ({load_before}; after: {load_after.split('· ')[-1]})\n")
     print(f"attack: {args.idle} idle connections (reopened when closed), 50 slowloris, "
           f"{args.wrong} concurrent wrong passwords in a loop, {args.reloads} reload loops; "
-          f"{args.duration:g} s per phase; scrapes every {SCRAPE_EVERY} s with the right "
-          "password on a kept-alive connection (bcrypt cost 10)\n")
+          f"malformed flood: {args.malformed} clients in a loop; {args.duration:g} s per "
+          f"phase; scrapes every {SCRAPE_EVERY} s with the right password on a kept-alive "
+          "connection (bcrypt cost 10); daemon log at warn, json\n")
     print(table(["phase", "scrapes", "scrape p50 ms", "p95", "max", "failed", "probes",
-                 "probe failures", "TTFT err p50 ms", "p95", "max"], rows))
+                 "probe failures", "TTFT err p50 ms", "p95", "max", "log B/s"], rows))
     print("\nattacker saw: " + ", ".join(f"{k}: {v}" for k, v in sorted(attack.items())))
+    sent = sum(flood.values())
+    print(f"malformed flood: {sent:,} requests ({sent / args.duration:,.0f}/s); answers: "
+          + ", ".join(f"{k.removeprefix('malformed → ')}: {v}" for k, v in sorted(flood.items()))
+          + f"; log lines quoting the request's credentials: "
+          f"{logged.count(MALFORMED_TOKEN.decode())}, tracebacks: "
+          f"{logged.count('Traceback')}")
 
 
 def main(argv: list[str] | None = None) -> None:
     """Command line entry point."""
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--daemon"]:
-        _, config, web, listen, duration, out = argv
-        asyncio.run(_daemon(config, web, listen, float(duration), out))
+        _, config, web, listen, out = argv
+        asyncio.run(_daemon(config, web, listen, out))
         return
     if argv[:1] == ["--decoy"]:
         asyncio.run(_decoy(int(argv[1]), float(argv[2])))
         return
     if argv[:1] == ["--attack"]:
-        _, url, duration, idle, wrong, reloads, out = argv
-        asyncio.run(_attack(url, float(duration), int(idle), int(wrong), int(reloads), out))
+        _, url, duration, plan, out = argv
+        asyncio.run(_attack(url, float(duration), json.loads(plan), out))
         return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--duration", type=float, default=20.0, help="seconds per phase")
     parser.add_argument("--idle", type=int, default=1100)
     parser.add_argument("--wrong", type=int, default=500)
     parser.add_argument("--reloads", type=int, default=20)
+    parser.add_argument("--malformed", type=int, default=50,
+                        help="clients sending requests that fail to parse, in a loop")
     parser.add_argument("--bulk", type=int, default=200, help="extra series (reload work)")
     parser.add_argument("--warm-up", type=float, default=12.0,
                         help="seconds before the quiet phase (bulk first probes: < 10 s)")
@@ -376,6 +457,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.smoke:
         args.duration, args.idle, args.wrong, args.reloads, args.bulk = 3.0, 100, 20, 2, 5
+        args.malformed = 5
         args.warm_up = 2.0
     asyncio.run(hostile(args))
 

@@ -162,10 +162,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         signals = ProcessSignals()
         signals.install()
     args = build_parser().parse_args(args_list)
-    from exporter.log import configure_logging
+    from exporter.log import configure_logging, redacted_stdio
 
-    configure_logging(args.log_level,
-                      args.log_format or ("json" if args.command == "serve" else "console"))
+    with redacted_stdio():  # whatever prints, ours or a library's, passes the redactor
+        configure_logging(args.log_level,
+                          args.log_format or ("json" if args.command == "serve" else "console"))
+        return _run(args, signals)
+
+
+def _run(args: argparse.Namespace, signals: ProcessSignals | None) -> int:
+    """Run the parsed command; one line on stderr for what stops it."""
     handlers = {"check": cmd_check, "probe": cmd_probe, "bench": cmd_bench,
                 "simulate": cmd_simulate}
     try:

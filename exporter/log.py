@@ -2,15 +2,24 @@
 
 `Redactor` knows every secret of the loaded config and removes it from text — whole, in its
 URL-, HTML- and JSON-escaped forms, and any fragment of 12 or more characters (a server that echoes
-a key cut at some length must not leak the rest). `Redactor.clip` redacts *then* shortens, for
-every place that cuts text. `configure_logging` sends our structlog lines and everything that
-prints through stdlib logging (asyncio's "Task exception was never retrieved", aiohttp's "Error
-handling request", warnings, uncaught exceptions in any thread) through the same redacting
-pipeline, in one format: json, logfmt or console.
+a key cut at some length must not leak the rest), also where percent-escapes break a key into
+pieces (any mix of escaped and plain characters, as an HTTP client puts a query on the wire).
+Secrets in use (the config's, and those `hold` keeps for an owner: AWS credentials, a key file's
+key) are never forgotten; only retired ones are, oldest first. `Redactor.clip` redacts *then*
+shortens, for every place that cuts text.
+
+`configure_logging` sends our structlog lines and everything that prints through stdlib logging
+(asyncio's "Task exception was never retrieved", aiohttp's "Error handling request", warnings,
+uncaught exceptions in any thread) through the same redacting pipeline, in one format: json,
+logfmt or console; `redacted_stdio` puts the same redaction under a command's stdout and
+stderr. Libraries that log credentials below WARNING while they fetch them (botocore's
+credential chain) are kept out of our sinks.
 """
 
 from __future__ import annotations
 
+import bisect
+import contextlib
 import html
 import json
 import logging
@@ -18,7 +27,7 @@ import re
 import sys
 import threading
 import types
-from collections.abc import Iterable, Mapping
+from collections.abc import Hashable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 from urllib.parse import quote, quote_plus
@@ -31,8 +40,8 @@ REDACTED = "<redacted>"
 FRAGMENT = 12
 # Shorter values would redact ordinary words; real secrets are long.
 MIN_SECRET = 6
-# Secrets of earlier configs stay known this long (by count), so a probe that started before a
-# reload cannot leak the key it was sent with.
+# Secrets no longer in use (an earlier config's, a rotated key) stay known this long (by count),
+# so a probe that started before a reload cannot leak the key it was sent with.
 RETIRED_LIMIT = 256
 # `scheme://user:password@host`: a password inside a URL is redacted whether or not it is known.
 _URL_PASSWORD = re.compile(r"(://[^\s/@:]*):([^\s/@]+)@")
@@ -41,7 +50,18 @@ _RUN = b"a" * FRAGMENT  # in the marked copy of a text: FRAGMENT secret characte
 _PROBE, _STRIDE = 6, 7  # _PROBE + _STRIDE - 1 <= FRAGMENT: every fragment holds a sample
 _REDACTED_BYTES = REDACTED.encode()
 _CLEAN_LIMIT = 100_000
+# A percent-escape: decoded, a text may spell a key that no FRAGMENT-long piece of it shows
+# (`sk%2Dab%2Bcd…`, any mix of escaped and plain characters).
+_ESCAPE = re.compile(rb"%[0-9A-Fa-f]{2}")
+_HEX = b"0123456789abcdefABCDEF"
+_UNESCAPED = {b"%" + bytes((a, b)): bytes((int(bytes((a, b)), 16),)) for a in _HEX for b in _HEX}
 _MEMO_LIMIT, _MEMO_TEXT = 32_768, 200  # bounded: a few MB at most
+
+# Libraries whose debug and info lines carry credentials before the exporter knows them:
+# botocore logs the STS response (secret key, session token) and the web identity token it
+# sends while it resolves credentials. Below WARNING their lines never reach our sinks, at any
+# --log.level.
+QUIET_LIBRARIES = ("botocore", "boto3", "s3transfer", "urllib3")
 
 LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warn": logging.WARNING,
           "warning": logging.WARNING, "error": logging.ERROR}
@@ -102,37 +122,70 @@ def _substrings(pieces: Iterable[bytes], size: int) -> frozenset[bytes]:
 
 
 class Redactor:
-    """Removes every known secret from text; shared by logs, results, pages and files."""
+    """Removes every known secret from text; shared by logs, results, pages and files.
+
+    Thread-safe: secrets change under a lock and the index is replaced whole, so a reader in any
+    thread sees one consistent index.
+    """
 
     def __init__(self, secrets: Iterable[str] = ()) -> None:
+        self._lock = threading.Lock()
         self._current: tuple[str, ...] = ()
+        self._held: dict[Hashable, tuple[str, ...]] = {}
         self._retired: dict[str, None] = {}  # insertion-ordered, oldest first
         self._index = _Index()
         self.update(secrets)
 
     def update(self, secrets: Iterable[str]) -> None:
         """Make `secrets` the current set (after a load or reload); earlier ones stay known."""
-        current = tuple(dict.fromkeys(s for s in secrets if len(s) >= MIN_SECRET))
-        for old in self._current:
-            if old not in current:
-                self._retired.pop(old, None)
-                self._retired[old] = None
-        for secret in current:
-            self._retired.pop(secret, None)
-        while len(self._retired) > RETIRED_LIMIT:
-            del self._retired[next(iter(self._retired))]
-        self._current = current
-        self._index = _Index.build((*current, *self._retired))
+        with self._lock:
+            current = _usable(secrets)
+            gone = [old for old in self._current if old not in current]
+            self._current = current
+            self._rebuild(gone)
 
     def add(self, secrets: Iterable[str]) -> None:
-        """Know `secrets` too (a key re-read from its file), keeping the current set."""
-        self.update((*self._current, *secrets))
+        """Know `secrets` too, as part of the current set (a config being loaded)."""
+        with self._lock:
+            self._current = _usable((*self._current, *secrets))
+            self._rebuild(())
+
+    def hold(self, owner: Hashable, secrets: Iterable[str]) -> None:
+        """Keep `secrets` known for as long as `owner` uses them (AWS credentials, the key read
+        from a key file): no reload and no number of rotations evicts them. What `owner` held
+        before is retired."""
+        with self._lock:
+            held = _usable(secrets)
+            before = self._held.get(owner, ())
+            if held == before:
+                return
+            self._held[owner] = held
+            self._rebuild([old for old in before if old not in held])
+
+    def in_use(self) -> frozenset[str]:
+        """The secrets that are never evicted: the current set and every held one."""
+        return frozenset((*self._current, *(s for held in self._held.values() for s in held)))
 
     def forget(self) -> None:
         """Know no secret at all (tests, and a process that loads a different config)."""
-        self._current = ()
-        self._retired.clear()
-        self._index = _Index()
+        with self._lock:
+            self._current = ()
+            self._held.clear()
+            self._retired.clear()
+            self._index = _Index()
+
+    def _rebuild(self, gone: Iterable[str]) -> None:
+        """Retire `gone` (unless still in use), evict the oldest retired, rebuild the index."""
+        in_use = self.in_use()
+        for old in gone:
+            if old not in in_use:
+                self._retired.pop(old, None)
+                self._retired[old] = None
+        for secret in in_use:
+            self._retired.pop(secret, None)
+        while len(self._retired) > RETIRED_LIMIT:
+            del self._retired[next(iter(self._retired))]
+        self._index = _Index.build((*in_use, *self._retired))
 
     def __call__(self, text: str) -> str:
         """`text` with every secret, and every fragment of one, replaced by `<redacted>`."""
@@ -187,6 +240,11 @@ class Redactor:
         return self(line) if isinstance(line, str) else line
 
 
+def _usable(secrets: Iterable[str]) -> tuple[str, ...]:
+    """The distinct secrets long enough to redact, in order."""
+    return tuple(dict.fromkeys(s for s in secrets if len(s) >= MIN_SECRET))
+
+
 def _redact(text: str, index: _Index, *, fragments: bool) -> str:
     """URL passwords, whole secrets and (with `fragments`) every fragment, redacted."""
     if "@" in text:
@@ -199,14 +257,78 @@ def _redact(text: str, index: _Index, *, fragments: bool) -> str:
         if secret in text:
             text = text.replace(secret, REDACTED)
     if fragments and index.marks is not None:
+        if "%" in text:  # decoded first: redacting a raw piece first would split the stretch
+            text = _remove_escaped(text, index)
         text = _remove_fragments(text, index)
     return text
 
 
+def _remove_escaped(text: str, index: _Index) -> str:
+    """`text` with every stretch that, percent-decoded, holds a FRAGMENT-long piece of a secret
+    (or a whole short one) replaced; everything else left as written.
+
+    The whole text is decoded at once (linear: a regular expression finds the escapes); only when
+    a piece is found are the escapes located again to map it back."""
+    data = text.encode("utf-8", "surrogatepass")
+    # (Not unquote_to_bytes: a '%' that starts no escape costs it an exception each.)
+    decoded = _ESCAPE.sub(lambda m: _UNESCAPED[m[0]], data)
+    if len(decoded) == len(data):
+        return text  # no escape in it
+    spans = _fragment_spans(decoded, index)
+    for secret in index.short:
+        raw = secret.encode("utf-8", "surrogatepass")
+        at = decoded.find(raw)
+        while at >= 0:
+            spans.append((at, at + len(raw)))
+            at = decoded.find(raw, at + 1)
+    if not spans:
+        return text
+    # Escape k starts at data[escapes[k]] and decodes to decoded[escapes[k] - 2k].
+    escapes = [m.start() for m in _ESCAPE.finditer(data)]
+    landed = [at - 2 * k for k, at in enumerate(escapes)]
+
+    def raw(offset: int, end: bool) -> int:
+        k = bisect.bisect_right(landed, offset) - 1
+        if k >= 0 and landed[k] == offset:  # inside escape k
+            return escapes[k] + (3 if end else 0)
+        return offset + 2 * (k + 1) + (1 if end else 0)
+
+    parts, last = [], 0
+    for first, stop in _merged((raw(a, False), raw(b - 1, True)) for a, b in sorted(spans)):
+        parts += (data[last:first], _REDACTED_BYTES)
+        last = stop
+    parts.append(data[last:])
+    return b"".join(parts).decode("utf-8", "replace")
+
+
+def _merged(spans: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Sorted spans with the overlapping ones joined."""
+    out: list[tuple[int, int]] = []
+    for first, stop in spans:
+        if out and first <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], stop))
+        else:
+            out.append((first, stop))
+    return out
+
+
 def _remove_fragments(text: str, index: _Index) -> str:
     """Replace every stretch of `text` made of FRAGMENT-long pieces of a secret."""
-    assert index.marks is not None
     data = text.encode("utf-8", "surrogatepass")
+    spans = _fragment_spans(data, index)
+    if not spans:
+        return text
+    parts, last = [], 0
+    for first, end in spans:
+        parts += (data[last:first], _REDACTED_BYTES)
+        last = end
+    parts.append(data[last:])
+    return b"".join(parts).decode("utf-8", "replace")
+
+
+def _fragment_spans(data: bytes, index: _Index) -> list[tuple[int, int]]:
+    """The (start, end) byte spans of `data` made of FRAGMENT-long pieces of a secret, in order."""
+    assert index.marks is not None
     find = data.translate(index.marks).find
     probes, size, clean = index.probes, len(data), index.clean
     if len(clean) > _CLEAN_LIMIT:
@@ -228,14 +350,7 @@ def _remove_fragments(text: str, index: _Index) -> str:
             else:
                 clean.add(run)
         start = find(_RUN, end)
-    if not spans:
-        return text
-    parts, last = [], 0
-    for first, end in spans:
-        parts += (data[last:first], _REDACTED_BYTES)
-        last = end
-    parts.append(data[last:])
-    return b"".join(parts).decode("utf-8", "replace")
+    return spans
 
 
 def _add_spans(run: bytes, offset: int, grams: frozenset[bytes],
@@ -279,6 +394,26 @@ class RedactingStream:
         return getattr(self.target, name)
 
 
+def _unwrapped(stream: TextIO) -> TextIO:
+    """The stream under a RedactingStream: log lines are redacted already, once is enough."""
+    return stream.target if isinstance(stream, RedactingStream) else stream
+
+
+@contextlib.contextmanager
+def redacted_stdio() -> Iterator[None]:
+    """Redact everything written to sys.stdout and sys.stderr meanwhile (a command's run):
+    the last net under any `print`, of ours or of a library."""
+    saved = sys.stdout, sys.stderr
+    if not isinstance(sys.stdout, RedactingStream):
+        sys.stdout = RedactingStream(sys.stdout)  # type: ignore[assignment]
+    if not isinstance(sys.stderr, RedactingStream):
+        sys.stderr = RedactingStream(sys.stderr)  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        sys.stdout, sys.stderr = saved
+
+
 # ---------------------------------------------------------------------------------------------
 # Logging
 
@@ -293,13 +428,24 @@ class _RedactingHandler(logging.StreamHandler):  # type: ignore[type-arg]
     def emit(self, record: logging.LogRecord) -> None:
         if self._follow_stderr:
             # Resolved at write time, so a replaced sys.stderr (tests, daemons) is followed.
-            self.stream = sys.stderr
+            self.stream = _unwrapped(sys.stderr)
         super().emit(record)
 
     def handleError(self, record: logging.LogRecord) -> None:
         # The default prints the record's message and arguments unredacted.
         self.stream.write(REDACTOR(f"logging error in a record of {record.name}: "
                                    f"{sys.exc_info()[1]!r}") + "\n")
+
+
+class _QuietLibraries(logging.Filter):
+    """Keeps the debug and info lines of QUIET_LIBRARIES out of our sinks."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno >= logging.WARNING or not _quiet(record.name)
+
+
+def _quiet(name: str) -> bool:
+    return any(name == lib or name.startswith(f"{lib}.") for lib in QUIET_LIBRARIES)
 
 
 def _renderer(fmt: str) -> Any:
@@ -332,10 +478,14 @@ def configure_logging(level: str = "info", fmt: str = "json", stream: TextIO | N
                     timestamper, *tail],
         wrapper_class=structlog.make_filtering_bound_logger(threshold),
         logger_factory=(structlog.PrintLoggerFactory(stream) if stream is not None
-                        else lambda *args: structlog.PrintLogger(sys.stderr)),
+                        else lambda *args: structlog.PrintLogger(_unwrapped(sys.stderr))),
         cache_logger_on_first_use=False,
     )
     handler = _RedactingHandler(stream)
+    handler.addFilter(_QuietLibraries())
+    for name in QUIET_LIBRARIES:  # not even formatted: botocore's debug lines are many
+        logging.getLogger(name).setLevel(max(threshold, logging.WARNING))
+    _redact_other_handlers()
     handler.setFormatter(structlog.stdlib.ProcessorFormatter(
         foreign_pre_chain=[structlog.stdlib.add_log_level, structlog.stdlib.add_logger_name,
                            timestamper],
@@ -351,6 +501,16 @@ def configure_logging(level: str = "info", fmt: str = "json", stream: TextIO | N
     sys.excepthook = _log_uncaught
     threading.excepthook = _log_thread_exception
     sys.unraisablehook = _log_unraisable
+
+
+def _redact_other_handlers() -> None:
+    """Point any handler a library hung on its own logger at the console through redaction."""
+    consoles = {id(s) for s in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__)}
+    for logger in list(logging.Logger.manager.loggerDict.values()):
+        for handler in getattr(logger, "handlers", ()):
+            if (type(handler) is logging.StreamHandler
+                    and id(handler.stream) in consoles):
+                handler.setStream(RedactingStream(handler.stream))
 
 
 def _log_uncaught(kind: type[BaseException], error: BaseException,

@@ -104,6 +104,8 @@ def test_truth_server_records(tmp_path: Path) -> None:
 def test_hostile_smoke() -> None:
     out = run_benchmark("hostile")
     assert "| quiet " in out and "| attack on the port " in out and "TTFT err p50 ms" in out
+    assert "| malformed-request flood " in out and "log B/s" in out
+    assert "malformed flood: " in out and "tracebacks: 0" in out
     # What the attacker saw depends on the machine's load (401, 429, or a dropped connection):
     # the smoke run only proves every attack ran and was answered somehow.
     assert "wrong password → " in out and "reload → " in out

@@ -52,7 +52,7 @@ INVALID_CASES = {
     "unknown_key.yaml": ["global.intervall: unknown key"],
     "bad_duration.yaml": ["global.interval: invalid duration '5 minutes'"],
     "url_as_name.yaml": ["targets[1].name: must be a short name",
-                         "targets[1].base_url: 'api.openai.com/v1' is not an http(s) URL",
+                         "targets[1].base_url: not an http(s) URL (it must start with http://",
                          "targets[1].models: lists a model twice"],
     "missing_env.yaml": ["targets[0].api_key_env: environment variable LLM_PROBE_TEST_UNSET_KEY "
                          "is not set",
@@ -129,7 +129,7 @@ INVALID_CASES = {
     "every_problem.yaml": ["global.intervall: unknown key",
                            "global.interval: 1ms is shorter than 1s",
                            "probes.short.max_tokens: Input should be greater than or equal to 1",
-                           "targets[0].base_url: 'api.example.com/v1' is not an http(s) URL",
+                           "targets[0].base_url: not an http(s) URL (it must start with http://",
                            "targets[0].probes[1]: unknown probe 'long' (defined: short)",
                            "targets[0].api_key_file: cannot read ",
                            "targets[1].name: 'a' is already used by targets[0]",
@@ -332,7 +332,8 @@ def test_secret_headers_are_secrets_for_redaction() -> None:
                                          "headers": {"Bad Name": "x"}}]},
      "'Bad Name' is not a valid header name"),
     ("targets[0].base_url", {"targets": [{"name": "a", "base_url": "http://h:99999/v1",
-                                          "models": ["m"]}]}, "is not a valid URL"),
+                                          "models": ["m"]}]},
+     "not a valid URL: the port is out of range"),
 ])
 def test_names_that_would_bloat_or_break_the_output_are_refused(where, change, message) -> None:
     with pytest.raises(ConfigError) as info:

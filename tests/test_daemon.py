@@ -116,7 +116,7 @@ def test_check_prints_the_plan_and_fails_on_errors(tmp_path) -> None:
     run = subprocess.run([sys.executable, "-m", "exporter", "check", "--config.file", str(bad)],
                          capture_output=True, text=True, cwd=ROOT)
     assert run.returncode == 1
-    assert "targets[0].base_url: 'x' is not an http(s) URL" in run.stderr
+    assert "targets[0].base_url: not an http(s) URL (it must start with http://" in run.stderr
 
 
 @pytest.mark.e2e

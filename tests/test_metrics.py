@@ -265,7 +265,8 @@ def test_own_metrics_come_from_the_declaration_with_process_metrics() -> None:
     served = {f.name for f in text_string_to_metric_families(page)}
     declared = {spec.name for spec in families(Scope.EXPORTER)}
     http = {BY_KEY[f].name for f in (Family.HTTP_CONNECTIONS, Family.HTTP_CONNECTIONS_LIMIT,
-                                     Family.HTTP_CONNECTIONS_CLOSED)}  # the server adds these
+                                     Family.HTTP_CONNECTIONS_CLOSED,  # the server adds these
+                                     Family.WEB_CONFIG_RELOAD_OK)}  # (with a web config)
     budget = {BY_KEY[f].name for f in (Family.BUDGET_SPENT, Family.BUDGET_LIMIT)}
     assert declared - http - budget <= served
     assert {name.removesuffix("_total") for name in PROCESS_FAMILIES} <= served

@@ -25,8 +25,10 @@ from exporter.bench.tables import (
 from exporter.commands.cells import make_console
 from exporter.commands.selection import Selection, select_series
 from exporter.config import Config
+from exporter.files import read_limited
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+MAX_BASELINE_BYTES = 512 * 1024 * 1024  # a run.json with every raw record of a long run
 
 
 @dataclass(frozen=True)
@@ -43,7 +45,7 @@ class BenchOutputs:
 def read_baseline(path: Path) -> RunDocument:
     """A baseline run.json of any schema version (OSError, or ValueError saying what is wrong)."""
     try:
-        data = orjson.loads(path.read_bytes())
+        data = orjson.loads(read_limited(path, MAX_BASELINE_BYTES))
     except orjson.JSONDecodeError as exc:
         raise ValueError(f"baseline {path}: not JSON ({exc})") from None
     return RunDocument.from_json(data, f"baseline {path}")

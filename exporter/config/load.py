@@ -4,7 +4,9 @@ Bounded bytes → YAML with bounded depth and alias expansion (`exporter.files`)
 interpolation → pydantic models per section (`extra="forbid"`, frozen, finite numbers) →
 cross-field checks (probe names, key and image files, intervals) → a flat probe plan of `Series`
 (one per target × model × probe) with every setting resolved. Every problem of a file is reported
-in one `ConfigError`, and `load_config` raises nothing else, whatever the file holds.
+in one `ConfigError`, and `load_config` raises nothing else, whatever the file holds. The file's
+secrets are known to the redactor before any problem is reported, and no problem quotes a secret
+or a substituted `${VAR}` value (`interpolate`).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from pydantic import (
 )
 
 from exporter.config.errors import ConfigError, ConfigProblem, format_location
+from exporter.config.interpolate import Scrubber, Substitution, interpolate
 from exporter.config.model import Config, Objectives, Series, Target
 from exporter.config.network import (
     AWS_EXTRA_MISSING,
@@ -46,7 +49,7 @@ from exporter.config.schema import (
     SloConfig,
     TargetConfig,
 )
-from exporter.config.secrets import secret_name
+from exporter.config.secrets import document_secrets
 from exporter.config.shard import in_shard, parse_shard
 from exporter.config.types import (
     MAX_BUCKETS,
@@ -65,6 +68,7 @@ from exporter.exposition.families import (
     bucket_families,
 )
 from exporter.files import FileRefused, YAMLDocument, parse_yaml, read_limited
+from exporter.log import REDACTOR, Redactor
 
 # ---------------------------------------------------------------------------------------------
 # Loading
@@ -74,7 +78,6 @@ MAX_KEY_BYTES = 64 * 1024
 MAX_IMAGE_BYTES = 20 * 1024 * 1024  # what OpenAI and Anthropic accept per image
 _IMAGE_SUFFIXES = frozenset({".png", ".jpg", ".jpeg", ".gif", ".webp"})
 _SECTIONS = ("global", "simulator", "probes", "targets")
-_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 _KEY_CHARACTERS = re.compile(r"^[\x21-\x7e]+$")  # what an HTTP header carries safely
 Loc = tuple[int | str, ...]
 # pydantic's words for YAML users (a "tuple" or "instance of TargetConfig" means nothing there).
@@ -86,37 +89,6 @@ _Model = TypeVar("_Model", bound=BaseModel)
 
 def _problem(loc: Loc, error: str) -> ConfigProblem:
     return ConfigProblem(format_location(loc), error, path=loc)
-
-
-def _interpolate(node: Any, loc: Loc, env: Mapping[str, str],
-                 problems: list[ConfigProblem], secrets: list[str]) -> Any:
-    """Replace `${VAR}` (and `${VAR:-default}`) in every string of the YAML tree.
-
-    The values of variables named like credentials (`*_KEY`, `*TOKEN*`, `*SECRET*`…) are
-    collected in `secrets`: wherever they land (a plainly named header, a URL), they are
-    redacted like keys.
-    """
-    if isinstance(node, str):
-        if "${" not in node:
-            return node
-
-        def substitute(match: re.Match[str]) -> str:
-            name, default = match.group(1), match.group(2)
-            if name in env:
-                if secret_name(name):
-                    secrets.append(env[name])
-                return env[name]
-            if default is not None:
-                return default
-            problems.append(_problem(loc, f"environment variable {name} is not set"))
-            return ""
-        return _VAR.sub(substitute, node)
-    if isinstance(node, dict):
-        return {k: _interpolate(v, (*loc, str(k)), env, problems, secrets)
-                for k, v in node.items()}
-    if isinstance(node, list):
-        return [_interpolate(v, (*loc, i), env, problems, secrets) for i, v in enumerate(node)]
-    return node
 
 
 def _validate(model: type[_Model], value: Any, loc: Loc,
@@ -244,27 +216,42 @@ def _check_probe_names(names: Iterable[Any], problems: list[ConfigProblem]) -> N
 
 def parse_config(data: Any, *, env: Mapping[str, str] | None = None,
                  base_dir: Path | None = None, source: Path | None = None,
-                 shard: str | None = None) -> Config:
+                 shard: str | None = None, redactor: Redactor | None = None) -> Config:
     """Validate a parsed YAML document into a `Config`, or raise `ConfigError`.
 
     Every section is validated on its own and the cross-field checks run on what is readable,
     so one run reports every problem of the file. `shard` ("i/n", e.g. from `--shard`)
     overrides `global.shard`: only the series whose stable hash falls in shard i are kept, so n
-    replicas probe every series exactly once.
+    replicas probe every series exactly once. `redactor` learns the document's secrets before
+    anything else happens. Problems never repeat a substituted `${VAR}` value or a secret.
     """
     return _parse(data, os.environ if env is None else env, base_dir or Path.cwd(), source,
-                  shard, [])
+                  shard, [], redactor)
 
 
 def _parse(data: Any, env: Mapping[str, str], base_dir: Path, source: Path | None,
-           shard: str | None, reads: list[tuple[Path, bytes]]) -> Config:
+           shard: str | None, reads: list[tuple[Path, bytes]],
+           redactor: Redactor | None) -> Config:
     if data is None:
         raise ConfigError("invalid config", [ConfigProblem("", "the file is empty")])
     if not isinstance(data, dict):
         raise ConfigError("invalid config", [ConfigProblem("", "the top level must be a mapping")])
     problems: list[ConfigProblem] = []
-    interpolated: list[str] = []  # values of credential-named variables
-    data = _interpolate(data, (), env, problems, interpolated)
+    substituted: list[Substitution] = []
+    data = interpolate(data, (), env, problems, substituted)
+    # Known before a word about this config is printed (its errors, a reload's answer).
+    secrets = [*document_secrets(data, env), *(s.value for s in substituted if s.secret)]
+    if redactor is not None:
+        redactor.add(secrets)
+    try:
+        return _build(data, env, base_dir, source, shard, reads, problems, substituted)
+    except ConfigError as exc:
+        raise Scrubber(substituted, secrets).error(exc) from None
+
+
+def _build(data: dict[str, Any], env: Mapping[str, str], base_dir: Path, source: Path | None,
+           shard: str | None, reads: list[tuple[Path, bytes]], problems: list[ConfigProblem],
+           substituted: list[Substitution]) -> Config:
     if "global" in data and data["global"] is None:  # `global:` with everything commented out
         del data["global"]
     problems += [_problem((str(key),), "unknown key") for key in data if key not in _SECTIONS]
@@ -381,7 +368,8 @@ def _parse(data: Any, env: Mapping[str, str], base_dir: Path, source: Path | Non
     return Config(global_=global_, simulator=simulator, probes=resolved_probes,
                   targets=tuple(built), series=series, buckets=buckets, source=source,
                   raw=data, files=tuple(path for path, _ in reads),
-                  interpolated_secrets=tuple(dict.fromkeys(interpolated)))
+                  interpolated_secrets=tuple(dict.fromkeys(s.value for s in substituted
+                                                           if s.secret)))
 
 
 def objectives(*levels: SloConfig | None) -> Objectives:
@@ -488,11 +476,14 @@ def _resolve_network(target: TargetConfig, index: int, env: Mapping[str, str], b
 
 
 def load_config(path: str | Path, *, env: Mapping[str, str] | None = None,
-                shard: str | None = None) -> Config:
-    """Read and validate a YAML config file, or raise `ConfigError` — and nothing else."""
+                shard: str | None = None, redactor: Redactor | None = REDACTOR) -> Config:
+    """Read and validate a YAML config file, or raise `ConfigError` — and nothing else.
+
+    `redactor` (the process's) learns every secret of the file as soon as it is parsed, so no
+    error about it, anywhere, can show one."""
     path = Path(path)
     try:
-        return _load(path, os.environ if env is None else env, shard)
+        return _load(path, os.environ if env is None else env, shard, redactor)
     except ConfigError:
         raise
     except Exception as exc:  # a bug: still a located, one-line answer, never a traceback
@@ -501,7 +492,8 @@ def load_config(path: str | Path, *, env: Mapping[str, str] | None = None,
         ) from None
 
 
-def _load(path: Path, env: Mapping[str, str], shard: str | None) -> Config:
+def _load(path: Path, env: Mapping[str, str], shard: str | None,
+          redactor: Redactor | None) -> Config:
     try:
         raw = read_limited(path, MAX_CONFIG_BYTES)
     except OSError as exc:
@@ -515,7 +507,7 @@ def _load(path: Path, env: Mapping[str, str], shard: str | None) -> Config:
                           [ConfigProblem(where, why) for where, why in exc.problems]) from None
     reads: list[tuple[Path, bytes]] = []
     try:
-        config = _parse(document.data, env, path.parent.resolve(), path, shard, reads)
+        config = _parse(document.data, env, path.parent.resolve(), path, shard, reads, redactor)
     except ConfigError as exc:
         raise ConfigError(exc.message, _with_lines(exc.details, document)) from None
     return replace(config, digest=_digest(raw, reads))

@@ -20,7 +20,7 @@ from exporter.config.schema import (
     RawConfig,
     SimulatorConfig,
 )
-from exporter.config.secrets import is_secret, redacted_url, url_secrets
+from exporter.config.secrets import header_secrets, is_secret, redacted_url, url_secrets
 from exporter.config.types import Secret
 from exporter.exposition.families import Family, Objective, RatioObjective
 from exporter.log import REDACTED, Redactor
@@ -134,13 +134,13 @@ class Config:
 
     def secrets(self) -> list[str]:
         """Every secret value in this config, for redaction: API keys, secret-looking headers,
-        query parameters and URL credentials, the simulator's key."""
+        query parameters and URL credentials (and the forms they travel in), the simulator's
+        key."""
         found = [t.api_key.reveal() for t in self.targets if t.api_key]
         for target in self.targets:
             for name, value in target.headers.items():
-                if is_secret(name, value, ()):
-                    # "Bearer sk-…" headers: the token alone must be redacted too.
-                    found += [value, value.rpartition(" ")[2]]
+                # "Bearer sk-…": the token alone too; "Basic …": what it decodes to, too.
+                found += header_secrets(name, value)
             found += [value for name, value in target.query.items() if is_secret(name, value, ())]
             found += url_secrets(target.base_url + (target.path or ""))
             if target.proxy is not None:

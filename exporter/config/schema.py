@@ -33,6 +33,7 @@ from exporter.config.types import (
     Ratio,
     StrictModel,
 )
+from exporter.config.urls import scheme_of, shown_scheme, url_problem
 from exporter.exposition.families import Family, bucket_families
 
 HISTOGRAMS = bucket_families()
@@ -480,27 +481,25 @@ class AwsSigV4Config(StrictModel):
 
 
 def check_proxy_url(url: str) -> str:
-    """A proxy URL the prober can use: `http://[user:password@]host[:port]`; "" means direct."""
+    """A proxy URL the prober can use: `http://[user:password@]host[:port]`; "" means direct.
+
+    Problems never quote the URL: it may hold the proxy's password (`urls`)."""
     if url == "":
         return url
-    if re.search(r"\s", url) or CONTROL.search(url):
-        raise ValueError("the proxy URL contains whitespace or control characters")
-    if "://" not in url:
+    if "://" not in url and not re.search(r"\s", url):
         url = f"http://{url}"  # `proxy:3128`, as curl and Go read it
-    scheme = url.partition("://")[0].lower()
+    scheme = scheme_of(url)
     if scheme == "https":
         raise ValueError("proxies reached over TLS (https://) are not supported; use the "
                          "proxy's http:// address: requests to https targets stay encrypted "
                          "end to end inside its CONNECT tunnel")
-    if scheme != "http":
-        raise ValueError(f"{scheme}:// proxies are not supported; use an HTTP proxy (http://)")
-    try:
-        parsed = URL(url)
-        parsed.port  # noqa: B018 - yarl checks the port range when it is read
-    except ValueError as exc:
-        raise ValueError(f"not a valid URL: {exc}") from None
-    if not parsed.host:
-        raise ValueError("the proxy URL has no host")
+    if scheme is not None and scheme != "http":
+        raise ValueError(f"{shown_scheme(scheme)} proxies are not supported; use an HTTP proxy "
+                         "(http://)")
+    problem = url_problem(url, ("http",))
+    if problem is not None:
+        raise ValueError(problem.replace("the URL", "the proxy URL"))
+    parsed = URL(url)
     if parsed.path not in ("", "/") or parsed.query_string or parsed.fragment:
         raise ValueError("a proxy URL is scheme, host and port only (no path or query)")
     return url
@@ -547,16 +546,11 @@ class TargetConfig(StrictModel):
     @field_validator("base_url")
     @classmethod
     def _check_base_url(cls, url: str) -> str:
-        if not re.match(r"^https?://[^/\s]+", url):
-            raise ValueError(f"{url!r} is not an http(s) URL")
-        if re.search(r"\s", url) or CONTROL.search(url):
-            raise ValueError("the URL contains whitespace or control characters")
-        try:
-            parsed = URL(url)
-            parsed.port  # noqa: B018 - yarl checks the port range when it is read
-        except ValueError as exc:
-            raise ValueError(f"{url!r} is not a valid URL: {exc}") from None
-        if parsed.fragment:
+        # Never quote the URL: its query or userinfo may hold a key (`urls`).
+        problem = url_problem(url)
+        if problem is not None:
+            raise ValueError(problem)
+        if URL(url).fragment:
             raise ValueError("the URL must not have a #fragment")
         return url.rstrip("/")
 

@@ -75,6 +75,7 @@ class CloseReason(StrEnum):
     IDLE_TIMEOUT = "idle_timeout"
     EVICTED = "evicted"  # made room at the cap
     REJECTED = "rejected"  # at the cap with every connection busy
+    MALFORMED = "malformed"  # answered 400: the request failed to parse
 
 
 class Family(StrEnum):
@@ -116,6 +117,7 @@ class Family(StrEnum):
     BUDGET_LIMIT = "budget_limit"
     RELOAD_OK = "config_last_reload_successful"
     RELOAD_TIME = "config_last_reload_success_timestamp_seconds"
+    WEB_CONFIG_RELOAD_OK = "web_config_last_reload_successful"
     HTTP_CONNECTIONS = "http_connections"
     HTTP_CONNECTIONS_LIMIT = "http_connections_limit"
     HTTP_CONNECTIONS_CLOSED = "http_connections_closed"
@@ -274,13 +276,17 @@ FAMILIES: tuple[FamilySpec, ...] = (
           "Whether the last config load succeeded."),
     _spec(Family.RELOAD_TIME, "llm_probe_config_last_reload_success_timestamp_seconds", _G, _E,
           "Unix time of the last successful config load."),
+    _spec(Family.WEB_CONFIG_RELOAD_OK, "llm_probe_web_config_last_reload_successful", _G, _E,
+          "Whether the last read of --web.config.file (and its TLS files) succeeded; 0 "
+          "keeps the previous one serving."),
     _spec(Family.HTTP_CONNECTIONS, "llm_probe_http_connections", _G, _E,
           "Connections to the exporter's port held now."),
     _spec(Family.HTTP_CONNECTIONS_LIMIT, "llm_probe_http_connections_limit", _G, _E,
           "Connection cap of the exporter's port (below the fd limit)."),
     _spec(Family.HTTP_CONNECTIONS_CLOSED, "llm_probe_http_connections_closed", _C, _E,
           "Connections the exporter closed: header_timeout, idle_timeout, evicted (to make "
-          "room at the cap), rejected (at the cap, every connection busy).", "reason",
+          "room at the cap), rejected (at the cap, every connection busy), malformed (the "
+          "request failed to parse; answered 400).", "reason",
           CloseReason),
     # -- /probe (one run, blackbox-style) --------------------------------------------------
     _spec(Family.ONDEMAND_SUCCESS, "llm_probe_ondemand_success", _G, _O,

@@ -13,11 +13,13 @@ import errno
 import math
 import socket
 import ssl
+from collections.abc import Mapping
 from typing import Any
 
 import aiohttp
 import orjson
 from aiohttp.http_exceptions import HttpProcessingError
+from yarl import URL
 
 from exporter.config import Proxy
 from exporter.errors import (
@@ -136,6 +138,28 @@ def proxy_answer(status: int, message: str | None, proxy: Proxy | None, url: Any
     if 400 <= status < 500:
         return ConnectFailed(f"{where} refused CONNECT to {host}: {answer}", Cause.PROXY_REFUSED)
     return ConnectFailed(f"{where} could not reach {host}: {answer}", Cause.PROXY_CANNOT_REACH)
+
+
+def sends_basic(url: str, headers: Mapping[str, str]) -> bool:
+    """Whether a request carries Basic credentials for the server (a header, or the URL's
+    userinfo, from which aiohttp builds one)."""
+    return URL(url).user is not None or any(
+        name.lower() == "authorization" and value.lower().startswith("basic")
+        for name, value in headers.items())
+
+
+def proxy_refused(response: aiohttp.ClientResponse, sent_basic: bool) -> bool:
+    """Whether a proxied request's 401/407 is the proxy's own refusal, not the server's: a 407
+    always; for an http target (whose request the proxy forwards and may answer itself) a 401
+    that asks for proxy credentials (`Proxy-Authenticate`), or for Basic credentials when the
+    request sent the server none — tinyproxy answers wrong proxy credentials so."""
+    if response.status == 407:
+        return True
+    if response.status != 401 or response.url.scheme != "http":
+        return False
+    challenge = response.headers.get("WWW-Authenticate", "")
+    return "Proxy-Authenticate" in response.headers or (
+        challenge.lower().startswith("basic") and not sent_basic)
 
 
 # OpenSSL's reason codes for alerts and failures: plain words and the cause.

@@ -62,7 +62,7 @@ class KeyFiles:
             self._keep(path, seen, signature, f"the key {exc}")
         else:
             if seen.key is None or key != seen.key.reveal():
-                self._redact.add((key,))
+                self._redact.hold(("api_key_file", path), (key,))  # in use until it changes
             seen.signature, seen.key, seen.problem = signature, Secret(key), None
         return seen.key
 

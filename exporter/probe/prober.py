@@ -41,7 +41,9 @@ from exporter.probe.failures import (
     error_text,
     parse_retry_after,
     proxy_answer,
+    proxy_refused,
     request_error,
+    sends_basic,
     status_error,
 )
 from exporter.probe.keyfile import KeyFiles
@@ -296,10 +298,10 @@ class Prober:
         net.settle(stamps, https=response.url.scheme == "https")
         attempt.status = response.status
         attempt.headers = response.headers
-        if response.status == 407 and proxy is not None:
+        if proxy is not None and proxy_refused(response, sends_basic(request.url, headers)):
             # An http target's request is forwarded by the proxy, which answers for itself.
             response.release()
-            raise proxy_answer(407, response.reason, proxy, response.url)
+            raise proxy_answer(response.status, response.reason, proxy, response.url)
         return response
 
     def _status_error(self, response: aiohttp.ClientResponse, message: str) -> HTTPStatusError:

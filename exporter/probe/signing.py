@@ -10,7 +10,10 @@ credentials files and their profiles, `credential_process`, web identity, contai
 roles). Finding or refreshing them may read files, run a process or call STS, so that runs in a
 worker thread, never on the event loop; it happens again when botocore says the credentials are
 near their expiry (15 minutes before, or 10 at the latest), so probes never sign with expired
-ones. Signing itself is a few HMACs over the request (~60 µs) and runs on the loop.
+ones. Signing itself is a few HMACs over the request (~60 µs) and runs on the loop. The secret
+key and session token in use are held by the redactor (never evicted) as soon as they are
+found; botocore's own debug lines, which print them while it fetches them, never reach our
+logs (`exporter.log.QUIET_LIBRARIES`).
 """
 
 from __future__ import annotations
@@ -100,8 +103,10 @@ class SigV4Signer:
             return  # the waiters get the error; the next probe tries again
         self._frozen = future.result()
         if self._redactor is not None:
-            # The session token travels in a header a server could echo.
-            self._redactor.add(s for s in (self._frozen.secret_key, self._frozen.token) if s)
+            # The session token travels in a header a server could echo. Held, not added: a
+            # static session token is sent for the process's life, whatever the reloads.
+            self._redactor.hold(("aws_sigv4", self.region, self.service, self.profile),
+                                [s for s in (self._frozen.secret_key, self._frozen.token) if s])
 
     def _refresh_due(self) -> bool:
         return isinstance(self._source, RefreshableCredentials) and self._source.refresh_needed()

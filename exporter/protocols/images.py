@@ -8,7 +8,8 @@ import struct
 import zlib
 from pathlib import Path
 
-from exporter.config import ImageSpec
+from exporter.config import MAX_IMAGE_BYTES, ImageSpec
+from exporter.files import read_limited
 
 _MEDIA_TYPES = {".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg",
                 ".gif": "image/gif", ".webp": "image/webp"}
@@ -40,7 +41,8 @@ def _file_image(path: str) -> tuple[str, bytes]:
     media_type = _MEDIA_TYPES.get(file.suffix.lower())
     if media_type is None:
         raise ValueError(f"unsupported image type {file.suffix!r} (png, jpeg, gif, webp)")
-    return media_type, file.read_bytes()
+    # Through the file guard: checked at load, the file may have been swapped for a FIFO since.
+    return media_type, read_limited(file, MAX_IMAGE_BYTES)
 
 
 def image_payload(spec: ImageSpec) -> tuple[str, str]:

@@ -139,7 +139,9 @@ class Daemon:
                                  None, self.reload, started_at=time.time(),
                                  probe_endpoint=self.probe_endpoint, shard=self.shard,
                                  adaptations=self.prober.adaptations.describe)
-        web_config = LiveWebConfig(self.web_config) if self.web_config is not None else None
+        # Read off the loop: files (and a TLS key) are read and checked, however slow the disk.
+        web_config = (await asyncio.to_thread(LiveWebConfig, self.web_config)
+                      if self.web_config is not None else None)
         host, port = parse_listen_address(self.listen)
         try:
             self._runner = await start_server(self.state, host, port, web_config=web_config)

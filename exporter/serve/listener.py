@@ -18,6 +18,9 @@
   may stay idle, or leave its response unread, for `idle_timeout`.
 - **EMFILE on accept** (descriptors used up elsewhere) is logged once per interval, not once per
   attempt: asyncio reports each failed accept() through the loop's exception handler.
+- **Requests that fail to parse** (a control character in a header, a header over the size
+  limit) are answered `400` without echoing a byte, take a rate-limit token like any request,
+  and are logged at most once per client and interval (`malformed`), never with their bytes.
 
 The raw protocol sits below TLS so that a connection still in its handshake can be counted,
 evicted and timed out like any other, and so that each handshake uses the newest certificate.
@@ -40,6 +43,7 @@ from enum import StrEnum
 from typing import Any
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.typedefs import Handler
 from aiohttp.web_protocol import RequestHandler
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -47,6 +51,7 @@ from prometheus_client.registry import Collector
 
 from exporter.exposition.families import BY_KEY, CloseReason, Family
 from exporter.log import get_logger
+from exporter.serve.malformed import LOG_INTERVAL, MAX_CLIENTS, MalformedLog, kind_of, refusal
 
 # A soft limit of "unlimited" is read as this many descriptors (select/epoll need a number).
 UNLIMITED_FDS = 1 << 20
@@ -65,6 +70,8 @@ class ServerLimits:
     fd_reserve: int = 128  # descriptors always left for probes, files and the simulator
     accept_error_log_interval: float = 10.0
     lingering_time: float = 2.0  # reading an unread request body after answering
+    malformed_log_interval: float = LOG_INTERVAL  # one line per client per interval, at most
+    malformed_log_clients: int = MAX_CLIENTS  # clients named per interval; the rest summed
 
 
 class ConnectionState(StrEnum):
@@ -203,6 +210,24 @@ class _Connection:
             self.close(CloseReason.IDLE_TIMEOUT)
 
 
+class _GuardedHandler(RequestHandler):
+    """aiohttp's request handler, with the guard answering requests that fail to parse (aiohttp
+    would log a traceback quoting their bytes and echo them in its 400)."""
+
+    __slots__ = ("_guard",)
+
+    def __init__(self, guard: ConnectionGuard, server: web.Server) -> None:
+        # What `server()` does (web.Server keeps the runner's settings in `_kwargs`).
+        super().__init__(server, loop=asyncio.get_running_loop(), **server._kwargs)
+        self._guard = guard
+
+    def handle_error(self, request: Any, status: int = 500, exc: BaseException | None = None,
+                     message: str | None = None) -> web.StreamResponse:
+        if isinstance(exc, HttpProcessingError) and request.writer.output_size == 0:
+            return self._guard.refuse_malformed(self, exc)
+        return super().handle_error(request, status, exc, message)
+
+
 class _LeanSSLProtocol(sslproto.SSLProtocol):
     """asyncio's TLS protocol with a 32 KiB read buffer: its 256 KiB default would let a
     thousand idle connections pin 256 MB (a TLS record is at most 16 KiB)."""
@@ -233,10 +258,14 @@ class _TLSConnection(_Connection, asyncio.BufferedProtocol):
 class ConnectionGuard:
     """Admits, tracks, times out and evicts the connections of one listening socket."""
 
-    def __init__(self, cap: int, limits: ServerLimits) -> None:
+    def __init__(self, cap: int, limits: ServerLimits, *, logger: Any = None,
+                 rate_limit: Callable[[], bool] | None = None) -> None:
         self.cap = cap
         self.limits = limits
         self.closed: Counter[CloseReason] = Counter()
+        self.malformed = MalformedLog(logger or get_logger(), limits.malformed_log_interval,
+                                      limits.malformed_log_clients)
+        self._rate_limit = rate_limit  # the web config's token bucket: False when spent
         self._open: set[_Connection] = set()
         self._peers: Counter[str] = Counter()  # open connections by peer address
         # Eviction candidates by tier, each in the order they entered it (oldest first).
@@ -316,6 +345,16 @@ class ConnectionGuard:
         if conn.handler is not None:
             self._by_handler.pop(conn.handler, None)
 
+    def refuse_malformed(self, handler: RequestHandler,
+                         error: BaseException) -> web.StreamResponse:
+        """The answer to a request that failed to parse: 400 (429 past the rate limit),
+        counted, logged sparingly, never echoed."""
+        conn = self._by_handler.get(handler)
+        self.closed[CloseReason.MALFORMED] += 1
+        self.malformed.record(conn.peer if conn is not None else "unknown", kind_of(error))
+        allowed = self._rate_limit is None or self._rate_limit()
+        return refusal(400 if allowed else 429)
+
     def protocol_factory(self, server: web.Server,
                          tls: Callable[[], ssl.SSLContext] | None) -> Callable[[], _Connection]:
         """What `loop.create_server` calls for each accepted connection."""
@@ -323,12 +362,12 @@ class ConnectionGuard:
         handshake_timeout = self.limits.header_timeout
 
         def plain() -> tuple[Any, RequestHandler]:
-            handler = server()
+            handler = _GuardedHandler(self, server)
             return handler, handler
 
         def secure() -> tuple[Any, RequestHandler]:
             assert tls is not None
-            handler = server()
+            handler = _GuardedHandler(self, server)
             inner = _LeanSSLProtocol(loop, handler, tls(), None, server_side=True,
                                      ssl_handshake_timeout=handshake_timeout)
             return inner, handler

@@ -210,7 +210,8 @@ async def start_server(state: ServerState, host: str, port: int, *,
     log = logger or get_logger()
     limits = limits or ServerLimits()
     fd_limit = raise_fd_limit()
-    guard = ConnectionGuard(connection_cap(limits, fd_limit), limits)
+    guard = ConnectionGuard(connection_cap(limits, fd_limit), limits, logger=log,
+                            rate_limit=web_config.take_token if web_config is not None else None)
     loop = asyncio.get_running_loop()
     state.loop = loop
 
@@ -239,6 +240,8 @@ async def start_server(state: ServerState, host: str, port: int, *,
     server = HTTPServer()
     await server.start(setup, loop.get_exception_handler())
     state.metrics.own.register(guard.collector())
+    if web_config is not None:
+        state.metrics.own.register(web_config.collector())
     log.info("http limits", max_connections=guard.cap, fd_limit=fd_limit,
              header_timeout=limits.header_timeout, idle_timeout=limits.idle_timeout)
     return server
@@ -401,8 +404,8 @@ async def reload_handler(request: web.Request) -> web.Response:
     state = request.app[STATE]
     await state.reloads.run(lambda: on_probing_loop(state, state.reload))
     if state.last_reload_error:
-        return web.Response(status=500, text=f"reload failed, old config kept:\n"
-                            f"{state.last_reload_error}\n")
+        return web.Response(status=500, text=REDACTOR(f"reload failed, old config kept:\n"
+                                                      f"{state.last_reload_error}\n"))
     return web.Response(text="Config reloaded.\n")
 
 

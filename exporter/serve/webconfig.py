@@ -8,49 +8,46 @@
     rate_limit:          {interval, burst}  (one token bucket for the whole port)
 
 Every request passes the rate limit, gets the configured headers and, with users configured,
-must carry basic auth. bcrypt is slow on purpose, so checks run in their own one-thread pool
-with a short queue (beyond it: 429 at once), never on the default executor that renders
-/metrics, and verified and refused (user, password) pairs are remembered. The file and the
-certificate files it names are polled: a change applies to new requests and new TLS
-handshakes; a broken change keeps the running config (logged once).
+must carry basic auth, checked with bcrypt in a pool of its own (`basicauth`).
+
+The file and the certificate, key and CA files it names are read as the main config is
+(`exporter.files`): regular files only (a FIFO or a device is refused, never opened for a
+blocking read), bounded in size, YAML with bounded depth and aliases, errors located without
+quoting the file (a line of it may be part of a bcrypt hash or a private key). They are read
+off the event loop and polled: a change applies to new requests and new TLS handshakes; a broken
+change keeps the running config, logs one line and sets
+`llm_probe_web_config_last_reload_successful 0`, and the watcher keeps watching, so the next
+good change applies.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
-import hashlib
-import hmac
 import ipaddress
 import math
-import os
 import ssl
 import tempfile
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, Literal
 
-import bcrypt
-import yaml
 from aiohttp import web
 from aiohttp.typedefs import Handler
+from prometheus_client.core import GaugeMetricFamily, Metric
 from pydantic import Field, ValidationError
 
 from exporter.config import ConfigError, ConfigProblem, Duration, format_location
 from exporter.config.types import StrictModel
-from exporter.files import FileSignature, signature
-from exporter.log import get_logger
+from exporter.exposition.families import BY_KEY, Family
+from exporter.files import FileRefused, FileSignature, parse_yaml, read_limited, signature
+from exporter.log import REDACTOR, Redactor, get_logger
+from exporter.serve.basicauth import BcryptPool, PasswordChecks, credentials
 
 MAX_FILE_BYTES = 1024 * 1024
 WATCH_PERIOD = 1.0  # seconds between checks of the file and its certificates
-BCRYPT_WORKERS = 1  # bcrypt holds a core per check; the other stays with the loop
-BCRYPT_QUEUE = 16  # checks waiting or running; beyond this an unknown password gets 429
-REMEMBERED = 4096  # refused (user, password) pairs remembered
 
 _TLS_VERSIONS = {"TLS10": ssl.TLSVersion.TLSv1, "TLS11": ssl.TLSVersion.TLSv1_1,
                  "TLS12": ssl.TLSVersion.TLSv1_2, "TLS13": ssl.TLSVersion.TLSv1_3}
@@ -223,18 +220,17 @@ def load_web_config(path: str | Path) -> tuple[WebConfig, Path]:
 
 def _read(path: Path) -> tuple[WebConfig, Path]:
     try:
-        with path.open("rb") as file:
-            raw = file.read(MAX_FILE_BYTES + 1)
-        if len(raw) > MAX_FILE_BYTES:
-            raise ConfigError(f"web config {path} is larger than {MAX_FILE_BYTES} bytes")
-        data = yaml.safe_load(raw.decode("utf-8"))
-        config = WebConfig.model_validate({} if data is None else data)
+        raw = read_limited(path, MAX_FILE_BYTES)
     except OSError as exc:
         raise ConfigError(f"cannot read web config {path}: {exc.strerror or exc}") from None
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"web config {path} is not UTF-8 (byte {exc.start})") from None
-    except (yaml.YAMLError, RecursionError) as exc:
-        raise ConfigError(f"invalid YAML in web config {path}: {exc}") from None
+    except FileRefused as exc:  # a FIFO, a device, too large
+        raise ConfigError(f"cannot read web config {path}: {exc}") from None
+    try:
+        document = parse_yaml(raw)
+        config = WebConfig.model_validate({} if document.data is None else document.data)
+    except FileRefused as exc:  # located (line, column) without quoting the file
+        raise ConfigError(f"invalid YAML in web config {path}",
+                          [ConfigProblem(where, why) for where, why in exc.problems]) from None
     except ValidationError as exc:
         problems = [ConfigProblem(format_location(e["loc"]),
                                   "unknown key" if e["type"] == "extra_forbidden"
@@ -271,9 +267,11 @@ def ssl_context(config: TLSServerConfig, base: Path) -> ssl.SSLContext:
             return inline.encode()
         assert file is not None
         try:
-            return _resolve(base, file).read_bytes()
+            return read_limited(_resolve(base, file), MAX_FILE_BYTES)
         except OSError as exc:
             raise fail(f".{field}", f"cannot read {file}: {exc.strerror or exc}") from None
+        except FileRefused as exc:  # a FIFO, a device, too large
+            raise fail(f".{field}", f"{file}: {exc}") from None
 
     # Not create_default_context(CLIENT_AUTH): that trusts the system CAs for client certs.
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
@@ -339,102 +337,6 @@ class TokenBucket:
         return False
 
 
-def _cost(hashed: str) -> int:
-    return int(hashed[4:6])
-
-
-def _check(hashed: bytes | None, cost: int, password: bytes) -> bool:
-    """One bcrypt check (in the bcrypt pool); an unknown user costs the same time."""
-    try:
-        if hashed is None:
-            bcrypt.hashpw(password, bcrypt.gensalt(cost))
-            return False
-        return bcrypt.checkpw(password, hashed)
-    except ValueError:  # e.g. longer than bcrypt's 72 bytes
-        return False
-
-
-class BcryptPool:
-    """bcrypt's own small thread pool with a bounded queue, apart from the default executor."""
-
-    def __init__(self, workers: int = BCRYPT_WORKERS, queue: int = BCRYPT_QUEUE) -> None:
-        self._executor = ThreadPoolExecutor(workers, thread_name_prefix="bcrypt")
-        self._queue = queue
-        self.pending = 0
-
-    def submit(self, fn: Callable[..., bool], *args: Any) -> asyncio.Future[bool] | None:
-        """Run `fn(*args)` in the pool, or None when the queue is full."""
-        if self.pending >= self._queue:
-            return None
-        self.pending += 1
-        future = asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
-        future.add_done_callback(self._finished)
-        return future
-
-    def _finished(self, _future: asyncio.Future[bool]) -> None:
-        self.pending -= 1
-
-    def close(self) -> None:
-        """Stop the threads (queued checks are dropped)."""
-        self._executor.shutdown(wait=False, cancel_futures=True)
-
-
-class PasswordChecks:
-    """Basic-auth verdicts for one user table: remembered, deduplicated, bcrypt in its pool."""
-
-    def __init__(self, users: Mapping[str, str], pool: BcryptPool) -> None:
-        self._users = {u: h.encode() for u, h in users.items()}
-        self._cost = max((_cost(h) for h in users.values()), default=10)
-        self._pool = pool
-        self._key = os.urandom(32)  # remembered pairs are keyed, never stored in the clear
-        self._verified: set[bytes] = set()
-        self._refused: OrderedDict[bytes, None] = OrderedDict()
-        self._running: dict[bytes, asyncio.Future[bool]] = {}
-
-    async def check(self, user: str, password: str) -> bool | None:
-        """True/False; None when too many checks are already waiting (answer 429)."""
-        pair = f"{len(user)}:{user}{password}".encode()
-        digest = hmac.new(self._key, pair, hashlib.sha256).digest()
-        if digest in self._verified:
-            return True
-        if digest in self._refused:
-            self._refused.move_to_end(digest)
-            return False
-        future = self._running.get(digest)
-        if future is None:
-            future = self._pool.submit(_check, self._users.get(user), self._cost,
-                                       password.encode())
-            if future is None:
-                return None
-            self._running[digest] = future
-            future.add_done_callback(lambda f: self._remember(digest, f))
-        return await asyncio.shield(future)
-
-    def _remember(self, digest: bytes, future: asyncio.Future[bool]) -> None:
-        self._running.pop(digest, None)
-        if future.cancelled() or future.exception() is not None:
-            return
-        if future.result():
-            if len(self._verified) >= REMEMBERED:
-                self._verified.clear()
-            self._verified.add(digest)
-        else:
-            self._refused[digest] = None
-            if len(self._refused) > REMEMBERED:
-                self._refused.popitem(last=False)
-
-
-def _credentials(header: str) -> tuple[str | None, str]:
-    scheme, _, value = header.partition(" ")
-    if scheme.lower() != "basic":
-        return None, ""
-    try:
-        user, sep, password = base64.b64decode(value.strip(), validate=True).decode().partition(":")
-    except (ValueError, UnicodeDecodeError):
-        return None, ""
-    return (user, password) if sep else (None, "")
-
-
 def _san_key(value: str) -> str:
     try:
         return str(ipaddress.ip_address(value.strip()))
@@ -468,22 +370,33 @@ def _signatures(files: tuple[Path, ...]) -> tuple[FileSignature | None, ...]:
     return tuple(signature(p) for p in files)
 
 
+def _secrets(config: WebConfig) -> list[str]:
+    """What the file holds that must never be shown: an inline private key, password hashes."""
+    tls = config.tls_server_config
+    return [*config.basic_auth_users.values(), *([tls.key] if tls and tls.key else [])]
+
+
 class LiveWebConfig:
-    """The web config as loaded now: TLS context, middleware, and a watcher that re-reads it."""
+    """The web config as loaded now: TLS context, middleware, and a watcher that re-reads it.
+
+    Construct it off the event loop (`asyncio.to_thread`): it reads files."""
 
     def __init__(self, path: str | Path, *, logger: Any = None,
-                 pool: BcryptPool | None = None) -> None:
+                 pool: BcryptPool | None = None, redactor: Redactor = REDACTOR) -> None:
         self.path = Path(path)
         self._log = logger or get_logger()
         self._pool = pool or BcryptPool()
+        self._redactor = redactor
         loaded = _load(self.path)
         self.tls = loaded.context is not None  # fixed for the listener's life
         self._context = loaded.context
         self._apply(loaded)
         self._signatures = _signatures(loaded.files)
+        self.last_reload_ok = True
 
     def _apply(self, loaded: _Loaded) -> None:
         config = loaded.config
+        self._redactor.hold(("web_config", self.path), _secrets(config))
         if loaded.context is not None and self.tls:
             self._context = loaded.context
         elif (loaded.context is not None) != self.tls:
@@ -501,32 +414,55 @@ class LiveWebConfig:
         self._auth = (PasswordChecks(config.basic_auth_users, self._pool)
                       if config.basic_auth_users else None)
 
+    def take_token(self) -> bool:
+        """Take a rate-limit token (True when there is no limit); for requests that never reach
+        the middleware because they failed to parse."""
+        return self._bucket is None or self._bucket.allow()
+
     def ssl_context(self) -> ssl.SSLContext:
         """The TLS context new handshakes use (only when `tls`)."""
         assert self._context is not None
         return self._context
 
     async def refresh(self) -> bool:
-        """Re-read the file if it or a certificate it names changed; True if a new one applies."""
+        """Re-read the file if it or a certificate it names changed; True if a new one applies.
+
+        Never raises (but cancellation): a failure keeps the running config, is logged once per
+        change of the files and shows in `last_reload_ok`."""
         signatures = await asyncio.to_thread(_signatures, self._files)
         if signatures == self._signatures:
             return False
         self._signatures = signatures  # a broken file is reported once, not every period
         try:
             loaded = await asyncio.to_thread(_load, self.path)
-        except ConfigError as exc:
-            self._log.error("web config reload failed; keeping the running one", error=str(exc))
+        except Exception as exc:
+            # A ConfigError names each problem without quoting the file; anything else by its
+            # type only (its text could hold a line of a key).
+            error = (str(exc) if isinstance(exc, ConfigError)
+                     else f"unexpected {type(exc).__name__} while reading it")
+            self.last_reload_ok = False
+            self._log.error("web config reload failed; keeping the running one", error=error)
             return False
         self._apply(loaded)
         self._signatures = await asyncio.to_thread(_signatures, loaded.files)
+        self.last_reload_ok = True
         self._log.info("web config reloaded", path=str(self.path))
         return True
 
     async def watch(self, period: float = WATCH_PERIOD) -> None:
-        """Poll for changes forever (cancel to stop)."""
+        """Poll for changes until cancelled; a round that fails is logged, and the next runs."""
         while True:
             await asyncio.sleep(period)
-            await self.refresh()
+            try:
+                await self.refresh()
+            except Exception as exc:
+                self.last_reload_ok = False
+                self._log.error("web config watcher failed; still watching",
+                                error=type(exc).__name__)
+
+    def collector(self) -> WebConfigCollector:
+        """`llm_probe_web_config_last_reload_successful`, read at scrape time."""
+        return WebConfigCollector(self)
 
     def close(self) -> None:
         """Release the bcrypt threads."""
@@ -545,7 +481,7 @@ class LiveWebConfig:
         if self._sans is not None and not self._sans & _peer_sans(request):
             return self._refuse(403, "client certificate has no allowed SAN\n")
         if self._auth is not None:
-            user, password = _credentials(request.headers.get("Authorization", ""))
+            user, password = credentials(request.headers.get("Authorization", ""))
             verdict = False if user is None else await self._auth.check(user, password)
             if verdict is None:
                 return self._refuse(429, "too many password checks in progress\n",
@@ -560,3 +496,15 @@ class LiveWebConfig:
             raise
         response.headers.update(self._headers)
         return response
+
+
+class WebConfigCollector:
+    """Reads the web config's reload state at scrape time."""
+
+    def __init__(self, web_config: LiveWebConfig) -> None:
+        self._web_config = web_config
+
+    def collect(self) -> list[Metric]:
+        spec = BY_KEY[Family.WEB_CONFIG_RELOAD_OK]
+        return [GaugeMetricFamily(spec.name, spec.help,
+                                  float(self._web_config.last_reload_ok))]

@@ -2,14 +2,17 @@
 route, at a chosen offset, so every echo point can be driven with a canary key.
 
 `POST /<echo>/<at>/v1/chat/completions` answers with the request's credential (its bearer
-token, `api-key` header or `api-key` query parameter) echoed at `<echo>`, after `<at>` characters
-of padding, so a key can be made to straddle any cut point. `serve_in_thread()` runs it on a
-loopback port from synchronous tests.
+token, `Basic` token, `api-key` header or `api-key` query parameter) echoed at `<echo>`, after
+`<at>` characters of padding, so a key can be made to straddle any cut point. Some echo points
+show a transformed form as a real upstream would: the `Basic` pair decoded, the request line as
+it came over the wire (the query in the client's own percent-encoding), every request header.
+`serve_in_thread()` runs it on a loopback port from synchronous tests.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import threading
 from collections.abc import Awaitable, Callable, Iterator
@@ -22,13 +25,14 @@ from tests.conftest import free_port
 
 SSE = {"Content-Type": "text/event-stream"}
 Echo = Callable[[web.Request, str], Awaitable[web.StreamResponse]]
-ECHOES: dict[str, Echo] = {}
+ECHOES: dict[str, Echo] = {}  # every one is in the canary test's plan
+OTHER_ANSWERS: dict[str, Echo] = {}  # answers some tests need, which echo nothing
 
 
-def echo(name: str) -> Callable[[Echo], Echo]:
-    """Register an echo point under its route name."""
+def echo(name: str, *, echoes: bool = True) -> Callable[[Echo], Echo]:
+    """Register an echo point (or, `echoes=False`, another answer) under its route name."""
     def register(handler: Echo) -> Echo:
-        ECHOES[name] = handler
+        (ECHOES if echoes else OTHER_ANSWERS)[name] = handler
         return handler
     return register
 
@@ -128,11 +132,43 @@ async def _not_json(request: web.Request, text: str) -> web.StreamResponse:
     return await stream(request, [f"data: {text}\n\n".encode()])
 
 
+@echo("basic-decoded")
+async def _basic_decoded(request: web.Request, text: str) -> web.StreamResponse:
+    # An upstream checking Basic credentials names the pair it decoded.
+    scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+    if scheme.lower() == "basic":
+        pair = base64.b64decode(token + "==").decode("utf-8", "replace")
+        text = "x" * int(request.match_info["at"]) + pair
+    return web.json_response({"error": {"message": f"unknown user {text}"}}, status=401)
+
+
+@echo("wire")
+async def _wire(request: web.Request, text: str) -> web.StreamResponse:
+    # An upstream quoting the request line as it came: the query as the client encoded it.
+    return web.Response(status=400, text=f"cannot route {request.raw_path} ({text})")
+
+
+@echo("headers")
+async def _headers(request: web.Request, text: str) -> web.StreamResponse:
+    # A debugging gateway that echoes every request header, the AWS session token first.
+    token = request.headers.get("X-Amz-Security-Token", "")
+    return web.json_response({"message": f"denied X-Amz-Security-Token={token} {text}",
+                              "headers": dict(request.headers)}, status=403)
+
+
+@echo("basic-challenge", echoes=False)
+async def _basic_challenge(request: web.Request, text: str) -> web.StreamResponse:
+    # A server that wants Basic credentials and refuses the ones it got.
+    return web.Response(status=401, text="Unauthorized",
+                        headers={"WWW-Authenticate": 'Basic realm="api"'})
+
+
 async def handle(request: web.Request) -> web.StreamResponse:
     """Route `/<echo>/<at>/v1/...` to its echo point."""
     await request.read()
     padding = "x" * int(request.match_info["at"])
-    return await ECHOES[request.match_info["echo"]](request, padding + credential(request))
+    answer = ECHOES.get(request.match_info["echo"]) or OTHER_ANSWERS[request.match_info["echo"]]
+    return await answer(request, padding + credential(request))
 
 
 def make_app() -> web.Application:

@@ -4,16 +4,22 @@ it controls (split across every cut point too), reaches no output surface — no
 
 Inputs: api_key_env, api_key_file, inline api_key, an `api-key` header, an `api-key` query
 parameter, `${VAR}` interpolation, the password of a proxy (`proxy_url`, a real tinyproxy
-that demands it) — each with its own key, so one input cannot hide another's leak. Echo points:
-tests/security/hostile.py. Surfaces: the daemon's logs in json, logfmt and console (with
-stdlib and asyncio lines, see leaky/sitecustomize.py), /metrics as text and as OpenMetrics with
-exemplars, /, /api/v1/results, /config (YAML and JSON), /probe, `probe --json` and its table,
-`bench` with --output, --csv and --report and its console output.
+that demands it), the password in a `base_url`'s userinfo (sent as `Basic base64(user:pass)`),
+a configured `Authorization: Basic` header, and a query key full of characters an HTTP client
+escapes or not (`wire`) — each with its own key, so one input cannot hide another's leak. Echo
+points: tests/security/hostile.py (some echo a transformed form: the Basic pair decoded, the
+request line in the client's own percent-encoding). Surfaces: the daemon's logs in json, logfmt
+and console (with stdlib and asyncio lines, see leaky/sitecustomize.py), /metrics as text and as
+OpenMetrics with exemplars, /, /api/v1/results, /config (YAML and JSON), /probe, `probe --json`
+and its table, `bench` with --output, --csv and --report and its console output. Every output
+is searched raw and URL-, JSON-, HTML- and base64-decoded.
 """
 
 from __future__ import annotations
 
+import base64
 import os
+import secrets
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,11 +32,15 @@ from exporter import cli
 from tests.e2e_support import ROOT, Daemon, http_get, start_daemon, wait_for
 from tests.network_support import TINYPROXY, Tinyproxy, tinyproxy
 from tests.security import hostile
-from tests.security.conftest import canary, leaks
+from tests.security.conftest import canary, hostile_leaks
 
 pytestmark = pytest.mark.e2e
 
-INPUTS = ("env", "file", "inline", "header", "query", "var") + (("proxy",) if TINYPROXY else ())
+INPUTS = ("env", "file", "inline", "header", "query", "var", "userinfo", "basic", "wire") + (
+    ("proxy",) if TINYPROXY else ())
+# Characters an HTTP client's query encoding escapes, or leaves as they are, or changes: one
+# every few characters of the `wire` key, so no FRAGMENT-long piece survives in encoded form.
+WIRE_SPECIALS = "+/=:@!$'()*,;~&#%[]?"
 # Inputs the hostile server never receives, so it cannot echo them (a proxy keeps its password).
 UNECHOED = {"proxy"}
 PROXY_USER = "probe"
@@ -62,14 +72,26 @@ def target(source: str, echo: str, at: int, base: str, keys: dict[str, str],
         "header": {"headers": {"api-key": keys["header"]}},
         "query": {"query": {"api-key": keys["query"], "api-version": "2024-06-01"}},
         "var": {"headers": {"Authorization": "Bearer ${CANARY_VAR}"}},
+        "userinfo": {"base_url": base.replace("://", f"://{PROXY_USER}:{keys['userinfo']}@")
+                     + f"/{echo}/{at}/v1"},
+        "basic": {"headers": {"Authorization": "Basic " + base64.b64encode(
+            f"{PROXY_USER}:{keys['basic']}".encode()).decode()}},
+        "wire": {"query": {"api-key": keys["wire"]}},
         "proxy": {"proxy_url": f"http://{PROXY_USER}:{keys['proxy']}@127.0.0.1:{proxy_port}"},
     }[source])
     return entry
 
 
+def wire_key() -> str:
+    """A canary with a WIRE_SPECIALS character after every four random ones."""
+    pieces = [secrets.token_urlsafe(3) for _ in WIRE_SPECIALS]
+    return "sk-canary-wire-" + "".join(p + c for p, c in zip(pieces, WIRE_SPECIALS, strict=True))
+
+
 @pytest.fixture(scope="module")
 def keys() -> dict[str, str]:
-    return {source: canary(f"{source}-") for source in INPUTS}
+    return {source: wire_key() if source == "wire" else canary(f"{source}-")
+            for source in INPUTS}
 
 
 @pytest.fixture(scope="module")
@@ -195,7 +217,7 @@ def test_the_plan_covers_every_input_echo_and_cut() -> None:
 
 def test_no_daemon_surface_shows_any_part_of_a_key(daemon_outputs, keys) -> None:
     assert set(daemon_outputs) >= {"/metrics", "/", "/api/v1/results", "/config", "log json"}
-    found = {name: leaks(text, keys.values()) for name, text in daemon_outputs.items()}
+    found = {name: hostile_leaks(text, keys.values()) for name, text in daemon_outputs.items()}
     assert not any(found.values()), {k: v for k, v in found.items() if v}
 
 
@@ -225,7 +247,7 @@ def test_the_daemon_surfaces_really_saw_the_echoes(daemon_outputs) -> None:
 
 
 def test_no_command_output_shows_any_part_of_a_key(command_outputs, keys) -> None:
-    found = {name: leaks(text, keys.values()) for name, text in command_outputs.items()}
+    found = {name: hostile_leaks(text, keys.values()) for name, text in command_outputs.items()}
     assert not any(found.values()), {k: v for k, v in found.items() if v}
     assert len(orjson.loads(command_outputs["probe --json"])["results"]) == len(plan())
     assert command_outputs["bench run.csv"].count("\n") == len(plan()) + 1
