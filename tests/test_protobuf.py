@@ -21,7 +21,8 @@ from prometheus_client import (
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.errors import Result
-from exporter.exposition.collector import ProbeCollector, protobuf
+from exporter.exposition import protobuf
+from exporter.exposition.collector import ProbeCollector
 from exporter.exposition.families import BY_KEY, Family
 from exporter.exposition.metrics import ExporterMetrics
 from exporter.exposition.nativehist import DEFAULT_ZERO_THRESHOLD, NativeBuckets, bucket_index

@@ -3,7 +3,7 @@
 Every probe series' children are created when the config is loaded (so series exist before their
 first probe) and removed when a reload drops the series; the server's own timings and the
 rate-limit gauges appear once a server reports them. Probe families live in a `ProbeCollector`
-(incremental rendering, see `exposition`); the exporter's own few metrics sit in a small registry
+(incremental rendering, see `collector`); the exporter's own few metrics sit in a small registry
 of their own, with the standard `process_*` metrics.
 """
 
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import math
 import platform
 import re
 from collections.abc import Iterable, Iterator, Mapping
@@ -25,13 +26,8 @@ from prometheus_client.utils import floatToGoString
 from exporter import __version__
 from exporter.config import Config, ProbeKind, Series
 from exporter.errors import Result
-from exporter.exposition.collector import (
-    NativeSettings,
-    ProbeCollector,
-    SeriesValues,
-    is_finite,
-    protobuf,
-)
+from exporter.exposition import protobuf
+from exporter.exposition.collector import ProbeCollector
 from exporter.exposition.families import (
     BY_KEY,
     OBJECTIVE_FAMILY,
@@ -45,10 +41,10 @@ from exporter.exposition.families import (
     SkipReason,
     families,
 )
+from exporter.exposition.store import NativeSettings, SeriesKey, SeriesValues
 from exporter.log import REDACTOR, Redactor
 from exporter.result import Phase, ProbeResult, TokenSource
 
-SeriesKey = tuple[str, str, str]
 # Children every series has from the start (each value of a family's fixed label set).
 CREATED_AT_LOAD = (
     Family.DURATION, Family.PHASE, Family.REQUESTS, Family.TOKENS, Family.ESTIMATED_TOKENS,
@@ -293,20 +289,20 @@ class ExporterMetrics:
         observed = {Family.TTFT: t.ttft, Family.TIME_TO_FIRST_ANSWER: t.time_to_first_answer,
                     Family.TPOT: t.tpot, Family.TPS: t.tps, Family.DURATION: t.duration}
         for family, seconds in observed.items():
-            if seconds is not None and is_finite(seconds):
+            if seconds is not None and math.isfinite(seconds):
                 values.observe(family, seconds, exemplar=exemplar if family in (
                     Family.TTFT, Family.DURATION) else None)
         # Good events against the series' own objectives, counted with the observation.
         for objective, limit in series.slo.latency.items():
             seconds = observed[OBJECTIVE_FAMILY[objective]]
-            if seconds is not None and is_finite(seconds) and seconds <= limit:
+            if seconds is not None and math.isfinite(seconds) and seconds <= limit:
                 values.inc(Family.OBJECTIVE_MET, 1, objective)
         if t.inter_chunk:
             values.observe_many(Family.INTER_CHUNK, t.inter_chunk)
         for phase, seconds in t.phases.items():
             values.observe(Family.PHASE, seconds, phase)
         for server_phase, seconds in result.server_timings.items():
-            if is_finite(seconds):
+            if math.isfinite(seconds):
                 values.create(Family.SERVER_DURATION, server_phase)  # only where reported
                 values.observe(Family.SERVER_DURATION, seconds, server_phase)
         for token_type, count in result.usage.disjoint().items():
@@ -340,10 +336,6 @@ class ExporterMetrics:
         self.reload_ok.set(1 if ok else 0)
         if ok and when is not None:
             self.reload_time.set(when)
-
-    def series_keys(self) -> Iterable[SeriesKey]:
-        """Keys of the series that have children now."""
-        return self.probes.series.keys() if self.probes else ()
 
     # -- exposition ----------------------------------------------------------------------
 
