@@ -262,7 +262,9 @@ def test_exporter_histograms_are_native_with_exemplars_on_classic_buckets():
     phases = families["llm_probe_phase_seconds"].metric
     generate = next(m.histogram for m in phases
                     if ("phase", Phase.GENERATE.value) in {(p.name, p.value) for p in m.label})
-    assert native_buckets(generate) == {bucket_index(0.9, 3): 1}
+    # Phases are served as sum and count: classic +Inf only, native at the coarsest schema.
+    assert [b.upper_bound for b in generate.bucket] == [math.inf]
+    assert generate.schema == -4 and native_buckets(generate) == {bucket_index(0.9, -4): 1}
     assert families["llm_probe_requests_total"].type == metrics_pb2().COUNTER
 
 

@@ -97,6 +97,16 @@ class Series:
         return int.from_bytes(digest[:8], "big") / 2**64
 
 
+def reasons(series: Series) -> bool:
+    """Whether a series is expected to reason (think before it answers): its probe asks for
+    reasoning, or its model is known to reason.
+
+    Nothing says so yet, so False; a series that does reason shows it at its first probe that
+    answers after its first token (`llm_probe_time_to_first_answer_seconds` appears then).
+    """
+    return False
+
+
 @dataclass(frozen=True)
 class Config:
     """The validated, frozen configuration."""

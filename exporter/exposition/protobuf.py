@@ -181,9 +181,14 @@ class ClassicBuckets:
     def encode(self, counts: Sequence[int], exemplars: Sequence[bytes | None] = ()) -> bytes:
         """Histogram.bucket fields: `counts` per bucket with +Inf last (not cumulative).
 
-        The +Inf bucket is left out unless it carries an exemplar (it equals the count).
+        The +Inf bucket is left out unless it carries an exemplar (it equals the count), or is
+        the only one (a histogram kept as sum and count): then it says the buckets are classic.
         """
         cumulative = list(accumulate(counts))
+        if not self._bounds:
+            example = exemplars[0] if exemplars else None
+            return _field(_TAG_BUCKET, b"\x08" + varint(cumulative[-1]) + _INF_BOUND + (
+                b"" if example is None else _field(0x1A, example)))
         finite = cumulative[:len(self._bounds)]
         width = max(1, ((finite[-1] if finite else 0).bit_length() + 6) // 7)
         stride = 12 + width  # bucket tag, length, count tag, count, bound tag, 8-byte bound
