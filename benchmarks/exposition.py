@@ -200,7 +200,7 @@ def measure(series: int, probes: int, schema: int, rounds: int) -> dict[str, Any
 
     def ours() -> None:
         for s in values:
-            walk(s, specs, ProtobufWriter(s, True))  # the uncached encoding
+            walk(s, specs, ProtobufWriter(s, True), b"")  # the uncached encoding
 
     def runtime() -> None:
         for s in values:

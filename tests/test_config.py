@@ -408,5 +408,5 @@ def test_too_many_distinct_objectives_are_an_error() -> None:
                                        enumerate(models)}}]}
     with pytest.raises(ConfigError) as info:
         parse_config(data, env={})
-    assert "global.buckets.ttft: 125 edges with the objectives (slo:) added; at most 100" \
+    assert "global.buckets.ttft: 126 edges with the objectives (slo:) added; at most 100" \
         in str(info.value)

@@ -178,7 +178,7 @@ class ProbeCollector:
         writer = ClientWriter(specs, [k for k, _ in (series[0].label_items if series else ())])
         for values in series:
             writer.series(values)
-            walk(values, specs, writer)
+            walk(values, specs, writer, None)
         yield from writer.families.values()
 
 

@@ -54,18 +54,28 @@ class Writer(Protocol[T_co]):
         ...
 
 
-def walk(values: SeriesValues, specs: Sequence[FamilySpec], writer: Writer[T_co]
-         ) -> list[T_co]:
-    """Feed every child of one series to a writer, family by family in `specs` order."""
+def walk(values: SeriesValues, specs: Sequence[FamilySpec], writer: Writer[T_co],
+         empty: T_co) -> list[T_co]:
+    """Feed every child of one series to a writer, family by family in `specs` order; a
+    family the series has no child of is `empty` without asking the writer."""
     histograms, scalars = values.by_family()
     out = []
     for spec in specs:
-        writer.begin(spec)
         if spec.type is _HISTOGRAM:
-            for extra, hist in histograms.get(spec.key, ()):
+            children = histograms.get(spec.key)
+            if children is None:
+                out.append(empty)
+                continue
+            writer.begin(spec)
+            for extra, hist in children:
                 writer.histogram(extra, hist)
         else:
-            for extra, value in scalars.get(spec.key, ()):
+            values_ = scalars.get(spec.key)
+            if values_ is None:
+                out.append(empty)
+                continue
+            writer.begin(spec)
+            for extra, value in values_:
                 writer.scalar(extra, value)
         out.append(writer.end())
     return out
@@ -85,7 +95,7 @@ def rendered(values: SeriesValues, fmt: Format, specs: Sequence[FamilySpec]
             return entry[1]
     writer: Writer[bytes] = (TextWriter(values, fmt is Format.OPENMETRICS) if fmt.is_text
                              else ProtobufWriter(values, fmt is Format.PROTOBUF))
-    pieces = tuple(walk(values, specs, writer))
+    pieces = tuple(walk(values, specs, writer, b""))
     cache[fmt] = (version, pieces)
     return pieces
 
@@ -208,7 +218,7 @@ class ProtobufWriter:
     """The Metric records of one series; histograms native, classic buckets optional."""
 
     __slots__ = ("_after", "_before", "_classic", "_keep_classic", "_label", "_names", "_pairs",
-                 "_records", "_scalar")
+                 "_records", "_scalar", "_splits")
 
     def __init__(self, values: SeriesValues, classic: bool) -> None:
         pairs = values.proto_labels
@@ -220,17 +230,21 @@ class ProtobufWriter:
         self._names = [name for name, _ in pairs]
         self._keep_classic = classic
         self._records: list[bytes] = []
+        self._splits: dict[str | None, tuple[bytes, bytes]] = {}
 
     def begin(self, spec: FamilySpec) -> None:
         """A family starts: its label pairs split where the extra label goes."""
-        pairs = self._pairs
         self._records = []
-        self._label = spec.label
-        # Label pairs sorted by name, as Prometheus writes them: the extra label's pair goes
-        # between these two runs.
-        split = len(pairs) if spec.label is None else bisect.bisect_left(self._names, spec.label)
-        self._before = b"".join([encoded for _, encoded in pairs[:split]])
-        self._after = b"".join([encoded for _, encoded in pairs[split:]])
+        label = self._label = spec.label
+        split = self._splits.get(label)
+        if split is None:
+            # Label pairs sorted by name, as Prometheus writes them: the extra label's pair
+            # goes between these two runs (a few distinct extra labels per series).
+            pairs = self._pairs
+            at = len(pairs) if label is None else bisect.bisect_left(self._names, label)
+            split = self._splits[label] = (b"".join([encoded for _, encoded in pairs[:at]]),
+                                           b"".join([encoded for _, encoded in pairs[at:]]))
+        self._before, self._after = split
         if spec.type is _HISTOGRAM:
             self._classic = _classic_buckets(spec.buckets) if self._keep_classic else None
         else:
