@@ -94,7 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_common(check)
     check.add_argument("--output", choices=("table", "json"), default="table",
                        help="table (default) or json (for CI)")
-    check.add_argument("--warn.series", dest="warn_series", type=int, default=10_000,
+    check.add_argument("--warn.series", dest="warn_series", type=int, default=None,
                        metavar="N", help="warn above N Prometheus series (default 10000)")
 
     probe = commands.add_parser("probe", help="run probes once and print a table")

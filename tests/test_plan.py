@@ -352,6 +352,15 @@ def test_check_prints_the_plan_as_json(tmp_path: Path) -> None:
     assert phase["shape"] == "sum_count" and phase["native"] == 12
 
 
+def test_check_warns_above_the_series_threshold_it_is_given(capsys) -> None:
+    assert main(["check", "--config.file", str(ROOT / "config.yaml"), "--output", "json",
+                 "--warn.series", "100"]) == 0
+    document = orjson.loads(capsys.readouterr().out)
+    assert {w["kind"] for w in document["warnings"]} == {"unpriced", "series_over_limit"}
+    assert document["totals"]["prometheus_series"]["in_force"] == make_plan(
+        load_config(ROOT / "config.yaml")).series_in_force > 100
+
+
 def test_check_table_shows_the_day_and_the_families(capsys) -> None:
     assert main(["check", "--config.file", str(ROOT / "config.yaml")]) == 0
     out = capsys.readouterr().out

@@ -113,9 +113,10 @@ def print_plan_json(plan: Plan, path: str) -> None:
 
 
 def run_check(config: Config, path: str, *, output: str = "table",
-              series_warning: int = SERIES_WARNING) -> int:
+              series_warning: int | None = None) -> int:
     """The `check` command on a loaded config: print the plan; exit 0 (warnings included)."""
-    plan = make_plan(config, series_warning=series_warning)
+    plan = make_plan(config, series_warning=SERIES_WARNING if series_warning is None
+                     else series_warning)
     if output == "json":
         print_plan_json(plan, path)
     else:

@@ -136,14 +136,16 @@ _GAUGE_ZERO, _COUNTER_ZERO = b"\x12\x00", b"\x1a\x00"
 def gauge(label_fields: bytes, value: float) -> bytes:
     """A gauge child as a MetricFamily.metric record."""
     inner = label_fields + (_GAUGE_VALUE + _double(value) if value else _GAUGE_ZERO)
-    return b"\x22" + varint(len(inner)) + inner
+    size = len(inner)
+    return b"\x22" + (_VARINTS[size] if size < 16384 else varint(size)) + inner
 
 
 def counter(label_fields: bytes, value: float, exemplar_body: bytes | None = None) -> bytes:
     """A counter child as a MetricFamily.metric record."""
     if exemplar_body is None:
         inner = label_fields + (_COUNTER_VALUE + _double(value) if value else _COUNTER_ZERO)
-        return b"\x22" + varint(len(inner)) + inner
+        size = len(inner)
+        return b"\x22" + (_VARINTS[size] if size < 16384 else varint(size)) + inner
     body = (b"\x09" + _double(value) if value else b"") + _field(0x12, exemplar_body)
     return _metric(label_fields, 0x1A, body)
 
@@ -193,9 +195,12 @@ class ClassicBuckets:
         width = max(1, ((finite[-1] if finite else 0).bit_length() + 6) // 7)
         stride = 12 + width  # bucket tag, length, count tag, count, bound tag, 8-byte bound
         data = bytearray(self._template(width))
-        for k in range(width):
-            more = 0x80 if k < width - 1 else 0
-            data[3 + k::stride] = bytes([((c >> 7 * k) & 0x7F) | more for c in finite])
+        if width == 1:  # every count under 128 (most histograms): the counts are the bytes
+            data[3::stride] = bytes(finite)
+        else:
+            for k in range(width):
+                more = 0x80 if k < width - 1 else 0
+                data[3 + k::stride] = bytes([((c >> 7 * k) & 0x7F) | more for c in finite])
         if not any(exemplars):
             return bytes(data)
         out, start = [], 0
@@ -259,6 +264,22 @@ def histogram(label_fields: bytes, count: int, total: float, *,
     `classic` buckets; `native_exemplars` belong to the native histogram itself, for pages
     without classic buckets.
     """
+    return histogram_record(label_fields, histogram_body(
+        count, total, classic=classic, counts=counts, exemplars=exemplars, native=native,
+        native_exemplars=native_exemplars))
+
+
+def histogram_record(label_fields: bytes, body: bytes) -> bytes:
+    """A MetricFamily.metric record of a Histogram message's fields (`histogram_body`), so that
+    a body shared by many children (an empty histogram) is encoded once."""
+    return _metric(label_fields, 0x3A, body)
+
+
+def histogram_body(count: int, total: float, *, classic: ClassicBuckets | None = None,
+                   counts: Sequence[int] = (), exemplars: Sequence[bytes | None] = (),
+                   native: NativeBuckets | None = None,
+                   native_exemplars: Sequence[bytes] = ()) -> bytes:
+    """The fields of a Histogram message (see `histogram`)."""
     out = [b"\x08" + varint(count) if count else b"", b"\x11" + _double(total) if total else b""]
     if classic is not None:
         out.append(classic.encode(counts, exemplars))
@@ -280,7 +301,7 @@ def histogram(label_fields: bytes, count: int, total: float, *,
             # Nothing else would tell Prometheus that this histogram is native: a no-op span.
             out.append(_field(_TAG_POSITIVE_SPAN, b""))
         out.extend(_field(_TAG_EXEMPLARS, example) for example in native_exemplars)
-    return _metric(label_fields, 0x3A, b"".join(out))
+    return b"".join(out)
 
 
 def family(name: str, help_text: str, kind: MetricType, records: Iterable[bytes]) -> bytes:

@@ -16,8 +16,10 @@ whole state first. What makes that safe under CPython's GIL:
   may include it in some buckets and not in others, but computes `_count` from the same pass
   as `+Inf`, so every page is a valid histogram (monotonic buckets, `_count` = `+Inf`); the
   observation shows fully on the next scrape;
-- protobuf (native histograms must agree exactly with their count) copies a histogram only
-  between two observations (`Histogram.writing`, a sequence counter);
+- protobuf (native histograms must agree exactly with their count) reads a histogram only
+  between two observations (`Histogram.writing`, a sequence counter): it encodes the live
+  values and keeps the bytes if no observation began meanwhile, else encodes a copy taken
+  between two observations;
 - the version is read before rendering and a cache entry is stored under it, so a write during
   a render leaves the entry stale and the next scrape renders again;
 - render threads write only caches (one list item or attribute per series), each a single
@@ -30,10 +32,10 @@ from __future__ import annotations
 import bisect
 import time
 from array import array
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import Any
+from typing import Any, TypeVar
 
 from exporter.exposition.families import Family, FamilySpec, MetricType
 from exporter.exposition.nativehist import MIN_SCHEMA, NativeBuckets, widened, zeros
@@ -41,6 +43,7 @@ from exporter.exposition.nativehist import MIN_SCHEMA, NativeBuckets, widened, z
 Child = tuple[Family, str | None]  # a family and the value of its extra label
 ExemplarValue = tuple[str, float, float]  # response id, observed value, unix time
 SeriesKey = tuple[str, str, str]
+T = TypeVar("T")
 _HISTOGRAM = MetricType.HISTOGRAM
 
 
@@ -82,6 +85,18 @@ class Histogram:
     # protobuf page must not show a count that disagrees with its buckets (Prometheus rejects
     # such a native histogram), so they copy a histogram only while this is even and unchanged.
     writing: int = 0
+
+    def consistent(self, read: Callable[[array[int], float, NativeBuckets,
+                                         list[ExemplarValue | None] | None], T]) -> T:
+        """`read` over counts, sum, native buckets and exemplars from one moment (call off the
+        loop): over the live values when no observation came in meanwhile (no copies; the
+        common case), else over a snapshot. `read` must not keep what it is given."""
+        mark = self.writing
+        if not mark & 1:
+            out = read(self.counts, self.total, self.native, self.exemplars)
+            if self.writing == mark:
+                return out
+        return read(*self.snapshot())
 
     def snapshot(self) -> tuple[array[int], float, NativeBuckets,
                                 list[ExemplarValue | None] | None]:

@@ -27,6 +27,7 @@ from prometheus_client.utils import floatToGoString
 
 from exporter.exposition import protobuf
 from exporter.exposition.families import FamilySpec, MetricType
+from exporter.exposition.nativehist import NativeBuckets, zeros
 from exporter.exposition.store import ExemplarValue, Format, Histogram, SeriesValues
 
 T_co = TypeVar("T_co", covariant=True)
@@ -205,13 +206,21 @@ def _proto_exemplar(ident: str, value: float, stamp: float) -> bytes:
 
 @functools.lru_cache(maxsize=4096)
 def _proto_pair(name: str, value: str) -> bytes:
-    """One encoded label pair of an extra label (a few fixed values per family)."""
+    """One encoded label pair (a few values per label: thousands of series share them)."""
     return protobuf.labels(((name, value),))
 
 
 @functools.cache
 def _classic_buckets(edges: tuple[float, ...]) -> protobuf.ClassicBuckets:
     return protobuf.ClassicBuckets(edges)
+
+
+@functools.lru_cache(maxsize=256)
+def _empty_body(classic: protobuf.ClassicBuckets | None, buckets: int, schema: int,
+                max_buckets: int) -> bytes:
+    """The Histogram fields of a child that was never observed (most children at start)."""
+    return protobuf.histogram_body(0, 0.0, classic=classic, counts=zeros(buckets),
+                                   native=NativeBuckets(schema, max_buckets))
 
 
 class ProtobufWriter:
@@ -224,8 +233,7 @@ class ProtobufWriter:
         pairs = values.proto_labels
         if pairs is None:
             pairs = values.proto_labels = tuple(
-                (name, protobuf.labels(((name, value),)))
-                for name, value in sorted(values.label_items))
+                (name, _proto_pair(name, value)) for name, value in sorted(values.label_items))
         self._pairs: tuple[tuple[str, bytes], ...] = pairs
         self._names = [name for name, _ in pairs]
         self._keep_classic = classic
@@ -256,14 +264,23 @@ class ProtobufWriter:
         return self._before + _proto_pair(self._label, extra) + self._after
 
     def histogram(self, extra: str | None, hist: Histogram) -> None:
-        """One histogram record, copied between two observations."""
-        counts, total, native, exemplars = hist.snapshot()
-        examples = _proto_exemplars(exemplars)
-        classic = self._classic is not None
-        self._records.append(protobuf.histogram(
-            self._labels(extra), sum(counts), total, classic=self._classic, counts=counts,
-            exemplars=examples if classic else (), native=native,
-            native_exemplars=() if classic else [e for e in examples if e is not None]))
+        """One histogram record, of values from between two observations."""
+        labels, layout = self._labels(extra), self._classic
+        if not hist.writing:  # never observed: the body every empty child of the family has
+            self._records.append(protobuf.histogram_record(labels, _empty_body(
+                layout, len(hist.counts), hist.native.schema, hist.native.max_buckets)))
+            return
+
+        def encode(counts: Sequence[int], total: float, native: NativeBuckets,
+                   exemplars: list[ExemplarValue | None] | None) -> bytes:
+            examples = _proto_exemplars(exemplars)
+            return protobuf.histogram(
+                labels, sum(counts), total, classic=layout, counts=counts,
+                exemplars=examples if layout is not None else (), native=native,
+                native_exemplars=() if layout is not None else
+                [e for e in examples if e is not None])
+
+        self._records.append(hist.consistent(encode))
 
     def scalar(self, extra: str | None, value: float) -> None:
         """One counter or gauge record."""
