@@ -240,6 +240,11 @@ def _sint_run(values: Iterable[int]) -> bytes:
 
 
 def _native_buckets(span_tag: int, delta_tag: int, counts: Sequence[int], offset: int) -> bytes:
+    if len(counts) == 1 and -64 <= offset < 64 and counts[0] < 64:
+        # One bucket (a histogram served as sum and count, or a fresh one): one span, one
+        # delta, every varint a single byte.
+        return bytes((span_tag, 4, 0x08, _zigzag(offset), 0x10, 1, delta_tag, 1,
+                      counts[0] << 1))
     spans, deltas = spans_and_deltas(counts, offset)
     # BucketSpan{offset, length}, both written even when 0 (valid, and one fixed shape).
     span_fields = b"".join([
