@@ -31,10 +31,12 @@ from prometheus_client import CollectorRegistry
 from benchmarks.common import machine_line, table
 from exporter.config import parse_config
 from exporter.errors import Result
-from exporter.exposition.collector import SeriesValues, protobuf
+from exporter.exposition import protobuf
 from exporter.exposition.families import FamilySpec, MetricType
 from exporter.exposition.metrics import ExporterMetrics
 from exporter.exposition.nativehist import spans_and_deltas
+from exporter.exposition.store import SeriesValues
+from exporter.exposition.writers import ProtobufWriter, walk
 from exporter.result import Phase, ProbeResult, Timings, TokenSource, Usage
 from tests.protodecode import metrics_pb2
 
@@ -108,7 +110,7 @@ def best_time(fn: Callable[[], Any], before: Callable[[], Any] | None = None,
 # -- the protobuf runtime, for the encoder decision ----------------------------------------------
 
 def runtime_records(values: SeriesValues, spec: FamilySpec, classic: bool, pb: Any) -> bytes:
-    """The same metric records as `SeriesValues.render_protobuf`, built with the runtime."""
+    """The same metric records as `writers.ProtobufWriter`, built with the runtime."""
     out = []
     def labels(spec: FamilySpec, extra: str | None) -> list[tuple[str, str]]:
         extra_pair = [(spec.label, extra)] if spec.label and extra is not None else []
@@ -198,7 +200,7 @@ def measure(series: int, probes: int, schema: int, rounds: int) -> dict[str, Any
 
     def ours() -> None:
         for s in values:
-            s._render_protobuf(specs, True)  # the uncached encoding
+            walk(s, specs, ProtobufWriter(s, True), b"")  # the uncached encoding
 
     def runtime() -> None:
         for s in values:

@@ -88,8 +88,14 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--shutdown.grace", dest="shutdown_grace", type=float, default=10.0,
                        help="seconds to let in-flight probes finish on SIGTERM (default 10)")
 
-    check = commands.add_parser("check", help="validate the config and print the probe plan")
+    check = commands.add_parser(
+        "check", help="validate the config and print its plan: probes, tokens and cost per "
+                      "day, Prometheus series")
     _add_common(check)
+    check.add_argument("--output", choices=("table", "json"), default="table",
+                       help="table (default) or json (for CI)")
+    check.add_argument("--warn.series", dest="warn_series", type=int, default=None,
+                       metavar="N", help="warn above N Prometheus series (default 10000)")
 
     probe = commands.add_parser("probe", help="run probes once and print a table")
     _add_common(probe)
@@ -138,6 +144,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="write a self-contained HTML report with charts")
     bench.add_argument("--baseline", type=Path, default=None, metavar="base.json",
                        help="compare with an earlier --output run")
+    bench.add_argument("--yes", action="store_true",
+                       help="run even when the run's cost ceiling passes global.budget")
     bench.add_argument("--fail-on", dest="fail_on", default=None,
                        metavar="ttft_p95=+20%,cost=+15%",
                        help="exit 1 when a metric regressed beyond its limit vs --baseline")
@@ -238,32 +246,14 @@ def cmd_serve(args: argparse.Namespace, signals: ProcessSignals | None = None) -
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    """Validate the config and print the probe plan."""
-    from rich.console import Console
-    from rich.table import Table
-
-    from exporter.config import format_duration
-    from exporter.protocols.advice import reasoning_advice
+    """Validate the config and print its plan: probes, tokens, cost and Prometheus series."""
+    from exporter.commands.check import run_check
 
     config = _load(args.config_file, getattr(args, "shard", None))
     if config is None:
         return 1
-    table = Table(title=f"{len(config.series)} series in {args.config_file}")
-    for column in ("target", "api", "model", "probe", "interval", "timeout", "key"):
-        table.add_column(column)
-    for s in config.series:
-        table.add_row(s.target.name, s.target.api.value, s.model, s.probe_name,
-                      format_duration(s.interval), format_duration(s.timeout),
-                      s.target.key_source)
-    console = Console(width=max(Console().width, 100))
-    console.print(table)
-    if config.simulator is not None:
-        console.print(f"simulator: {config.simulator.listen} serving "
-                      f"{', '.join(config.simulator.models)}")
-    for advice in reasoning_advice(config.series):  # what a probe would pay for or fail on
-        console.print(f"warning: {advice}", markup=False, highlight=False)
-    console.print("config OK")
-    return 0
+    return run_check(config, args.config_file, output=args.output,
+                     series_warning=args.warn_series)
 
 
 def _selection(args: argparse.Namespace) -> Selection:
@@ -324,7 +314,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     outputs = BenchOutputs(output=args.output, csv=args.csv, report=args.report,
                            baseline=args.baseline, fail_on=args.fail_on)
     return asyncio.run(run_bench_command(config, _selection(args), options=options,
-                                         outputs=outputs))
+                                         outputs=outputs, yes=args.yes))
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:

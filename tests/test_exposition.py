@@ -8,15 +8,9 @@ import time
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.exposition.collector import (
-    CACHE_IDLE,
-    REFRESH_MIN,
-    Format,
-    ProbeCollector,
-    SeriesValues,
-    blocks,
-)
+from exporter.exposition.collector import CACHE_IDLE, REFRESH_MIN, ProbeCollector, blocks
 from exporter.exposition.families import BY_KEY, Family
+from exporter.exposition.store import Format, SeriesValues
 from tests.protodecode import by_name, decode
 
 TTFT = dataclasses.replace(BY_KEY[Family.TTFT], buckets=(0.1, 0.5, 1.0))
@@ -34,7 +28,7 @@ def collector(**kw) -> tuple[ProbeCollector, SeriesValues]:
 def cached(values: SeriesValues, fmt: Format) -> bool:
     """Whether a series holds a rendering of one format that is up to date (internal state:
     what these tests are about)."""
-    entry = values._cache[fmt] if values._cache is not None else None
+    entry = values.cache[fmt] if values.cache is not None else None
     return entry is not None and entry[0] == values.version
 
 
@@ -51,7 +45,7 @@ def test_a_format_is_cached_only_while_it_is_scraped() -> None:
     now[0] = CACHE_IDLE + 1  # text idle for longer than CACHE_IDLE: dropped at this render
     probes.render_protobuf()
     assert not cached(values, Format.TEXT) and cached(values, Format.PROTOBUF)
-    assert values._text_pairs is None  # the per-series text state goes with it
+    assert values.text_labels is None  # the per-series text state goes with it
     probes.render()  # scraped again: built again, same page
     assert cached(values, Format.TEXT)
 
@@ -89,7 +83,7 @@ def test_the_refresher_renders_changed_series_between_scrapes() -> None:
 def test_counts_past_32_bits_render_in_every_format() -> None:
     probes, values = collector(refresh=False)
     values.observe(Family.TTFT, 0.3)
-    hist = values._histogram(Family.TTFT, None)  # no test can observe 2^32 values
+    hist = values.histogram(Family.TTFT)  # no test can observe 2^32 values
     hist.counts[1] = 2**32 - 1
     hist.native.positive_counts[0] = 2**32 - 1  # type: ignore[index]
     values.observe(Family.TTFT, 0.3)

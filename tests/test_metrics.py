@@ -81,8 +81,7 @@ def test_record_success() -> None:
     get = registry.get_sample_value
     assert get("llm_probe_requests_total", {**LABELS, "result": "success"}) == 1
     assert get("llm_probe_ttft_seconds_sum", LABELS) == 0.25
-    assert get("llm_probe_ttft_seconds_bucket", {**LABELS, "le": "0.3"}) == 1
-    assert get("llm_probe_ttft_seconds_bucket", {**LABELS, "le": "0.2"}) == 0
+    assert get("llm_probe_ttft_seconds_bucket", {**LABELS, "le": "0.25"}) == 1  # le: inclusive
     assert get("llm_probe_time_to_first_answer_seconds_sum", LABELS) == 0.4
     assert get("llm_probe_tpot_seconds_sum", LABELS) == 0.02
     assert get("llm_probe_output_tokens_per_second_sum", LABELS) == 30.0

@@ -21,7 +21,8 @@ from prometheus_client import (
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.errors import Result
-from exporter.exposition.collector import ProbeCollector, protobuf
+from exporter.exposition import protobuf
+from exporter.exposition.collector import ProbeCollector
 from exporter.exposition.families import BY_KEY, Family
 from exporter.exposition.metrics import ExporterMetrics
 from exporter.exposition.nativehist import DEFAULT_ZERO_THRESHOLD, NativeBuckets, bucket_index
@@ -261,7 +262,9 @@ def test_exporter_histograms_are_native_with_exemplars_on_classic_buckets():
     phases = families["llm_probe_phase_seconds"].metric
     generate = next(m.histogram for m in phases
                     if ("phase", Phase.GENERATE.value) in {(p.name, p.value) for p in m.label})
-    assert native_buckets(generate) == {bucket_index(0.9, 3): 1}
+    # Phases are served as sum and count: classic +Inf only, native at the coarsest schema.
+    assert [b.upper_bound for b in generate.bucket] == [math.inf]
+    assert generate.schema == -4 and native_buckets(generate) == {bucket_index(0.9, -4): 1}
     assert families["llm_probe_requests_total"].type == metrics_pb2().COUNTER
 
 

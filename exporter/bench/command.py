@@ -9,6 +9,7 @@ from pathlib import Path
 
 import orjson
 
+from exporter.bench.ceiling import run_ceiling
 from exporter.bench.compare import LEVEL_MISSING, compare, comparison
 from exporter.bench.model import BenchOptions, RunDocument, Summary
 from exporter.bench.options import parse_fail_on
@@ -22,7 +23,7 @@ from exporter.bench.tables import (
     sweep_table,
     totals_table,
 )
-from exporter.commands.cells import make_console
+from exporter.commands.cells import cell, make_console
 from exporter.commands.selection import Selection, select_series
 from exporter.config import Config
 from exporter.files import read_limited
@@ -52,9 +53,10 @@ def read_baseline(path: Path) -> RunDocument:
 
 
 async def run_bench_command(config: Config, selection: Selection, *, options: BenchOptions,
-                            outputs: BenchOutputs) -> int:
+                            outputs: BenchOutputs, yes: bool = False) -> int:
     """The `bench` command; exit 0, 1 (a regression, a `--fail-on` limit that compared nothing,
-    or nothing succeeded), 2 (usage), 130 (interrupted)."""
+    or nothing succeeded), 2 (usage, or a run that may pass the budget without `yes`), 130
+    (interrupted)."""
     try:
         series = select_series(config, selection)
         rules = parse_fail_on(outputs.fail_on)
@@ -66,6 +68,14 @@ async def run_bench_command(config: Config, selection: Selection, *, options: Be
         print("error: --fail-on needs --baseline", file=sys.stderr)
         return EXIT_USAGE
     console = make_console()
+    ceiling = run_ceiling(series, options)
+    console.print(cell(ceiling.describe()), soft_wrap=True)
+    budget = config.global_.budget
+    if budget is not None and ceiling.over(budget) and not yes:
+        print(f"error: this run may cost more than global.budget "
+              f"({budget.max_cost_per_day:g} {budget.currency}/day); lower --requests or "
+              "--concurrency, or pass --yes", file=sys.stderr)
+        return EXIT_USAGE
     document, runs = await run_bench(config, series, options)
     summaries = document.summaries
     console.print(sweep_table(summaries, document.knees, options.slo.describe() or None))

@@ -1,1 +1,1 @@
-"""The one-off commands' own parts: series selection, `probe`, `check`, table cells."""
+"""The one-off commands' own parts: series selection, `probe`, `check` and its plan, table cells."""

@@ -406,6 +406,10 @@ def bucket_edges(overrides: Mapping[Family, Sequence[float]],
                 for family, values in edges.items() if len(values) > MAX_BUCKETS]
     if too_many:
         raise ConfigError("invalid config", too_many)
+    if Family.TIME_TO_FIRST_ANSWER not in overrides:
+        # TTFT's kind of latency, on TTFT's edges: where a series has no time to first answer
+        # (it does not reason) its TTFT stands in, and sums by `le` stay exact.
+        edges[Family.TIME_TO_FIRST_ANSWER] = set(edges[Family.TTFT])
     return {family: tuple(sorted(values)) for family, values in edges.items()}
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from exporter.config.network import TLS, Proxy
-from exporter.config.reasoning import merge_patches
+from exporter.config.reasoning import Effort, merge_patches
 from exporter.config.schema import (
     Api,
     AwsSigV4Config,
@@ -24,6 +24,7 @@ from exporter.config.secrets import header_secrets, is_secret, redacted_url, url
 from exporter.config.types import Secret
 from exporter.exposition.families import Family, Objective, RatioObjective
 from exporter.log import REDACTED, Redactor
+from exporter.providers.rules import lookup
 
 # ---------------------------------------------------------------------------------------------
 # The resolved config
@@ -113,6 +114,18 @@ class Series:
         """A fraction in [0, 1) fixed by the series key; spreads start times across restarts."""
         digest = hashlib.sha256("\x00".join(self.key).encode()).digest()
         return int.from_bytes(digest[:8], "big") / 2**64
+
+
+def reasons(series: Series) -> bool:
+    """Whether a series is expected to reason (think before it answers): its probe asks for
+    reasoning (any effort but none), or the request rules know its model as one that reasons.
+
+    Another series that does reason shows it at its first probe that answers after its first
+    token (`llm_probe_time_to_first_answer_seconds` appears then).
+    """
+    if series.probe.reasoning is not None:
+        return series.probe.reasoning.effort is not Effort.NONE
+    return lookup(series.target.api, series.family_name).reasoning
 
 
 @dataclass(frozen=True)

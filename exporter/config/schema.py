@@ -34,7 +34,7 @@ from exporter.config.types import (
     StrictModel,
 )
 from exporter.config.urls import scheme_of, shown_scheme, url_problem
-from exporter.exposition.families import Family, bucket_families
+from exporter.exposition.families import DEFAULT_SHAPES, Family, Shape, bucket_families
 
 HISTOGRAMS = bucket_families()
 
@@ -85,6 +85,7 @@ class GlobalConfig(StrictModel):
     buckets: dict[Family, tuple[float, ...]] = Field(default_factory=dict)
     slo: SloConfig = Field(default_factory=SloConfig)
     native_histograms: NativeHistogramsConfig = Field(default_factory=NativeHistogramsConfig)
+    metrics: dict[Family, Shape] = Field(default_factory=dict)  # per probe histogram
     budget: BudgetConfig | None = None
     max_output_bytes: int = Field(default=4 * 1024 * 1024, ge=1024, le=1024**3)
     shard: str | None = None  # "i/n": probe only the series whose stable hash picks shard i
@@ -112,6 +113,39 @@ class GlobalConfig(StrictModel):
                 raise ValueError(f"the value of {name!r} is longer than {MAX_LABEL_VALUE} "
                                  "characters")
         return labels
+
+    @field_validator("metrics", mode="before")
+    @classmethod
+    def _known_metrics(cls, metrics: Any) -> Any:
+        for family in metrics if isinstance(metrics, dict) else ():
+            if family not in DEFAULT_SHAPES:
+                raise ValueError(f"{family}: not a probe histogram; metrics are set for "
+                                 f"{', '.join(DEFAULT_SHAPES)}")
+        return metrics
+
+    @field_validator("metrics")
+    @classmethod
+    def _check_metrics(cls, metrics: dict[Family, Shape]) -> dict[Family, Shape]:
+        for family, shape in metrics.items():
+            if shape is Shape.AUTO and family is not Family.TIME_TO_FIRST_ANSWER:
+                raise ValueError(f"{family.value}: `auto` is for time_to_first_answer only; "
+                                 "use off, sum_count or full")
+        return metrics
+
+    @property
+    def shapes(self) -> dict[Family, Shape]:
+        """How much of each probe histogram is served: `metrics` over the defaults."""
+        return {**DEFAULT_SHAPES, **self.metrics}
+
+    @model_validator(mode="after")
+    def _buckets_are_served(self) -> GlobalConfig:
+        for family in self.buckets:
+            shape = self.shapes.get(family)
+            if shape in (Shape.OFF, Shape.SUM_COUNT):
+                raise ValueError(f"buckets.{family.value}: {family.value} is served without "
+                                 f"buckets (metrics.{family.value}: {shape}); set "
+                                 f"metrics.{family.value}: full to serve these")
+        return self
 
     @field_validator("buckets")
     @classmethod

@@ -78,6 +78,15 @@ class CloseReason(StrEnum):
     MALFORMED = "malformed"  # answered 400: the request failed to parse
 
 
+class Shape(StrEnum):
+    """How much of a probe histogram is served (`global.metrics`)."""
+
+    OFF = "off"  # no children
+    SUM_COUNT = "sum_count"  # _sum and _count (and the +Inf bucket); native at the coarsest schema
+    FULL = "full"  # every bucket
+    AUTO = "auto"  # time_to_first_answer: full for series that reason, none until one does
+
+
 class Family(StrEnum):
     """Keys of every family; a histogram's key is also its `global.buckets` override key."""
 
@@ -185,9 +194,12 @@ def _spec(key: Family, name: str, type_: MetricType, scope: Scope, help_: str,
 
 _P, _E, _O = Scope.PROBE, Scope.EXPORTER, Scope.ONDEMAND
 _H, _C, _G = MetricType.HISTOGRAM, MetricType.COUNTER, MetricType.GAUGE
-# Default edges (seconds unless noted). Compact on purpose: the page grows with
-# families × buckets × series, and a large /metrics page costs the exporter's own timing.
-_FIRST_TOKEN = (0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1, 1.5, 2, 3, 5, 10, 20, 60)
+# Default edges (seconds unless noted). Chosen with the native histograms in mind: a Prometheus
+# that scrapes protobuf reads every quantile from the native buckets, so the classic edges are a
+# coarse fallback plus the thresholds people ask about (the shipped objectives are edges: TTFT
+# 2 s, TPOT 50 ms, duration 30 s). Every probe series serves ~100 samples at most with them (see
+# docs/metrics.md); `global.buckets` sets finer ones.
+_FIRST_TOKEN = (0.25, 0.5, 1, 2, 3, 5, 10)
 
 FAMILIES: tuple[FamilySpec, ...] = (
     # -- per probe series ------------------------------------------------------------------
@@ -198,17 +210,17 @@ FAMILIES: tuple[FamilySpec, ...] = (
           buckets=_FIRST_TOKEN),
     _spec(Family.TPOT, "llm_probe_tpot_seconds", _H, _P,
           "Time per output token: (t_last - t_first) / (N - 1).",
-          buckets=(0.005, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075, 0.1, 0.2, 0.5, 1)),
+          buckets=(0.01, 0.02, 0.05, 0.1, 0.25)),
     _spec(Family.INTER_CHUNK, "llm_probe_inter_chunk_seconds", _H, _P,
           "Gaps between consecutive token-bearing chunks.",
-          buckets=(0.001, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)),
+          buckets=(0.005, 0.02, 0.05, 0.2, 1)),
     _spec(Family.TPS, "llm_probe_output_tokens_per_second", _H, _P,
           "Output tokens per second as the user sees it: N / E2E.",
-          buckets=(1, 5, 10, 20, 30, 50, 75, 100, 150, 200, 400)),  # tokens per second
+          buckets=(10, 25, 50, 100, 200)),  # tokens per second
     _spec(Family.DURATION, "llm_probe_duration_seconds", _H, _P,
           "End-to-end duration of a probe: t_end - t0.",
-          buckets=(0.25, 0.5, 1, 2, 3, 5, 7.5, 10, 15, 20, 30, 60, 120)),
-    # Six phases per series: fewer edges here keep the page ~15 % smaller.
+          buckets=(1, 2.5, 5, 10, 30)),
+    # Served as sum and count by default (global.metrics.phase); these edges with `full`.
     _spec(Family.PHASE, "llm_probe_phase_seconds", _H, _P,
           "Probe phases: resolve, connect, proxy_tunnel, tls, wait, first_token, generate.",
           "phase", Phase,
@@ -326,6 +338,16 @@ FAMILIES: tuple[FamilySpec, ...] = (
 )
 
 BY_KEY: Mapping[Family, FamilySpec] = {spec.key: spec for spec in FAMILIES}
+# `global.metrics` defaults, one per probe histogram. The shipped dashboards read phases and the
+# server's own timings as means (sum / count); time to first answer differs from TTFT only for
+# series that reason.
+DEFAULT_SHAPES: Mapping[Family, Shape] = {
+    **{spec.key: Shape.FULL for spec in FAMILIES
+       if spec.scope is Scope.PROBE and spec.type is MetricType.HISTOGRAM},
+    Family.TIME_TO_FIRST_ANSWER: Shape.AUTO,
+    Family.PHASE: Shape.SUM_COUNT,
+    Family.SERVER_DURATION: Shape.SUM_COUNT,
+}
 BY_NAME: Mapping[str, FamilySpec] = {spec.name: spec for spec in FAMILIES}
 # The histogram each latency objective belongs to (and adds an edge to).
 OBJECTIVE_FAMILY: Mapping[Objective, Family] = {o: Family(o.value) for o in Objective}

@@ -1,16 +1,17 @@
 """Prometheus metrics: `ExporterMetrics(registry).record(result)`, every family from `families`.
 
 Every probe series' children are created when the config is loaded (so series exist before their
-first probe) and removed when a reload drops the series; the server's own timings and the
-rate-limit gauges appear once a server reports them. Probe families live in a `ProbeCollector`
-(incremental rendering, see `exposition`); the exporter's own few metrics sit in a small registry
-of their own, with the standard `process_*` metrics.
+first probe) and removed when a reload drops the series; the server's own timings, the
+rate-limit gauges and time to first answer of a series not known to reason appear on first need
+(which children: `children`; how much of each histogram: `global.metrics`). Probe families live
+in a `ProbeCollector` (incremental rendering, see `collector`); the exporter's own few metrics
+sit in a small registry of their own, with the standard `process_*` metrics.
 """
 
 from __future__ import annotations
 
 import bisect
-import dataclasses
+import math
 import platform
 import re
 from collections.abc import Iterable, Iterator, Mapping
@@ -23,42 +24,33 @@ from prometheus_client.openmetrics.exposition import generate_latest as openmetr
 from prometheus_client.utils import floatToGoString
 
 from exporter import __version__
-from exporter.config import Config, ProbeKind, Series, SeriesKey
+from exporter.config import Config, Series
 from exporter.errors import Result
-from exporter.exposition.collector import (
-    NativeSettings,
-    ProbeCollector,
-    SeriesValues,
-    is_finite,
-    protobuf,
+from exporter.exposition import protobuf
+from exporter.exposition.children import (
+    OPEN_SETS,
+    RATELIMIT,
+    at_load,
+    later,
+    served_families,
+    streamed,
 )
+from exporter.exposition.collector import ProbeCollector
 from exporter.exposition.families import (
     BY_KEY,
+    DEFAULT_SHAPES,
     OBJECTIVE_FAMILY,
     PROBE_LABELS,
     CheckOutcome,
     Family,
     FamilySpec,
-    Objective,
-    RatioObjective,
-    Scope,
+    Shape,
     SkipReason,
-    families,
 )
+from exporter.exposition.store import NativeSettings, SeriesKey, SeriesValues
 from exporter.log import REDACTOR, Redactor
-from exporter.result import Phase, ProbeResult, TokenSource
+from exporter.result import ProbeResult, TokenSource
 
-# Children every series has from the start (each value of a family's fixed label set).
-CREATED_AT_LOAD = (
-    Family.DURATION, Family.PHASE, Family.REQUESTS, Family.TOKENS, Family.ESTIMATED_TOKENS,
-    Family.SKIPPED, Family.SUCCESS, Family.LAST_RUN, Family.INTERVAL, Family.SERVED_MODEL_CHANGES,
-)
-# Histograms of streamed answers: an embedding series has none (no zero-filled TTFT).
-STREAM_FAMILIES = (Family.TTFT, Family.TIME_TO_FIRST_ANSWER, Family.TPOT, Family.INTER_CHUNK,
-                   Family.TPS)
-STREAM_PHASES = (Phase.FIRST_TOKEN, Phase.GENERATE)
-# `ProbeResult.ratelimit` keys (the prober's names for the providers' headers).
-RATELIMIT = {"requests": Family.RATELIMIT_REQUESTS, "tokens": Family.RATELIMIT_TOKENS}
 # An exemplar's value comes from the server and ends up in Prometheus' storage: only an id of a
 # conservative charset and length (OpenMetrics caps exemplar labels at 128 characters) that
 # contains no secret is kept; anything else is dropped, not repaired.
@@ -77,19 +69,9 @@ def edges(buckets: Mapping[Family, tuple[float, ...]], family: Family) -> tuple[
     return tuple(buckets.get(family) or BY_KEY[family].buckets)
 
 
-def probe_families(buckets: Mapping[Family, tuple[float, ...]]) -> list[FamilySpec]:
-    """The probe families of `families.py`, histograms with the config's edges."""
-    return [dataclasses.replace(spec, buckets=edges(buckets, spec.key)) if spec.buckets
-            else spec for spec in families(Scope.PROBE)]
-
-
 def _native_settings(config: Config) -> NativeSettings:
     native = config.global_.native_histograms
     return NativeSettings(native.schema_, native.max_buckets)
-
-
-def _has_checks(series: Series) -> bool:
-    return series.probe.expect is not None or any(c.expect for c in series.probe.cases)
 
 
 class OwnHistogram:
@@ -162,6 +144,16 @@ def _record_served_model(values: SeriesValues, model: str, fingerprint: str) -> 
     values.set_info(Family.SERVED_MODEL, labels)
 
 
+def _record_adapted(values: SeriesValues, parameters: tuple[str, ...]) -> None:
+    """One child per adapted parameter of the series' (target, model); gone when the
+    adaptation is (a changed config starts afresh)."""
+    for parameter in values.extras(Family.ADAPTED_PARAMETERS):
+        if parameter not in parameters:
+            values.remove(Family.ADAPTED_PARAMETERS, parameter)
+    for parameter in parameters:
+        values.set(Family.ADAPTED_PARAMETERS, 1, parameter)
+
+
 class ExporterMetrics:
     """All metric families of the exporter on one registry.
 
@@ -182,6 +174,7 @@ class ExporterMetrics:
         self._layout: tuple[Any, ...] | None = None
         self.classic_in_protobuf = True
         self._applied: dict[SeriesKey, Series] = {}  # series synced by apply()
+        self._shapes: Mapping[Family, Shape] = DEFAULT_SHAPES
         own = self.own
         self.in_flight = _own_gauge(Family.IN_FLIGHT, own)
         self.scheduler_lag = self._own_histogram(Family.SCHEDULER_LAG, {})
@@ -212,10 +205,10 @@ class ExporterMetrics:
     # -- layout --------------------------------------------------------------------------
 
     def _build(self, config: Config) -> None:
-        """(Re)create the probe families for the config's constant labels and buckets."""
+        """(Re)create the probe families for the config's constant labels, shapes and edges."""
         if self.probes is not None:
             self.registry.unregister(self.probes)
-        self.probes = ProbeCollector(probe_families(config.buckets), _native_settings(config),
+        self.probes = ProbeCollector(served_families(config), _native_settings(config),
                                      refresh=self._refresh)
         self.registry.register(self.probes)
         self.scheduler_lag = self._own_histogram(Family.SCHEDULER_LAG, config.buckets,
@@ -225,12 +218,15 @@ class ExporterMetrics:
 
     def apply(self, config: Config) -> None:
         """Create children for every configured series; remove those the config dropped."""
-        layout = (dict(config.global_.labels), dict(config.buckets), _native_settings(config))
+        shapes = config.global_.shapes
+        layout = (dict(config.global_.labels), dict(config.buckets), _native_settings(config),
+                  shapes)
         if layout != self._layout:
-            # Label names, constant values or buckets changed: the families must be rebuilt.
+            # Label names, constant values, shapes or buckets changed: rebuild the families.
             self._build(config)
             self._layout = layout
             self._applied = {}
+        self._shapes = shapes
         self.classic_in_protobuf = config.global_.native_histograms.classic
         assert self.probes is not None
         constant = list(config.global_.labels.items())
@@ -244,49 +240,24 @@ class ExporterMetrics:
             if values is None:
                 values = self.probes.add(key, [*zip(PROBE_LABELS, key, strict=True),
                                                *constant])
-                for family in CREATED_AT_LOAD:
-                    for value in BY_KEY[family].values or (None,):
-                        if value not in STREAM_PHASES:
-                            values.create(family, value)
-            self._sync_optional(values, series)
-            values.set(Family.INTERVAL, series.interval)
+            self._sync(values, series)
         self._applied = wanted
 
-    def _sync_optional(self, values: SeriesValues, series: Series) -> None:
-        """Children that exist only for some series: the stream histograms (not for embeddings),
-        cost (priced models), checks, objectives."""
-        streamed = series.probe.kind is not ProbeKind.EMBEDDING
-        children = [*((family, None) for family in STREAM_FAMILIES),
-                    *((Family.PHASE, phase) for phase in STREAM_PHASES)]
-        for family, value in children:
-            if streamed:
-                values.create(family, value)
-            else:
-                values.remove(family, value)
-        price = series.price
-        for currency in values.extras(Family.COST):
-            if price is None or currency != price.currency:
-                values.remove(Family.COST, currency)
-        if price is not None:
-            values.create(Family.COST, price.currency)
-        for outcome in CheckOutcome:
-            if _has_checks(series):
-                values.create(Family.CHECKS, outcome)
-            else:
-                values.remove(Family.CHECKS, outcome)
-        latency, ratio = series.slo.latency, series.slo.ratio
-        for objective in Objective:
-            if objective in latency:
-                values.set(Family.OBJECTIVE_SECONDS, latency[objective], objective)
-                values.create(Family.OBJECTIVE_MET, objective)
-            else:
-                values.remove(Family.OBJECTIVE_SECONDS, objective)
-                values.remove(Family.OBJECTIVE_MET, objective)
-        for ratio_objective in RatioObjective:
-            if ratio_objective in ratio:
-                values.set(Family.OBJECTIVE_RATIO, ratio[ratio_objective], ratio_objective)
-            else:
-                values.remove(Family.OBJECTIVE_RATIO, ratio_objective)
+    def _sync(self, values: SeriesValues, series: Series) -> None:
+        """Give a series the children `children.at_load` lists (keeping those that appeared on
+        first need), and set its configured gauges."""
+        children = at_load(series, self._shapes)
+        keep = {*children, *later(series, self._shapes)}
+        for child in values.children():
+            if child not in keep and child[0] not in OPEN_SETS:
+                values.remove(*child)
+        for child in children:
+            values.create(*child)
+        values.set(Family.INTERVAL, series.interval)
+        for objective, seconds in series.slo.latency.items():
+            values.set(Family.OBJECTIVE_SECONDS, seconds, objective)
+        for ratio_objective, ratio in series.slo.ratio.items():
+            values.set(Family.OBJECTIVE_RATIO, ratio, ratio_objective)
 
     # -- recording -----------------------------------------------------------------------
 
@@ -298,7 +269,7 @@ class ExporterMetrics:
             return
         values.inc(Family.REQUESTS, 1, result.result)
         values.set(Family.SUCCESS, 1 if result.success else 0)
-        self._adapted(values, result.adapted)
+        _record_adapted(values, result.adapted)
         values.set(Family.LAST_RUN, result.finished_at)
         for kind, remaining in result.ratelimit.items():
             family = RATELIMIT.get(kind)
@@ -316,22 +287,31 @@ class ExporterMetrics:
         observed = {Family.TTFT: t.ttft, Family.TIME_TO_FIRST_ANSWER: t.time_to_first_answer,
                     Family.TPOT: t.tpot, Family.TPS: t.tps, Family.DURATION: t.duration}
         for family, seconds in observed.items():
-            if seconds is not None and is_finite(seconds):
-                values.observe(family, seconds, exemplar=exemplar if family in (
-                    Family.TTFT, Family.DURATION) else None)
+            if seconds is None or not math.isfinite(seconds):
+                continue
+            if not values.has(family):
+                if not self._seen_reasoning(series, family, seconds, t.ttft):
+                    continue  # a family turned off (global.metrics), or not streamed
+                values.create(family)
+            values.observe(family, seconds, exemplar=exemplar if family in (
+                Family.TTFT, Family.DURATION) else None)
         # Good events against the series' own objectives, counted with the observation.
         for objective, limit in series.slo.latency.items():
             seconds = observed[OBJECTIVE_FAMILY[objective]]
-            if seconds is not None and is_finite(seconds) and seconds <= limit:
+            if seconds is not None and math.isfinite(seconds) and seconds <= limit:
                 values.inc(Family.OBJECTIVE_MET, 1, objective)
-        if t.inter_chunk:
+        if t.inter_chunk and values.has(Family.INTER_CHUNK):
             values.observe_many(Family.INTER_CHUNK, t.inter_chunk)
+        phases_on = self._shapes[Family.PHASE] is not Shape.OFF
         for phase, seconds in t.phases.items():
-            values.observe(Family.PHASE, seconds, phase)
-        for server_phase, seconds in result.server_timings.items():
-            if is_finite(seconds):
-                values.create(Family.SERVER_DURATION, server_phase)  # only where reported
-                values.observe(Family.SERVER_DURATION, seconds, server_phase)
+            if phases_on:
+                values.create(Family.PHASE, phase)  # a no-op but for an unforeseen phase
+                values.observe(Family.PHASE, seconds, phase)
+        if self._shapes[Family.SERVER_DURATION] is not Shape.OFF:
+            for server_phase, seconds in result.server_timings.items():
+                if math.isfinite(seconds):
+                    values.create(Family.SERVER_DURATION, server_phase)  # only where reported
+                    values.observe(Family.SERVER_DURATION, seconds, server_phase)
         for token_type, count in result.usage.disjoint().items():
             if count:
                 values.inc(Family.TOKENS, count, token_type)
@@ -340,15 +320,12 @@ class ExporterMetrics:
         if result.cost and values.get(Family.COST, result.currency) is not None:
             values.inc(Family.COST, result.cost, result.currency)
 
-    @staticmethod
-    def _adapted(values: SeriesValues, parameters: tuple[str, ...]) -> None:
-        """One child per adapted parameter of the series' (target, model); gone when the
-        adaptation is (a changed config starts afresh)."""
-        for parameter in values.extras(Family.ADAPTED_PARAMETERS):
-            if parameter not in parameters:
-                values.remove(Family.ADAPTED_PARAMETERS, parameter)
-        for parameter in parameters:
-            values.set(Family.ADAPTED_PARAMETERS, 1, parameter)
+    def _seen_reasoning(self, series: Series, family: Family, seconds: float,
+                        ttft: float | None) -> bool:
+        """Whether a probe shows its streamed series reasons, for `time_to_first_answer: auto`:
+        the first answer token came after the first token."""
+        return (family is Family.TIME_TO_FIRST_ANSWER and self._shapes[family] is Shape.AUTO
+                and ttft is not None and seconds > ttft and streamed(series))
 
     def record_skip(self, key: SeriesKey, reason: SkipReason) -> None:
         """Count a probe that was not run."""
@@ -373,10 +350,6 @@ class ExporterMetrics:
         self.reload_ok.set(1 if ok else 0)
         if ok and when is not None:
             self.reload_time.set(when)
-
-    def series_keys(self) -> Iterable[SeriesKey]:
-        """Keys of the series that have children now."""
-        return self.probes.series.keys() if self.probes else ()
 
     # -- exposition ----------------------------------------------------------------------
 

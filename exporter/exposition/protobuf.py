@@ -136,14 +136,16 @@ _GAUGE_ZERO, _COUNTER_ZERO = b"\x12\x00", b"\x1a\x00"
 def gauge(label_fields: bytes, value: float) -> bytes:
     """A gauge child as a MetricFamily.metric record."""
     inner = label_fields + (_GAUGE_VALUE + _double(value) if value else _GAUGE_ZERO)
-    return b"\x22" + varint(len(inner)) + inner
+    size = len(inner)
+    return b"\x22" + (_VARINTS[size] if size < 16384 else varint(size)) + inner
 
 
 def counter(label_fields: bytes, value: float, exemplar_body: bytes | None = None) -> bytes:
     """A counter child as a MetricFamily.metric record."""
     if exemplar_body is None:
         inner = label_fields + (_COUNTER_VALUE + _double(value) if value else _COUNTER_ZERO)
-        return b"\x22" + varint(len(inner)) + inner
+        size = len(inner)
+        return b"\x22" + (_VARINTS[size] if size < 16384 else varint(size)) + inner
     body = (b"\x09" + _double(value) if value else b"") + _field(0x12, exemplar_body)
     return _metric(label_fields, 0x1A, body)
 
@@ -181,16 +183,24 @@ class ClassicBuckets:
     def encode(self, counts: Sequence[int], exemplars: Sequence[bytes | None] = ()) -> bytes:
         """Histogram.bucket fields: `counts` per bucket with +Inf last (not cumulative).
 
-        The +Inf bucket is left out unless it carries an exemplar (it equals the count).
+        The +Inf bucket is left out unless it carries an exemplar (it equals the count), or is
+        the only one (a histogram kept as sum and count): then it says the buckets are classic.
         """
         cumulative = list(accumulate(counts))
+        if not self._bounds:
+            example = exemplars[0] if exemplars else None
+            return _field(_TAG_BUCKET, b"\x08" + varint(cumulative[-1]) + _INF_BOUND + (
+                b"" if example is None else _field(0x1A, example)))
         finite = cumulative[:len(self._bounds)]
         width = max(1, ((finite[-1] if finite else 0).bit_length() + 6) // 7)
         stride = 12 + width  # bucket tag, length, count tag, count, bound tag, 8-byte bound
         data = bytearray(self._template(width))
-        for k in range(width):
-            more = 0x80 if k < width - 1 else 0
-            data[3 + k::stride] = bytes([((c >> 7 * k) & 0x7F) | more for c in finite])
+        if width == 1:  # every count under 128 (most histograms): the counts are the bytes
+            data[3::stride] = bytes(finite)
+        else:
+            for k in range(width):
+                more = 0x80 if k < width - 1 else 0
+                data[3 + k::stride] = bytes([((c >> 7 * k) & 0x7F) | more for c in finite])
         if not any(exemplars):
             return bytes(data)
         out, start = [], 0
@@ -230,6 +240,11 @@ def _sint_run(values: Iterable[int]) -> bytes:
 
 
 def _native_buckets(span_tag: int, delta_tag: int, counts: Sequence[int], offset: int) -> bytes:
+    if len(counts) == 1 and -64 <= offset < 64 and counts[0] < 64:
+        # One bucket (a histogram served as sum and count, or a fresh one): one span, one
+        # delta, every varint a single byte.
+        return bytes((span_tag, 4, 0x08, _zigzag(offset), 0x10, 1, delta_tag, 1,
+                      counts[0] << 1))
     spans, deltas = spans_and_deltas(counts, offset)
     # BucketSpan{offset, length}, both written even when 0 (valid, and one fixed shape).
     span_fields = b"".join([
@@ -254,6 +269,22 @@ def histogram(label_fields: bytes, count: int, total: float, *,
     `classic` buckets; `native_exemplars` belong to the native histogram itself, for pages
     without classic buckets.
     """
+    return histogram_record(label_fields, histogram_body(
+        count, total, classic=classic, counts=counts, exemplars=exemplars, native=native,
+        native_exemplars=native_exemplars))
+
+
+def histogram_record(label_fields: bytes, body: bytes) -> bytes:
+    """A MetricFamily.metric record of a Histogram message's fields (`histogram_body`), so that
+    a body shared by many children (an empty histogram) is encoded once."""
+    return _metric(label_fields, 0x3A, body)
+
+
+def histogram_body(count: int, total: float, *, classic: ClassicBuckets | None = None,
+                   counts: Sequence[int] = (), exemplars: Sequence[bytes | None] = (),
+                   native: NativeBuckets | None = None,
+                   native_exemplars: Sequence[bytes] = ()) -> bytes:
+    """The fields of a Histogram message (see `histogram`)."""
     out = [b"\x08" + varint(count) if count else b"", b"\x11" + _double(total) if total else b""]
     if classic is not None:
         out.append(classic.encode(counts, exemplars))
@@ -275,7 +306,7 @@ def histogram(label_fields: bytes, count: int, total: float, *,
             # Nothing else would tell Prometheus that this histogram is native: a no-op span.
             out.append(_field(_TAG_POSITIVE_SPAN, b""))
         out.extend(_field(_TAG_EXEMPLARS, example) for example in native_exemplars)
-    return _metric(label_fields, 0x3A, b"".join(out))
+    return b"".join(out)
 
 
 def family(name: str, help_text: str, kind: MetricType, records: Iterable[bytes]) -> bytes:

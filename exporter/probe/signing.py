@@ -19,7 +19,9 @@ logs (`exporter.log.QUIET_LIBRARIES`).
 from __future__ import annotations
 
 import asyncio
+import functools
 from dataclasses import replace
+from types import SimpleNamespace
 from typing import Any
 from urllib.parse import quote, unquote
 
@@ -30,14 +32,22 @@ from exporter.config.network import AWS_EXTRA_MISSING
 from exporter.log import Redactor
 from exporter.protocols import HttpRequest
 
-try:  # optional: `pip install 'llm-probe-exporter[aws]'`
-    from botocore.auth import SigV4Auth
-    from botocore.awsrequest import AWSRequest
-    from botocore.credentials import RefreshableCredentials
-    from botocore.exceptions import BotoCoreError, ClientError
-    from botocore.session import Session
-except ImportError:  # pragma: no cover - exercised where botocore is absent
-    SigV4Auth = None
+
+@functools.cache
+def _botocore() -> Any:
+    """botocore's signing parts, imported on first use (None without the `aws` extra): a
+    daemon without AWS targets does not carry its ~12 MiB."""
+    try:  # optional: `pip install 'llm-probe-exporter[aws]'`
+        from botocore.auth import SigV4Auth
+        from botocore.awsrequest import AWSRequest
+        from botocore.credentials import RefreshableCredentials
+        from botocore.exceptions import BotoCoreError, ClientError
+        from botocore.session import Session
+    except ImportError:  # pragma: no cover - exercised where botocore is absent
+        return None
+    return SimpleNamespace(SigV4Auth=SigV4Auth, AWSRequest=AWSRequest, Session=Session,
+                           RefreshableCredentials=RefreshableCredentials,
+                           errors=(BotoCoreError, ClientError))
 
 NO_CREDENTIALS = ("no AWS credentials found: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, "
                   "a profile (AWS_PROFILE or aws_sigv4.profile), or web identity "
@@ -66,7 +76,8 @@ class SigV4Signer:
 
     def __init__(self, region: str, service: str = "bedrock", profile: str | None = None, *,
                  redactor: Redactor | None = None) -> None:
-        if SigV4Auth is None:
+        self._boto = _botocore()
+        if self._boto is None:
             raise SigningError(AWS_EXTRA_MISSING)
         self.region = region
         self.service = service
@@ -83,9 +94,9 @@ class SigV4Signer:
         token) added. Raises `SigningError` without credentials."""
         credentials = await self._credentials()
         url = wire_url(request.url)
-        aws = AWSRequest(method="POST", url=url, headers=dict(request.headers),
-                         data=request.body)
-        SigV4Auth(credentials, self.service, self.region).add_auth(aws)
+        aws = self._boto.AWSRequest(method="POST", url=url, headers=dict(request.headers),
+                                    data=request.body)
+        self._boto.SigV4Auth(credentials, self.service, self.region).add_auth(aws)
         return replace(request, url=url, headers=dict(aws.headers.items()))
 
     async def _credentials(self) -> Any:
@@ -109,18 +120,19 @@ class SigV4Signer:
                                 [s for s in (self._frozen.secret_key, self._frozen.token) if s])
 
     def _refresh_due(self) -> bool:
-        return isinstance(self._source, RefreshableCredentials) and self._source.refresh_needed()
+        return (isinstance(self._source, self._boto.RefreshableCredentials)
+                and self._source.refresh_needed())
 
     def _resolve(self) -> Any:
         """Walk the credential chain (once) and take a snapshot, refreshing if due (thread)."""
         try:
             if self._source is None:
-                source = Session(profile=self.profile).get_credentials()
+                source = self._boto.Session(profile=self.profile).get_credentials()
                 if source is None:
                     raise SigningError(NO_CREDENTIALS)
                 self._source = source
             return self._source.get_frozen_credentials()
-        except (BotoCoreError, ClientError) as exc:
+        except self._boto.errors as exc:
             raise SigningError(f"AWS credentials: {exc}") from None
 
 

@@ -28,7 +28,8 @@ from prometheus_client.exposition import choose_encoder
 
 from exporter import __version__
 from exporter.config import Config, Series, redacted
-from exporter.exposition.collector import blocks, protobuf
+from exporter.exposition import protobuf
+from exporter.exposition.collector import blocks
 from exporter.exposition.families import SkipReason
 from exporter.exposition.metrics import ExporterMetrics
 from exporter.log import REDACTOR, get_logger

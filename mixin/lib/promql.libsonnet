@@ -21,27 +21,45 @@
   range(name, m, w, offset='')::
     name + '{' + m + '}[' + w + ']' + (if offset == '' then '' else ' offset ' + offset),
 
-  // sum by (labels) (fn(name{matchers}[window]))
-  sumBy(by, fn, name, m, w, offset='')::
-    'sum by (' + self.list(by) + ') (' + fn + '(' + self.range(name, m, w, offset) + '))',
+  // fn(name{matchers}[window]); with `instead`, series by series: name where a series has it,
+  // else instead (`unless ignoring (le)`: never the buckets of both for one series).
+  apply(fn, name, m, w, offset='', instead=null)::
+    local first = fn + '(' + self.range(name, m, w, offset) + ')';
+    if instead == null then first
+    else '(\n  ' + first + '\n  or\n  (' + fn + '(' + self.range(instead, m, w, offset) + ')'
+         + ' unless ignoring (le) ' + first + ')\n)',
 
-  // A quantile of a histogram family per `by` group.
-  quantile(q, family, m, by, w, fn='rate', offset='')::
+  // Families a series may lack, and what stands in for them there: time to first answer is
+  // served only for series that reason (global.metrics.time_to_first_answer: auto); for the
+  // others it is their TTFT (the first token is the first answer).
+  insteadOf:: { llm_probe_time_to_first_answer_seconds: 'llm_probe_ttft_seconds' },
+  instead(family):: if std.objectHas(self.insteadOf, family) then self.insteadOf[family] else null,
+
+  // A sample name of a family, or null for none (for `instead`).
+  suffixed(family, suffix):: if family == null then null else family + suffix,
+
+  // sum by (labels) (fn(name{matchers}[window]))
+  sumBy(by, fn, name, m, w, offset='', instead=null)::
+    'sum by (' + self.list(by) + ') (' + self.apply(fn, name, m, w, offset, instead) + ')',
+
+  // A quantile of a histogram family per `by` group (`instead`: see apply).
+  quantile(q, family, m, by, w, fn='rate', offset='', instead=self.instead(family))::
     local head = 'histogram_quantile(' + self.num(q) + ', ';
-    head + self.sumBy(by, fn, family, m, w, offset) + ')\nor\n'
-    + head + self.sumBy(by + ['le'], fn, family + '_bucket', m, w, offset) + ')',
+    head + self.sumBy(by, fn, family, m, w, offset, instead) + ')\nor\n'
+    + head + self.sumBy(by + ['le'], fn, family + '_bucket', m, w, offset,
+                        self.suffixed(instead, '_bucket')) + ')',
 
   // Observations per second (fn=rate) or per window (fn=increase) of a histogram family.
   count(family, m, by, w, fn='rate')::
     'sum by (' + self.list(by) + ') (histogram_count(' + fn + '(' + self.range(family, m, w) + ')))'
     + '\nor\n' + self.sumBy(by, fn, family + '_count', m, w),
 
-  // The mean observation of a histogram family: sum / count.
-  mean(family, m, by, w)::
-    local nat(f) = 'sum by (' + self.list(by) + ') (' + f + '(rate(' + self.range(family, m, w) + ')))';
+  // The mean observation of a histogram family: sum / count (`instead`: see apply).
+  mean(family, m, by, w, instead=self.instead(family))::
+    local nat(f) = 'sum by (' + self.list(by) + ') (' + f + '(' + self.apply('rate', family, m, w, '', instead) + '))';
     '(\n  ' + nat('histogram_sum') + '\n  /\n  ' + nat('histogram_count') + '\n)\nor\n(\n  '
-    + self.sumBy(by, 'rate', family + '_sum', m, w) + '\n  /\n  '
-    + self.sumBy(by, 'rate', family + '_count', m, w) + '\n)',
+    + self.sumBy(by, 'rate', family + '_sum', m, w, '', self.suffixed(instead, '_sum')) + '\n  /\n  '
+    + self.sumBy(by, 'rate', family + '_count', m, w, '', self.suffixed(instead, '_count')) + '\n)',
 
   // Indent every line after the first by n spaces (to nest a multi-line expression).
   indent(text, n)::

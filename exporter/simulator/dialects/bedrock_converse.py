@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import importlib.util
 import re
 from collections.abc import Mapping
 from datetime import UTC, datetime
@@ -53,13 +54,6 @@ from .base import (
     schema_param,
 )
 
-try:  # botocore is an optional dependency: only verifying signatures needs it
-    from botocore.auth import SigV4Auth
-    from botocore.awsrequest import AWSRequest
-    from botocore.credentials import Credentials as BotoCredentials
-except ImportError:  # pragma: no cover - exercised only without botocore installed
-    SigV4Auth = None  # type: ignore[assignment,misc]
-
 _ERROR_TYPES = {400: "ValidationException", 403: "AccessDeniedException",
                 404: "ResourceNotFoundException", 408: "ModelTimeoutException",
                 424: "ModelErrorException", 429: "ThrottlingException",
@@ -80,13 +74,22 @@ _PAD = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
 
 
 def sigv4_supported() -> bool:
-    """Whether botocore is installed, so that SigV4 signatures can be verified."""
-    return SigV4Auth is not None
+    """Whether botocore is installed, so that SigV4 signatures can be verified (without
+    importing it: only a request to verify pays for it)."""
+    try:
+        return importlib.util.find_spec("botocore") is not None
+    except (ImportError, ValueError):  # ValueError: an entry of None in sys.modules
+        return False
 
 
 def _recompute(request: AuthRequest, keys: AwsKeys, match: re.Match[str], amz_date: str) -> str:
     """The signature botocore computes for this request, with the signer's own parts."""
-    assert SigV4Auth is not None
+    try:  # botocore is an optional dependency: only verifying signatures needs it
+        from botocore.auth import SigV4Auth
+        from botocore.awsrequest import AWSRequest
+        from botocore.credentials import Credentials as BotoCredentials
+    except ImportError:  # pragma: no cover - sigv4_supported() said it is installed
+        raise AssertionError("botocore vanished") from None
     signed = match["headers"].split(";")
     aws_request = AWSRequest(method=request.method, url=request.url,
                              headers={name: request.headers.get(name, "") for name in signed},

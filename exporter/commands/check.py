@@ -1,0 +1,124 @@
+"""The `check` command's output: the validated config's plan, as tables or JSON."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+
+import orjson
+from rich.console import Console
+from rich.table import Table
+
+from exporter.commands.cells import cell, make_console
+from exporter.commands.plan import SERIES_WARNING, Count, Plan, make_plan
+from exporter.config import Config, format_duration
+from exporter.log import REDACTOR
+
+
+def _int(value: float) -> str:
+    return f"{value:,.0f}"
+
+
+def _costs(costs: Mapping[str, float]) -> str:
+    return ", ".join(f"{cost:,.2f} {currency}" for currency, cost in sorted(costs.items())) or "–"
+
+
+def _series(count: Count, extra: Count, classic: bool) -> str:
+    shown, later = (count.classic, extra.classic) if classic else (count.native, extra.native)
+    return f"{shown:,}" + (f" (+{later:,})" if later else "")
+
+
+def series_table(plan: Plan, title: str) -> Table:
+    """Per series and in total: schedule, probes, tokens, cost and Prometheus series."""
+    kind = "classic" if plan.classic else "native"
+    table = Table(title=title, show_footer=True)
+    columns = ("target", "model", "probe", "interval", "probes/day", "output tokens/day ≤",
+               "input tokens/day ≈", "cost/day ≤", f"series ({kind})")
+    footers = ("total", "", "", "", _int(plan.total("probes_per_day")),
+               _int(plan.total("output_tokens_per_day")),
+               _int(plan.total("input_tokens_per_day")), _costs(plan.cost_per_day),
+               _series(plan.probe_series, plan.extra, plan.classic))
+    for column, footer in zip(columns, footers, strict=True):
+        numeric = column not in ("target", "model", "probe")
+        table.add_column(column, footer, justify="right" if numeric else "left")
+    for s in plan.series:
+        cost = s.cost_per_day
+        table.add_row(
+            *(cell(name) for name in s.key), format_duration(s.interval),
+            _int(s.probes_per_day),
+            _int(s.output_tokens_per_day) + (" ¹" if s.reasons else ""),
+            _int(s.input_tokens_per_day),
+            "–" if cost is None or s.price is None else f"{cost:,.2f} {cell(s.price.currency)}",
+            _series(s.series, s.extra, plan.classic))
+    return table
+
+
+def family_table(plan: Plan) -> Table:
+    """Prometheus series per family, with how each histogram is served."""
+    table = Table(title="Prometheus series by family (probe series)", show_footer=True)
+    total, later = plan.probe_series, plan.extra
+    for column, footer in (("family", "total"), ("served", ""),
+                           ("classic", _int(total.classic)), ("native", _int(total.native)),
+                           ("on first need (classic / native)",
+                            f"{later.classic:,} / {later.native:,}")):
+        table.add_column(column, footer, justify="left" if column in ("family", "served")
+                         else "right")
+    extra = plan.by_family(extra=True)
+    counts = plan.by_family()
+    for family, spec in plan.specs.items():
+        count, maybe = counts.get(family, Count()), extra.get(family, Count())
+        if not (count.native or maybe.native):
+            continue
+        shape = plan.shapes.get(family)
+        table.add_row(spec.name, shape.value if shape else "", _int(count.classic),
+                      _int(count.native),
+                      f"{maybe.classic:,} / {maybe.native:,}" if maybe.native else "")
+    return table
+
+
+def print_plan(config: Config, plan: Plan, path: str, console: Console | None = None) -> None:
+    """The plan as tables, the notes and warnings, then `config OK`."""
+    console = console or make_console()
+    console.print(series_table(plan, f"{len(plan.series)} series in {cell(path)}: a day"))
+    console.print(family_table(plan))
+    own = plan.own.classic
+    everything = plan.probe_series + plan.own
+    console.print(
+        f"Prometheus series: {everything.classic:,} as classic buckets (text, or protobuf kept "
+        f"classic), {everything.native:,} with native histograms (protobuf), the exporter's "
+        f"own {own:,} included; up to {plan.extra.classic:,} / {plan.extra.native:,} more on "
+        "first need (rate-limit headers, the server's own timings, time to first answer of a "
+        "series first seen reasoning).", soft_wrap=True)
+    if any(s.reasons for s in plan.series):
+        console.print("¹ reasons: reasoning tokens count within max_tokens.")
+    console.print("≤ ceilings: max_tokens on every probe; ≈ input tokens estimated from the "
+                  "prompts as sent (images not counted); cost = input at the uncached price + "
+                  "output at the ceiling.", soft_wrap=True)
+    if plan.budget_limit is not None:
+        console.print(f"budget: {plan.budget_limit:g} {cell(plan.budget_currency or '')}/day "
+                      "(global.budget)")
+    for warning in plan.warnings:
+        console.print(f"[yellow]warning:[/yellow] {cell(warning.message)}", soft_wrap=True)
+    if config.simulator is not None:
+        console.print(f"simulator: {cell(config.simulator.listen)} serving "
+                      f"{cell(', '.join(config.simulator.models))}")
+    console.print("config OK")
+
+
+def print_plan_json(plan: Plan, path: str) -> None:
+    """The plan as one JSON document on stdout (redacted as a whole, a second net)."""
+    text = orjson.dumps({"config": path, **plan.to_json()},
+                        option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS).decode()
+    sys.stdout.write(REDACTOR.net(text) + "\n")
+
+
+def run_check(config: Config, path: str, *, output: str = "table",
+              series_warning: int | None = None) -> int:
+    """The `check` command on a loaded config: print the plan; exit 0 (warnings included)."""
+    plan = make_plan(config, series_warning=SERIES_WARNING if series_warning is None
+                     else series_warning)
+    if output == "json":
+        print_plan_json(plan, path)
+    else:
+        print_plan(config, plan, path)
+    return 0

@@ -1,0 +1,343 @@
+"""What a config will cost before it runs: probes, tokens and money per day, and the Prometheus
+series it creates.
+
+Per series (target × model × probe): probes per day (86,400 s / interval); the output-token
+ceiling (the output limit every probe sends: `max_tokens`, plus the thinking budget where one
+is sent — every API counts reasoning tokens within the limit); an estimate
+of the input tokens (the prompt as sent, nonce included, counted like the prober counts an answer
+without usage, plus a few tokens per message); and from the price table the cost ceiling
+(input at the uncached price, output at the ceiling). The series count comes from
+`exposition.children` — the children `ExporterMetrics` creates — and the families as served
+(`global.metrics`, the config's edges): exact for the text page (classic buckets) and for a
+Prometheus with native histograms (one series per histogram child), with what may appear later
+apart. `bench` prices its run with the same per-probe ceiling.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+import orjson
+
+from exporter.config import Config, Price, ProbeConfig, ProbeKind, Series
+from exporter.config.model import reasons
+from exporter.exposition.children import at_load, later, samples, served_families
+from exporter.exposition.families import (
+    PROCESS_FAMILIES,
+    Family,
+    FamilySpec,
+    MetricType,
+    Scope,
+    Shape,
+    families,
+)
+from exporter.probe.tokens import estimate_tokens
+from exporter.protocols.advice import reasoning_advice
+from exporter.protocols.base import embedding_input, make_prompt
+from exporter.protocols.reasoning import plan as request_plan
+
+SECONDS_PER_DAY = 86_400
+# Active series past which `check` warns: managed Prometheus offerings bill by active series,
+# and their free tiers end around here.
+SERIES_WARNING = 10_000
+# Chat templates add a few tokens per message and a few to prime the answer (OpenAI's
+# published counting: 3 per message, 3 for the reply); a little more covers other templates.
+TOKENS_PER_MESSAGE = 4
+TOKENS_PER_REQUEST = 3
+_NONCE = "0" * 12  # as long as the prober's
+
+
+class WarningKind(StrEnum):
+    """What `check` warns about (the JSON's `warnings[].kind`)."""
+
+    COST_OVER_BUDGET = "cost_over_budget"  # the cost ceiling passes global.budget
+    OTHER_CURRENCY = "other_currency"  # priced in a currency the budget does not count
+    UNPRICED = "unpriced"  # a budget is set but some series have no price
+    SERIES_OVER_LIMIT = "series_over_limit"  # more Prometheus series than the threshold
+    REASONING = "reasoning"  # a probe may spend its limit thinking, or sends a refused value
+
+
+@dataclass(frozen=True)
+class Count:
+    """Prometheus series: as samples of the text page (classic buckets, what a Prometheus
+    without native histograms stores) and as a Prometheus with native histograms stores them
+    from protobuf (one series per histogram child)."""
+
+    classic: int = 0
+    native: int = 0
+
+    def __add__(self, other: Count) -> Count:
+        return Count(self.classic + other.classic, self.native + other.native)
+
+    def to_json(self) -> dict[str, int]:
+        """`{"classic": …, "native": …}`."""
+        return {"classic": self.classic, "native": self.native}
+
+
+def _count(children: Iterable[tuple[Family, Any]], specs: Mapping[Family, FamilySpec]
+           ) -> dict[Family, Count]:
+    """Series per family of some children."""
+    out: dict[Family, Count] = {}
+    for family, _ in children:
+        spec = specs[family]
+        out[family] = out.get(family, Count()) + Count(samples(spec), 1)
+    return out
+
+
+@dataclass(frozen=True)
+class SeriesPlan:
+    """One series' day."""
+
+    key: tuple[str, str, str]
+    interval: float
+    max_tokens: int  # output tokens per probe at most (0: an embedding)
+    input_tokens: int  # per probe, estimated
+    reasons: bool
+    price: Price | None
+    families: Mapping[Family, Count]  # from the config's load
+    later: Mapping[Family, Count]  # may appear on first need
+
+    @property
+    def probes_per_day(self) -> float:
+        """Scheduled probes in a day."""
+        return SECONDS_PER_DAY / self.interval
+
+    @property
+    def output_tokens_per_day(self) -> float:
+        """Output tokens (reasoning included) in a day, at most."""
+        return self.probes_per_day * self.max_tokens
+
+    @property
+    def input_tokens_per_day(self) -> float:
+        """Input tokens in a day (estimated)."""
+        return self.probes_per_day * self.input_tokens
+
+    @property
+    def cost_per_probe(self) -> float | None:
+        """The cost ceiling of one probe (None: no price)."""
+        return probe_cost(self.price, self.input_tokens, self.max_tokens)
+
+    @property
+    def cost_per_day(self) -> float | None:
+        """The cost ceiling of a day (None: no price)."""
+        cost = self.cost_per_probe
+        return None if cost is None else cost * self.probes_per_day
+
+    @property
+    def series(self) -> Count:
+        """Prometheus series from the config's load."""
+        return sum(self.families.values(), Count())
+
+    @property
+    def extra(self) -> Count:
+        """Prometheus series that may appear later."""
+        return sum(self.later.values(), Count())
+
+
+def probe_cost(price: Price | None, input_tokens: int, output_tokens: int) -> float | None:
+    """The cost of one probe at a price (per 1M tokens); input at the uncached price."""
+    if price is None:
+        return None
+    return (input_tokens * price.input + output_tokens * price.output) / 1e6
+
+
+def input_tokens(probe: ProbeConfig) -> int:
+    """The input tokens of one probe, estimated: the largest of its prompts (cases rotate) as
+    sent, with the tools and the response schema it sends; an image is not counted."""
+    if probe.kind is ProbeKind.EMBEDDING:
+        return estimate_tokens(embedding_input(probe, _NONCE if probe.nonce else None))
+    nonce = _NONCE if probe.nonce else None
+    largest = 0
+    for case in probe.cases or (None,):
+        prompt = make_prompt(probe, case, nonce)
+        texts = [content for _, content in prompt.messages]
+        if prompt.system:
+            texts.append(prompt.system)
+        tokens = sum(map(estimate_tokens, texts)) + TOKENS_PER_MESSAGE * len(texts)
+        largest = max(largest, tokens + TOKENS_PER_REQUEST)
+    extra = [orjson.dumps(tool.model_dump(mode="json", exclude_none=True)).decode()
+             for tool in probe.tools]
+    if probe.response_format is not None:
+        extra.append(orjson.dumps(probe.response_format.json_schema).decode())
+    return largest + sum(map(estimate_tokens, extra))
+
+
+def output_tokens(series: Series) -> int:
+    """The output tokens of one probe at most: the output limit its request sends (`max_tokens`,
+    plus the thinking budget where one is sent); an embedding generates none."""
+    if series.probe.kind is ProbeKind.EMBEDDING:
+        return 0
+    return request_plan(series).cap
+
+
+def plan_series(series: Series, specs: Mapping[Family, FamilySpec],
+                shapes: Mapping[Family, Shape], prompt_tokens: int | None = None) -> SeriesPlan:
+    """One series' plan (`prompt_tokens`: its probe's `input_tokens`, if known)."""
+    probe = series.probe
+    return SeriesPlan(
+        key=series.key, interval=series.interval, max_tokens=output_tokens(series),
+        input_tokens=input_tokens(probe) if prompt_tokens is None else prompt_tokens,
+        reasons=reasons(series), price=series.price,
+        families=_count(at_load(series, shapes), specs),
+        later=_count([c for c in later(series, shapes) if c[0] in specs], specs))
+
+
+def own_series(config: Config) -> Count:
+    """The exporter's own series on a running daemon (no probe labels; its histograms are
+    classic in every format), with the standard process metrics."""
+    total = len(PROCESS_FAMILIES)
+    for spec in families(Scope.EXPORTER):
+        if spec.type is MetricType.HISTOGRAM:
+            total += len(config.buckets.get(spec.key) or spec.buckets) + 3
+        elif spec.key in (Family.BUDGET_SPENT, Family.BUDGET_LIMIT):
+            total += config.global_.budget is not None
+        else:
+            total += len(spec.values) or 1
+    return Count(total, total)
+
+
+@dataclass(frozen=True)
+class PlanWarning:
+    """One warning: its kind and what to tell people."""
+
+    kind: WarningKind
+    message: str
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A config's day: every series' plan, the totals, the warnings."""
+
+    series: tuple[SeriesPlan, ...]
+    shapes: Mapping[Family, Shape]
+    specs: Mapping[Family, FamilySpec]
+    classic: bool  # global.native_histograms.classic
+    own: Count
+    budget_limit: float | None
+    budget_currency: str | None
+    warnings: tuple[PlanWarning, ...]
+
+    def total(self, field: str) -> float:
+        """The sum of one per-series figure over every series."""
+        return sum(getattr(s, field) for s in self.series)
+
+    @property
+    def cost_per_day(self) -> dict[str, float]:
+        """The cost ceiling of a day per currency (priced series only)."""
+        costs: Counter[str] = Counter()
+        for s in self.series:
+            if s.price is not None and s.cost_per_day is not None:
+                costs[s.price.currency] += s.cost_per_day
+        return dict(costs)
+
+    def by_family(self, extra: bool = False) -> dict[Family, Count]:
+        """Probe series per family over every series (or those that may appear later)."""
+        out: dict[Family, Count] = {}
+        for s in self.series:
+            for family, count in (s.later if extra else s.families).items():
+                out[family] = out.get(family, Count()) + count
+        return out
+
+    @property
+    def probe_series(self) -> Count:
+        """Probe series from the config's load."""
+        return sum((s.series for s in self.series), Count())
+
+    @property
+    def extra(self) -> Count:
+        """Probe series that may appear later."""
+        return sum((s.extra for s in self.series), Count())
+
+    @property
+    def series_in_force(self) -> int:
+        """The count the series threshold is judged by: classic while the protobuf page keeps
+        classic buckets (a Prometheus may store them), else native."""
+        total = self.probe_series + self.own
+        return total.classic if self.classic else total.native
+
+    def to_json(self) -> dict[str, Any]:
+        """The plan as JSON (`check --output json`)."""
+        return {
+            "series": [{
+                "target": s.key[0], "model": s.key[1], "probe": s.key[2],
+                "interval_seconds": s.interval, "probes_per_day": s.probes_per_day,
+                "output_tokens_per_day": s.output_tokens_per_day,
+                "input_tokens_per_day": s.input_tokens_per_day, "reasons": s.reasons,
+                "currency": s.price.currency if s.price else None,
+                "cost_per_day": s.cost_per_day,
+                "prometheus_series": {**s.series.to_json(), "later": s.extra.to_json()},
+            } for s in self.series],
+            "totals": {
+                "series": len(self.series), "probes_per_day": self.total("probes_per_day"),
+                "output_tokens_per_day": self.total("output_tokens_per_day"),
+                "input_tokens_per_day": self.total("input_tokens_per_day"),
+                "cost_per_day": self.cost_per_day,
+                "prometheus_series": {**(self.probe_series + self.own).to_json(),
+                                      "probe": self.probe_series.to_json(),
+                                      "exporter": self.own.to_json(),
+                                      "later": self.extra.to_json(),
+                                      "in_force": self.series_in_force},
+            },
+            "families": [{
+                "family": family.value, "name": self.specs[family].name,
+                "shape": self.shapes.get(family), **count.to_json(),
+                "later": self.by_family(extra=True).get(family, Count()).to_json(),
+            } for family, count in self.by_family().items()],
+            "native_histograms": {"classic": self.classic},
+            "budget": None if self.budget_limit is None else {
+                "max_cost_per_day": self.budget_limit, "currency": self.budget_currency},
+            "warnings": [{"kind": w.kind.value, "message": w.message} for w in self.warnings],
+        }
+
+
+def make_plan(config: Config, *, series_warning: int = SERIES_WARNING) -> Plan:
+    """The plan of a loaded config."""
+    shapes = config.global_.shapes
+    specs = {spec.key: spec for spec in served_families(config)}
+    prompts: dict[int, int] = {}  # by probe object: thousands of series share a few probes
+    for s in config.series:
+        if id(s.probe) not in prompts:
+            prompts[id(s.probe)] = input_tokens(s.probe)
+    series = tuple(plan_series(s, specs, shapes, prompts[id(s.probe)]) for s in config.series)
+    budget = config.global_.budget
+    draft = Plan(series, shapes, specs, config.global_.native_histograms.classic,
+                 own_series(config), budget.max_cost_per_day if budget else None,
+                 budget.currency if budget else None, ())
+    advice = [PlanWarning(WarningKind.REASONING, str(a)) for a in reasoning_advice(config.series)]
+    return dataclasses.replace(draft, warnings=(*_warnings(draft, series_warning), *advice))
+
+
+def _warnings(plan: Plan, series_warning: int) -> Iterable[PlanWarning]:
+    """What the plan should warn about."""
+    if plan.budget_limit is not None:
+        currency = plan.budget_currency
+        costs = plan.cost_per_day
+        ceiling = costs.get(currency or "", 0.0)
+        if ceiling > plan.budget_limit:
+            hours = 24 * plan.budget_limit / ceiling
+            yield PlanWarning(WarningKind.COST_OVER_BUDGET,
+                           f"cost ceiling {ceiling:.2f} {currency}/day exceeds global.budget "
+                           f"({plan.budget_limit:g} {currency}/day): at the ceiling, probing "
+                           f"stops for the day after about {hours:.1f} h (UTC)")
+        for other, cost in sorted(costs.items()):
+            if other != currency:
+                yield PlanWarning(WarningKind.OTHER_CURRENCY,
+                               f"{cost:.2f} {other}/day is priced in {other}: the budget "
+                               f"({currency}) does not count it")
+        unpriced = [s for s in plan.series if s.price is None]
+        if unpriced:
+            yield PlanWarning(WarningKind.UNPRICED,
+                           f"{len(unpriced)} of {len(plan.series)} series have no price "
+                           f"(targets[].prices): the budget cannot count their cost")
+    if plan.series_in_force > series_warning:
+        kind = "classic" if plan.classic else "native"
+        yield PlanWarning(WarningKind.SERIES_OVER_LIMIT,
+                       f"{plan.series_in_force:,} Prometheus series ({kind}) exceed "
+                       f"{series_warning:,}: see docs/metrics.md for global.metrics and "
+                       "native histograms")
+
