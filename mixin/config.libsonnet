@@ -62,8 +62,8 @@
     servedModelChanged: { window: '1h', 'for': '0m' },
     // LLMProbeStreamStalls: pauses longer than `gapSeconds` between two token-bearing chunks,
     // per successful streamed probe, above `ratio` over `window`. `gapSeconds` must be an edge
-    // of llm_probe_inter_chunk_seconds (defaults 1, 2.5, 5; `global.buckets.inter_chunk`).
-    streamStalls: { gapSeconds: 5, ratio: 0.5, window: '15m', 'for': '10m' },
+    // of llm_probe_inter_chunk_seconds (default edges end at 1; `global.buckets.inter_chunk`).
+    streamStalls: { gapSeconds: 1, ratio: 0.5, window: '15m', 'for': '10m' },
     // LLMProbeLocationFailing / LLMProbeGlobalFailure: a target and model failing (failed share
     // of probes above `ratio` over `window`) in some locations while others are fine, or in every
     // one of at least `minLocations`. `regionLabel` is the global.labels key naming a location.

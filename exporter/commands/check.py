@@ -90,8 +90,9 @@ def print_plan(config: Config, plan: Plan, path: str, console: Console | None = 
         "first need (rate-limit headers, the server's own timings, time to first answer of a "
         "series first seen reasoning).", soft_wrap=True)
     if any(s.reasons for s in plan.series):
-        console.print("¹ reasons: reasoning tokens count within max_tokens.")
-    console.print("≤ ceilings: max_tokens on every probe; ≈ input tokens estimated from the "
+        console.print("¹ reasons: reasoning tokens count within the output limit sent.")
+    console.print("≤ ceilings: the output limit of every probe (max_tokens, plus a thinking "
+                  "budget where one is sent); ≈ input tokens estimated from the "
                   "prompts as sent (images not counted); cost = input at the uncached price + "
                   "output at the ceiling.", soft_wrap=True)
     if plan.budget_limit is not None:

@@ -189,9 +189,12 @@ def plan_series(series: Series, specs: Mapping[Family, FamilySpec],
 
 def own_series(config: Config) -> Count:
     """The exporter's own series on a running daemon (no probe labels; its histograms are
-    classic in every format), with the standard process metrics."""
+    classic in every format), with the standard process metrics; one more with
+    `--web.config.file` (its reload gauge), which the config does not know of."""
     total = len(PROCESS_FAMILIES)
     for spec in families(Scope.EXPORTER):
+        if spec.key is Family.WEB_CONFIG_RELOAD_OK:
+            continue
         if spec.type is MetricType.HISTOGRAM:
             total += len(config.buckets.get(spec.key) or spec.buckets) + 3
         elif spec.key in (Family.BUDGET_SPENT, Family.BUDGET_LIMIT):
