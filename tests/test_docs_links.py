@@ -107,6 +107,13 @@ def test_the_readme_is_a_front_door() -> None:
         <= {target.partition("#")[0] for _, target in links(README)}
 
 
+def test_the_docs_index_lists_every_page() -> None:
+    index = ROOT / "docs" / "README.md"
+    listed = {target.partition("#")[0] for _, target in links(index)}
+    pages = {page.name for page in (ROOT / "docs").glob("*.md")} - {"README.md"}
+    assert pages | {"runbooks/"} <= listed
+
+
 def test_the_readme_config_loads() -> None:
     [block] = [b for b in re.findall(r"```yaml\n(.*?)```", README.read_text(encoding="utf-8"),
                                      re.DOTALL) if "targets:" in b]
