@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -33,7 +34,7 @@ def problems(probes: dict[str, Any], *targets: dict[str, Any]) -> list[str]:
     return [str(problem) for problem in caught.value.details]
 
 
-# Which probe kind each API style takes (the table README shows).
+# Which probe kind each API style takes (the table docs/configuration.md shows).
 SUPPORT = {
     Api.OPENAI_CHAT: {"chat", "tool", "json", "vision", "embed"},
     Api.OPENAI_COMPLETIONS: {"chat", "embed"},
@@ -65,6 +66,28 @@ def test_api_features_table_matches_the_docs_table() -> None:
             ("vision", Feature.IMAGE), ("embed", Feature.EMBEDDING))
             if feature in api.features}
         assert kinds == SUPPORT[api], api
+
+
+DOC_ROWS = {"`tools`": "tool", "`response_format`": "json", "`image`": "vision",
+            "`kind: embedding`": "embed"}
+
+
+def test_the_docs_probe_kind_table_is_what_the_config_accepts() -> None:
+    """docs/configuration.md's table: a filled cell is a probe kind the style takes."""
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "configuration.md").read_text(
+        encoding="utf-8")
+    lines = doc.split("## Probe kinds", 1)[1].splitlines()
+    header = next(line for line in lines if line.startswith("| probe needs"))
+    apis = [Api(cell.strip()) for cell in header.strip("|").split("|")[1:]]
+    shown: dict[Api, set[str]] = {api: {"chat"} for api in apis}
+    for line in lines[lines.index(header) + 2:]:
+        if not line.startswith("|"):
+            break
+        first, *cells = (cell.strip() for cell in line.strip("|").split("|"))
+        for api, cell in zip(apis, cells, strict=True):
+            if cell:
+                shown[api].add(DOC_ROWS[first])
+    assert shown == SUPPORT
 
 
 def test_unsupported_probe_by_default_names_the_api_key() -> None:

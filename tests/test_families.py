@@ -23,7 +23,7 @@ from exporter.exposition.families import (
     families,
 )
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+DOCS = Path(__file__).resolve().parent.parent / "docs"
 
 
 def served_name(spec) -> str:
@@ -88,12 +88,13 @@ def test_bucket_keys_and_objectives_are_histograms() -> None:
         assert family.value == objective.value
 
 
-# -- the README's tables ------------------------------------------------------------------------
+# -- the docs' tables --------------------------------------------------------------------------
 
 def _section(text: str, heading: str) -> str:
+    """From `heading` to the next heading of the same or a higher level."""
     start = text.index(heading)
-    level = heading.split(" ", 1)[0]
-    following = re.search(rf"^{level} ", text[start + len(heading):], flags=re.MULTILINE)
+    level = len(heading.split(" ", 1)[0])
+    following = re.search(rf"^#{{1,{level}}} ", text[start + len(heading):], flags=re.MULTILINE)
     return text[start:start + len(heading) + following.start()] if following else text[start:]
 
 
@@ -107,14 +108,14 @@ def _table_names(section: str) -> set[str]:
     return names
 
 
-def test_the_readme_metric_table_lists_exactly_the_declared_families() -> None:
-    metrics = _section(README.read_text(encoding="utf-8"), "## Metrics")
-    table = _section(metrics, "## Metrics").split("`result` is exactly one of")[0]
+def test_the_metrics_page_lists_exactly_the_declared_families() -> None:
+    table = _section((DOCS / "metrics.md").read_text(encoding="utf-8"), "## The families")
     declared = {served_name(spec) for spec in (*families(Scope.PROBE), *families(Scope.EXPORTER))}
     assert _table_names(table) == declared | {"process_*"}
     assert all(name.startswith("process_") for name in PROCESS_FAMILIES)
 
 
-def test_the_readme_on_demand_table_lists_exactly_the_declared_families() -> None:
-    section = _section(README.read_text(encoding="utf-8"), "### On-demand probes")
+def test_the_on_demand_table_lists_exactly_the_declared_families() -> None:
+    section = _section((DOCS / "operating.md").read_text(encoding="utf-8"),
+                       "### On-demand probes")
     assert _table_names(section) == {spec.name for spec in families(Scope.ONDEMAND)}

@@ -199,7 +199,8 @@ _H, _C, _G = MetricType.HISTOGRAM, MetricType.COUNTER, MetricType.GAUGE
 # coarse fallback plus the thresholds people ask about (the shipped objectives are edges: TTFT
 # 2 s, TPOT 50 ms, duration 30 s). Every probe series serves ~100 samples at most with them (see
 # docs/metrics.md); `global.buckets` sets finer ones.
-_FIRST_TOKEN = (0.25, 0.5, 1, 2, 3, 5)  # slower first tokens: native histograms, or a ttft objective
+# Slower first tokens: native histograms, or a ttft objective (every objective is an edge).
+_FIRST_TOKEN = (0.25, 0.5, 1, 2, 3, 5)
 
 FAMILIES: tuple[FamilySpec, ...] = (
     # -- per probe series ------------------------------------------------------------------

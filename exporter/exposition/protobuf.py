@@ -5,7 +5,8 @@ is a stream of MetricFamily messages, each preceded by its length as a varint. O
 exporter writes is here — LabelPair, Gauge, Counter, Summary, Untyped, Histogram (classic and
 native buckets), BucketSpan, Exemplar, Metric, MetricFamily — with the field numbers of
 Prometheus' `metrics.proto`, in the proto3 wire form (fields at their default value are mostly
-left out, repeated numbers packed). The README says why this is not the protobuf runtime.
+left out, repeated numbers packed). docs/metrics.md ("Native histograms and the protobuf
+format") says why this is not the protobuf runtime.
 
 Every function returns finished bytes so that callers can cache them: the label pairs of a
 child, one `metric` record per child, and a family is a header followed by its records.

@@ -1,5 +1,5 @@
 // What both dashboards share: selectors, variables, annotations and the definitions that panel
-// descriptions quote (the same words as docs/DESIGN.md and the README).
+// descriptions quote (the same words as docs/DESIGN.md and docs/metrics.md).
 local g = import '../lib/grafana.libsonnet';
 
 {

@@ -257,7 +257,7 @@ local p = import '../lib/promql.libsonnet';
                  [['rate(process_cpu_seconds_total{%s}[%s])' % [e, RI], '{{instance}}']], 'short', w=6),
     g.newline,
     g.timeseries('Exporter port: connections',
-                 "Open connections to each exporter's port (llm_probe_http_connections) against its cap (llm_probe_http_connections_limit, kept below the descriptor limit). Near the cap, idle and slow clients are evicted first; see README Security.",
+                 "Open connections to each exporter's port (llm_probe_http_connections) against its cap (llm_probe_http_connections_limit, kept below the descriptor limit). Near the cap, idle and slow clients are evicted first; see docs/security.md.",
                  [
                    ['llm_probe_http_connections{%s}' % e, '{{instance}} open'],
                    ['llm_probe_http_connections_limit{%s}' % e, '{{instance}} limit'],
