@@ -564,7 +564,7 @@ def reuse_unchanged(config: Config, previous: Config | None) -> Config:
     if previous is None:
         return config
     old_targets = {t.name: t for t in previous.targets}
-    targets = tuple(kept if (kept := old_targets.get(t.name)) == t else t
+    targets = tuple(old_target if (old_target := old_targets.get(t.name)) == t else t
                     for t in config.targets)
     probes = {name: old if (old := previous.probes.get(name)) == probe else probe
               for name, probe in config.probes.items()}
@@ -573,7 +573,7 @@ def reuse_unchanged(config: Config, previous: Config | None) -> Config:
     series = []
     for item in config.series:
         item = replace(item, target=by_name[item.target.name], probe=probes[item.probe_name])
-        series.append(same if (same := old_series.get(item.key)) == item else item)
+        series.append(old_item if (old_item := old_series.get(item.key)) == item else item)
     return replace(config, targets=targets, probes=probes, series=tuple(series),
                    global_=previous.global_ if previous.global_ == config.global_
                    else config.global_)
