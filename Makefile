@@ -31,7 +31,7 @@ lint: setup
 	$(BIN)/ruff check exporter tests benchmarks
 
 types: setup
-	$(BIN)/mypy exporter
+	$(BIN)/mypy
 
 # The fast tests need no real server from apt, no build and no network (those are marked e2e,
 # realservers or soak): config, decoders, protocols, prober and simulator over loopback,
@@ -43,5 +43,5 @@ dist: setup
 	rm -rf dist
 	$(BIN)/python -m build --outdir dist .
 
-test: test-deps lint
+test: test-deps lint types
 	$(BIN)/pytest -q -p no:cacheprovider

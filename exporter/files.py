@@ -16,18 +16,20 @@ import stat
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from yaml.composer import Composer
 from yaml.constructor import SafeConstructor
+from yaml.events import Event
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 from yaml.resolver import Resolver
 
 try:  # libyaml's parser: ~8x faster than the pure-Python one; absent from some builds
-    from yaml.cyaml import CParser
+    from yaml._yaml import CParser  # where yaml.cyaml takes it from (it does not re-export it)
+    LIBYAML = True
 except ImportError:  # pragma: no cover - PyYAML wheels ship libyaml
-    CParser = None
+    LIBYAML = False
 
 MAX_DEPTH = 64  # nesting, counted with aliases expanded
 MAX_SIZE = 250_000  # values with aliases expanded (long strings count more); ~100 MB to load
@@ -121,11 +123,17 @@ class _BoundedComposer(Composer):
 
     _depth = 0
 
-    def compose_node(self, parent: Node | None, index: Any) -> Node:
+    if TYPE_CHECKING:  # the parser's, which the loader mixes in (CParser or Parser)
+        def peek_event(self) -> Event | None: ...
+
+    def compose_node(self, parent: Node | None, index: Any) -> Node | None:
         self._depth += 1
         try:
             if self._depth > MAX_DEPTH:
-                mark = self.peek_event().start_mark
+                event = self.peek_event()
+                # The event of the node being composed; both parsers mark their events.
+                assert event is not None and event.start_mark is not None
+                mark = event.start_mark
                 raise FileRefused([(where(mark.line + 1, mark.column + 1),
                                     f"nested deeper than {MAX_DEPTH} levels")])
             return super().compose_node(parent, index)
@@ -147,7 +155,7 @@ class _Constructor(SafeConstructor):
                 node.start_mark) from None
 
 
-if CParser is not None:
+if LIBYAML:
     class _Loader(_BoundedComposer, CParser, _Constructor, Resolver):
         """libyaml parses; the composer and constructor run in Python under our limits."""
 
@@ -156,9 +164,9 @@ if CParser is not None:
             Composer.__init__(self)
             _Constructor.__init__(self)
             Resolver.__init__(self)
-else:  # pragma: no cover
-    class _Loader(_BoundedComposer, yaml.reader.Reader, yaml.scanner.Scanner,  # type: ignore
-                  yaml.parser.Parser, _Constructor, Resolver):
+else:  # pragma: no cover - the same loader over the pure-Python parser (hence no-redef)
+    class _Loader(_BoundedComposer, yaml.reader.Reader,  # type: ignore[no-redef]
+                  yaml.scanner.Scanner, yaml.parser.Parser, _Constructor, Resolver):
         """The pure-Python pipeline, under our limits."""
 
         def __init__(self, stream: str) -> None:
@@ -337,7 +345,8 @@ def _unsupported(node: Node) -> str:
 def _key_name(key: Node) -> str | None:
     """The text of a mapping key that is a plain string (or `<<`), else None."""
     if isinstance(key, ScalarNode) and key.tag in (_TAG + "str", _MERGE):
-        return key.value
+        text: str = key.value  # a scalar's value is its text
+        return text
     return None
 
 

@@ -29,7 +29,7 @@ import threading
 import types
 from collections.abc import Hashable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TextIO
+from typing import Any, TextIO, cast
 from urllib.parse import quote, quote_plus
 
 import structlog
@@ -276,11 +276,11 @@ def _remove_escaped(text: str, index: _Index) -> str:
         return text  # no escape in it
     spans = _fragment_spans(decoded, index)
     for secret in index.short:
-        raw = secret.encode("utf-8", "surrogatepass")
-        at = decoded.find(raw)
+        needle = secret.encode("utf-8", "surrogatepass")
+        at = decoded.find(needle)
         while at >= 0:
-            spans.append((at, at + len(raw)))
-            at = decoded.find(raw, at + 1)
+            spans.append((at, at + len(needle)))
+            at = decoded.find(needle, at + 1)
     if not spans:
         return text
     # Escape k starts at data[escapes[k]] and decodes to decoded[escapes[k] - 2k].
@@ -293,7 +293,8 @@ def _remove_escaped(text: str, index: _Index) -> str:
             return escapes[k] + (3 if end else 0)
         return offset + 2 * (k + 1) + (1 if end else 0)
 
-    parts, last = [], 0
+    parts: list[bytes] = []
+    last = 0
     for first, stop in _merged((raw(a, False), raw(b - 1, True)) for a, b in sorted(spans)):
         parts += (data[last:first], _REDACTED_BYTES)
         last = stop
@@ -318,7 +319,8 @@ def _remove_fragments(text: str, index: _Index) -> str:
     spans = _fragment_spans(data, index)
     if not spans:
         return text
-    parts, last = [], 0
+    parts: list[bytes] = []
+    last = 0
     for first, end in spans:
         parts += (data[last:first], _REDACTED_BYTES)
         last = end
@@ -405,9 +407,9 @@ def redacted_stdio() -> Iterator[None]:
     the last net under any `print`, of ours or of a library."""
     saved = sys.stdout, sys.stderr
     if not isinstance(sys.stdout, RedactingStream):
-        sys.stdout = RedactingStream(sys.stdout)  # type: ignore[assignment]
+        sys.stdout = RedactingStream(sys.stdout)
     if not isinstance(sys.stderr, RedactingStream):
-        sys.stderr = RedactingStream(sys.stderr)  # type: ignore[assignment]
+        sys.stderr = RedactingStream(sys.stderr)
     try:
         yield
     finally:
@@ -418,7 +420,7 @@ def redacted_stdio() -> Iterator[None]:
 # Logging
 
 
-class _RedactingHandler(logging.StreamHandler):  # type: ignore[type-arg]
+class _RedactingHandler(logging.StreamHandler[TextIO]):
     """The one stdlib handler: records rendered by our pipeline, written to our stream."""
 
     def __init__(self, stream: TextIO | None) -> None:
@@ -539,4 +541,6 @@ def _log_unraisable(unraisable: Any) -> None:
 
 def get_logger(**context: Any) -> structlog.typing.FilteringBoundLogger:
     """A bound logger with optional context."""
-    return structlog.get_logger(**context)
+    # A lazy proxy to the configured wrapper_class: a filtering bound logger (ours, and
+    # structlog's default).
+    return cast(structlog.typing.FilteringBoundLogger, structlog.get_logger(**context))

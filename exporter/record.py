@@ -15,7 +15,7 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, NotRequired
+from typing import Any, NotRequired, cast
 
 from pydantic import TypeAdapter, ValidationError
 from typing_extensions import TypedDict
@@ -175,7 +175,9 @@ class Record:
             "ttft_seconds": t.ttft, "time_to_first_answer_seconds": t.time_to_first_answer,
             "tpot_seconds": t.tpot, "output_tokens_per_second": t.tps,
             "duration_seconds": t.duration,
-            "phases": {phase.value: seconds for phase, seconds in t.phases.items()},
+            # Keys as plain str (orjson refuses str subclasses as keys); read back as enums.
+            "phases": cast(dict[Phase, float],
+                           {phase.value: seconds for phase, seconds in t.phases.items()}),
             "chunks": len(t.inter_chunk) + 1 if t.ttft is not None else 0,
             "output_tokens": r.output_tokens, "token_source": r.token_source,
             "token_efficiency": r.token_efficiency, "case": r.case,
@@ -187,8 +189,9 @@ class Record:
             "answer": redact(r.answer), "ratelimit_remaining": dict(r.ratelimit),
             "tool_calls": [{"name": redact(call.name), "arguments": redact(call.arguments)}
                            for call in r.tool_calls],
-            "server_timings": {phase.value: seconds
-                               for phase, seconds in r.server_timings.items()},
+            "server_timings": cast(dict[ServerPhase, float],
+                                   {phase.value: seconds
+                                    for phase, seconds in r.server_timings.items()}),
             "dimensions": r.dimensions,
             "checks_passed": r.checked, "retry_after_seconds": r.retry_after,
             "served_model": r.served_model and redact(r.served_model),
@@ -197,8 +200,8 @@ class Record:
         }
         if self.bench is not None:
             b = self.bench
-            data.update(mode=b.level.mode, level=b.level.value, index=b.index,
-                        offset_start=b.offset_start, offset_end=b.offset_end)
+            data.update({"mode": b.level.mode, "level": b.level.value, "index": b.index,
+                         "offset_start": b.offset_start, "offset_end": b.offset_end})
         if gaps:
             data["inter_chunk_seconds"] = list(t.inter_chunk)
         data["stamps"] = _stamps_json(r.stamps)
@@ -257,9 +260,11 @@ def _stamps_json(stamps: ProbeStamps | None) -> StampsJSON:
 
 
 def _stamps_from_json(data: StampsJSON | None) -> ProbeStamps | None:
-    mono = (data or {}).get("monotonic", {})
+    if data is None:
+        return None
+    mono = data.get("monotonic", {})
     t0 = mono.get("t0")
-    if data is None or t0 is None:
+    if t0 is None:
         return None
     unix_t0 = data.get("unix", {}).get("t0")
     return ProbeStamps(t0=t0, **{attr: mono.get(name) for name, attr in STAMPS.items()

@@ -18,7 +18,9 @@ from prometheus_client import (
     Summary,
     generate_latest,
 )
+from prometheus_client.metrics_core import CounterMetricFamily
 from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.samples import Exemplar, Timestamp
 
 from exporter.errors import Result
 from exporter.exposition import protobuf
@@ -221,6 +223,21 @@ def test_prometheus_client_families_give_the_text_page_values():
     assert types == {"jobs_total": pb.COUNTER, "temperature": pb.GAUGE,
                      "latency_seconds": pb.HISTOGRAM, "size_bytes": pb.SUMMARY,
                      "build_info": pb.GAUGE, "state": pb.GAUGE}
+
+
+def test_client_exemplar_timestamps_may_be_parsed_ones():
+    """prometheus_client's Exemplar.timestamp is a float or, where a parser made it, a
+    Timestamp: both encode the same."""
+    def family(stamp: float | Timestamp) -> CounterMetricFamily:
+        jobs = CounterMetricFamily("jobs", "Jobs done.", labels=["kind"])
+        jobs.add_metric(["a"], 3.0, exemplar=Exemplar({"trace_id": "t1"}, 1.0, stamp))
+        return jobs
+
+    parsed = protobuf.from_client([family(Timestamp(1700000000, 250_000_000))])
+    assert parsed == protobuf.from_client([family(1700000000.25)])
+    counter = by_name(parsed)["jobs_total"].metric[0].counter
+    assert counter.exemplar.timestamp.seconds == 1700000000
+    assert counter.exemplar.timestamp.nanos == 250_000_000
 
 
 def exporter_metrics(**native) -> ExporterMetrics:

@@ -3,7 +3,7 @@ against the daily budget (`global.budget`), which `bench` does not pass without 
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -63,7 +63,7 @@ class RunCeiling:
 def run_ceiling(series: Sequence[Series], options: BenchOptions) -> RunCeiling:
     """The requests and cost ceiling of benchmarking these series."""
     per_series = requests_per_series(options)
-    costs: Counter[str] = Counter()
+    costs: defaultdict[str, float] = defaultdict(float)
     unpriced = 0
     for s in series:
         cost = probe_cost(s.price, input_tokens(s.probe), output_tokens(s))

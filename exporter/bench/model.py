@@ -11,7 +11,7 @@ import functools
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
-from typing import Annotated, Any, Literal, NotRequired
+from typing import Annotated, Any, Literal, NotRequired, cast
 
 from pydantic import PlainSerializer, PlainValidator, TypeAdapter, ValidationError
 from typing_extensions import TypedDict
@@ -81,9 +81,10 @@ class Slo:
                 parts.append(f"tps≥{limit:g}" if name == "tps" else f"{name}≤{fmt_ms(limit)}")
         return ", ".join(parts)
 
-    def to_json(self) -> dict[str, float]:
+    def to_json(self) -> SloJSON:
         """The objectives that are set."""
-        return {k: v for k, v in asdict(self).items() if v is not None}
+        # SloJSON's keys are this class's fields.
+        return cast(SloJSON, {k: v for k, v in asdict(self).items() if v is not None})
 
 
 class Connections(StrEnum):

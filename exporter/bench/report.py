@@ -35,7 +35,7 @@ def nice_step(span: float, ticks: int = 5) -> float:
     if span <= 0 or not math.isfinite(span):
         return 1.0
     raw = span / ticks
-    magnitude = 10 ** math.floor(math.log10(raw))
+    magnitude: float = 10 ** math.floor(math.log10(raw))  # int ** int: int, or float if < 1
     for factor in (1, 2, 5, 10):
         if raw <= factor * magnitude:
             return factor * magnitude
@@ -113,7 +113,7 @@ def histogram(title: str, values: Sequence[float], edges: Sequence[float], *,
         i = bins - 1 if v >= edges[-1] else max(0, next(
             (k for k in range(bins) if v < edges[k + 1]), bins - 1))
         counts[i] += 1
-    peak = max(counts) if counts and max(counts) else 1
+    peak = max(counts, default=0) or 1
     bar_w = plot_w / bins
     parts = [f'<svg class="chart hist" xmlns="http://www.w3.org/2000/svg" width="{width}" '
              f'height="{height}" viewBox="0 0 {width} {height}" role="img" '

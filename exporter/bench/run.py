@@ -173,8 +173,8 @@ class Bench:
         self._current = asyncio.create_task(body())
         await asyncio.wait([self._current])
         task, self._current = self._current, None
-        if not task.cancelled() and task.exception() is not None:
-            raise task.exception()  # type: ignore[misc]
+        if not task.cancelled() and (error := task.exception()) is not None:
+            raise error
         run.complete = not task.cancelled()
         # In start order (several workers report as they finish, each counting on its own).
         done.sort(key=lambda d: (d[0], d[1]))

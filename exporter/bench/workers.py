@@ -168,8 +168,8 @@ class _Worker:
                 task.cancel()
             await asyncio.gather(running, stop, flushing, return_exceptions=True)
         await flush()
-        if not running.cancelled() and running.exception() is not None:
-            raise running.exception()  # type: ignore[misc]
+        if not running.cancelled() and (error := running.exception()) is not None:
+            raise error
 
 
 def _worker_main(conn: Connection, config: Config, reuse_connections: bool) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TextIO, cast
 
 from rich.console import Console
 from rich.markup import escape
@@ -47,4 +47,5 @@ def make_console(file: Any = None) -> Console:
     """A console wide enough for the tables, also when stdout is not a terminal; what it
     prints passes the redactor once more (every cell was redacted before markup)."""
     console = Console(file=file)
-    return Console(file=RedactingStream(file), width=max(console.width, 180))
+    # RedactingStream is a TextIO by duck typing: it writes, and delegates the rest.
+    return Console(file=cast(TextIO, RedactingStream(file)), width=max(console.width, 180))

@@ -16,7 +16,7 @@ apart. `bench` prices its run with the same per-probe ceiling.
 from __future__ import annotations
 
 import dataclasses
-from collections import Counter
+from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
@@ -227,12 +227,13 @@ class Plan:
 
     def total(self, field: str) -> float:
         """The sum of one per-series figure over every series."""
-        return sum(getattr(s, field) for s in self.series)
+        total: float = sum(getattr(s, field) for s in self.series)
+        return total
 
     @property
     def cost_per_day(self) -> dict[str, float]:
         """The cost ceiling of a day per currency (priced series only)."""
-        costs: Counter[str] = Counter()
+        costs: defaultdict[str, float] = defaultdict(float)
         for s in self.series:
             if s.price is not None and s.cost_per_day is not None:
                 costs[s.price.currency] += s.cost_per_day

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import orjson
 from rich.console import Console
@@ -172,10 +172,10 @@ def results_document(results: Sequence[ProbeResult], series: Sequence[Series],
         runs[r.key] = runs.get(r.key, 0) + 1
         items.append({**Record(r).to_json(), "run": runs[r.key],
                       "hint": hint_for(r, known.get(r.key))})
-    return REDACTOR.tree({
+    return cast(dict[str, Any], REDACTOR.tree({  # a mapping comes back a dict
         "version": __version__, "schema_version": SCHEMA_VERSION,
         "ok": all(r.success for r in results), "repeat": repeat,
-        "results": items, "summary": summary_rows(results) if repeat > 1 else []})
+        "results": items, "summary": summary_rows(results) if repeat > 1 else []}))
 
 
 async def run_probe_command(config: Config, selection: Selection, *, as_json: bool,

@@ -8,6 +8,7 @@ problems), `secrets` (where credentials sit).
 
 from __future__ import annotations
 
+from exporter.apis import Api, Feature
 from exporter.config.errors import ConfigError, ConfigProblem, format_location
 from exporter.config.load import (
     MAX_CONFIG_BYTES,
@@ -40,13 +41,11 @@ from exporter.config.network import (
 from exporter.config.schema import (
     CONTROL,
     HISTOGRAMS,
-    Api,
     AwsSigV4Config,
     BudgetConfig,
     Case,
     Expect,
     ExpectToolCall,
-    Feature,
     GlobalConfig,
     ImageSpec,
     JsonSchema,

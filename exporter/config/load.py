@@ -26,6 +26,7 @@ from pydantic import (
     ValidationError,
 )
 
+from exporter.apis import Api
 from exporter.config.errors import ConfigError, ConfigProblem, format_location
 from exporter.config.interpolate import Scrubber, Substitution, interpolate
 from exporter.config.model import Config, Objectives, Series, Target
@@ -42,7 +43,6 @@ from exporter.config.network import (
 from exporter.config.rules_check import reasoning_problems
 from exporter.config.schema import (
     CONTROL,
-    Api,
     GlobalConfig,
     ProbeConfig,
     SimulatorConfig,
@@ -287,7 +287,9 @@ def _build(data: dict[str, Any], env: Mapping[str, str], base_dir: Path, source:
                for index, value in enumerate(raw_targets)]
 
     # Cross-field checks, on the sections as written, so they run even where validation failed.
-    raw_global = data.get("global") if isinstance(data.get("global"), dict) else {}
+    raw_global = data.get("global")
+    if not isinstance(raw_global, dict):
+        raw_global = {}
     interval_floor = 0.0 if raw_global.get("allow_short_intervals") is True else MIN_INTERVAL
     _check_interval(raw_global, ("global",), interval_floor, problems)
     names: dict[str, int] = {}
@@ -562,7 +564,8 @@ def reuse_unchanged(config: Config, previous: Config | None) -> Config:
     if previous is None:
         return config
     old_targets = {t.name: t for t in previous.targets}
-    targets = tuple(old if (old := old_targets.get(t.name)) == t else t for t in config.targets)
+    targets = tuple(old_target if (old_target := old_targets.get(t.name)) == t else t
+                    for t in config.targets)
     probes = {name: old if (old := previous.probes.get(name)) == probe else probe
               for name, probe in config.probes.items()}
     by_name = {t.name: t for t in targets}
@@ -570,7 +573,7 @@ def reuse_unchanged(config: Config, previous: Config | None) -> Config:
     series = []
     for item in config.series:
         item = replace(item, target=by_name[item.target.name], probe=probes[item.probe_name])
-        series.append(old if (old := old_series.get(item.key)) == item else item)
+        series.append(old_item if (old_item := old_series.get(item.key)) == item else item)
     return replace(config, targets=targets, probes=probes, series=tuple(series),
                    global_=previous.global_ if previous.global_ == config.global_
                    else config.global_)

@@ -7,12 +7,12 @@ import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
+from exporter.apis import Api
 from exporter.config.network import TLS, Proxy
 from exporter.config.reasoning import Effort, merge_patches
 from exporter.config.schema import (
-    Api,
     AwsSigV4Config,
     GlobalConfig,
     Price,
@@ -194,5 +194,5 @@ def redacted(config: Config) -> dict[str, Any]:
     simulator = data.get("simulator")
     if simulator and simulator.get("api_key"):
         simulator["api_key"] = REDACTED
-    return Redactor(secrets).tree(data)
+    return cast(dict[str, Any], Redactor(secrets).tree(data))  # a mapping comes back a dict
 

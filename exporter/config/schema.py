@@ -149,7 +149,8 @@ class GlobalConfig(StrictModel):
 
     @field_validator("buckets")
     @classmethod
-    def _check_buckets(cls, buckets: dict[Family, tuple[float, ...]]) -> dict:
+    def _check_buckets(
+            cls, buckets: dict[Family, tuple[float, ...]]) -> dict[Family, tuple[float, ...]]:
         for family, edges in buckets.items():
             if family not in HISTOGRAMS:
                 raise ValueError(f"{family.value}: not a histogram; buckets are set for "

@@ -14,13 +14,13 @@ import bisect
 import math
 import platform
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Gauge, ProcessCollector
 from prometheus_client import generate_latest as text_latest
 from prometheus_client.metrics_core import HistogramMetricFamily, Metric
-from prometheus_client.openmetrics.exposition import generate_latest as openmetrics_latest
+from prometheus_client.openmetrics.exposition import generate_latest as _openmetrics_latest
 from prometheus_client.utils import floatToGoString
 
 from exporter import __version__
@@ -50,6 +50,10 @@ from exporter.exposition.families import (
 from exporter.exposition.store import NativeSettings, SeriesKey, SeriesValues
 from exporter.log import REDACTOR, Redactor
 from exporter.result import ProbeResult, TokenSource
+
+# Unannotated upstream: openmetrics' generate_latest, Metric._restricted_metric.
+openmetrics_latest: Callable[[CollectorRegistry], bytes] = _openmetrics_latest
+_Restrict = Callable[[frozenset[str]], Metric | None]
 
 # An exemplar's value comes from the server and ends up in Prometheus' storage: only an id of a
 # conservative charset and length (OpenMetrics caps exemplar labels at 128 characters) that
@@ -114,7 +118,8 @@ class _Restricted:
         yield from self._metrics.own.restricted_registry(self._names).collect()
         if self._metrics.probes is not None:
             for family in self._metrics.probes.collect(self._names):
-                restricted = family._restricted_metric(self._names)
+                restrict: _Restrict = family._restricted_metric  # unannotated upstream
+                restricted = restrict(self._names)
                 if restricted is not None:
                     yield restricted
 

@@ -26,6 +26,7 @@ import sys
 from array import array
 from bisect import bisect_left
 from collections.abc import Sequence
+from typing import cast
 
 MIN_SCHEMA = -4
 MAX_SCHEMA = 8
@@ -127,6 +128,7 @@ class NativeBuckets:
         if 0 <= k < len(counts):
             count = counts[k]
             try:
+                # k in range: counts is an array (only the empty _NO_COUNTS is not)
                 counts[k] = count + 1  # type: ignore[index]
             except OverflowError:
                 self._widen_type(negative)[k] = count + 1
@@ -154,13 +156,14 @@ class NativeBuckets:
         if not counts:
             wider, offset = array(COUNT_TYPE, (1,)), index
         elif index < offset:
-            wider = array(counts.typecode,  # type: ignore[attr-defined]
-                          bytes(counts.itemsize * (offset - index)))  # type: ignore[attr-defined]
+            dense = cast("array[int]", counts)  # not empty: an array (only _NO_COUNTS is not)
+            wider = array(dense.typecode, bytes(dense.itemsize * (offset - index)))
             wider[0] = 1
-            wider.extend(counts)  # type: ignore[arg-type]
+            wider.extend(dense)
             offset = index
         else:
-            wider = array(counts.typecode, counts)  # type: ignore[attr-defined]
+            dense = cast("array[int]", counts)  # likewise
+            wider = array(dense.typecode, dense)
             wider.frombytes(bytes(wider.itemsize * (index - offset - len(counts))))
             wider.append(1)
         if negative:

@@ -72,7 +72,7 @@ def _zigzag(n: int) -> int:
     return (n << 1) ^ (n >> 63)
 
 
-def _field(tag: int, body: bytes) -> bytes:
+def _field(tag: int, body: bytes | bytearray) -> bytes:
     """A length-delimited field: tag byte(s), length, body."""
     return _SMALL[tag] + varint(len(body)) + body if tag < 128 else (
         varint(tag) + varint(len(body)) + body)
@@ -204,7 +204,8 @@ class ClassicBuckets:
                 data[3 + k::stride] = bytes([((c >> 7 * k) & 0x7F) | more for c in finite])
         if not any(exemplars):
             return bytes(data)
-        out, start = [], 0
+        out: list[bytes | bytearray] = []
+        start = 0
         for i, example in enumerate(exemplars[:len(finite)]):
             if example is not None:  # rewrite this bucket with its exemplar
                 out.append(data[start:i * stride])
@@ -212,9 +213,10 @@ class ClassicBuckets:
                                   + _field(0x1A, example)))
                 start = (i + 1) * stride
         out.append(data[start:])
-        if len(exemplars) > len(finite) and exemplars[len(finite)] is not None:
+        last = exemplars[len(finite)] if len(exemplars) > len(finite) else None
+        if last is not None:
             out.append(_field(_TAG_BUCKET, b"\x08" + varint(cumulative[-1]) + _INF_BOUND
-                              + _field(0x1A, exemplars[len(finite)])))
+                              + _field(0x1A, last)))
         return b"".join(out)
 
     def _template(self, width: int) -> bytes:
@@ -335,7 +337,9 @@ _CLIENT_TYPES = {"counter": MetricType.COUNTER, "gauge": MetricType.GAUGE,
 def _client_exemplar(example: ClientExemplar | None) -> bytes | None:
     if example is None:
         return None
-    return exemplar(sorted(example.labels.items()), example.value, example.timestamp)
+    stamp = example.timestamp  # a float, or a Timestamp where a parser made the exemplar
+    return exemplar(sorted(example.labels.items()), example.value,
+                    None if stamp is None else float(stamp))
 
 
 def from_client(families: Iterable[ClientFamily]) -> bytes:

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import bisect
 import functools
-from collections.abc import Sequence
-from typing import Protocol, TypeVar
+from collections.abc import Callable, Sequence
+from typing import Protocol, TypeVar, cast
 
 from prometheus_client.metrics_core import (
     CounterMetricFamily,
@@ -23,14 +23,17 @@ from prometheus_client.metrics_core import (
     Metric,
 )
 from prometheus_client.samples import Exemplar
-from prometheus_client.utils import floatToGoString
+from prometheus_client.utils import floatToGoString as _float_to_go_string
 
 from exporter.exposition import protobuf
 from exporter.exposition.families import FamilySpec, MetricType
 from exporter.exposition.nativehist import NativeBuckets, zeros
 from exporter.exposition.store import ExemplarValue, Format, Histogram, SeriesValues
 
+# Unannotated upstream: a number as Go writes it ("+Inf", "1e+06").
+floatToGoString: Callable[[float], str] = _float_to_go_string
 T_co = TypeVar("T_co", covariant=True)
+T = TypeVar("T")
 _HISTOGRAM, _COUNTER = MetricType.HISTOGRAM, MetricType.COUNTER
 _PROTO_TYPES = {MetricType.COUNTER: protobuf.MetricType.COUNTER,
                 MetricType.GAUGE: protobuf.MetricType.GAUGE,
@@ -55,8 +58,8 @@ class Writer(Protocol[T_co]):
         ...
 
 
-def walk(values: SeriesValues, specs: Sequence[FamilySpec], writer: Writer[T_co],
-         empty: T_co) -> list[T_co]:
+def walk(values: SeriesValues, specs: Sequence[FamilySpec], writer: Writer[T],
+         empty: T) -> list[T]:
     """Feed every child of one series to a writer, family by family in `specs` order; a
     family the series has no child of is `empty` without asking the writer."""
     histograms, scalars = values.by_family()
@@ -349,11 +352,15 @@ class ClientWriter:
             buckets.append((edge, float(cumulative), Exemplar(
                 {"response_id": exemplar[0]}, exemplar[1], exemplar[2])) if exemplar
                 else (edge, float(cumulative)))
-        self._family.add_metric(self._labels(extra), buckets, hist.total)
+        # A histogram spec's family: client_family made a HistogramMetricFamily.
+        family = cast(HistogramMetricFamily, self._family)
+        family.add_metric(self._labels(extra), buckets, hist.total)
 
     def scalar(self, extra: str | None, value: float) -> None:
         """One sample."""
-        self._family.add_metric(self._labels(extra), value)
+        # A counter or gauge spec's family (see client_family).
+        family = cast("CounterMetricFamily | GaugeMetricFamily", self._family)
+        family.add_metric(self._labels(extra), value)
 
     def end(self) -> None:
         """Nothing to hand back: the families fill up."""

@@ -20,7 +20,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, cast
 
 import aiohttp
 from aiohttp.client_proto import ResponseHandler
@@ -121,7 +121,7 @@ class StampingHandler(ResponseHandler):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.handshake_done = self._clock()
-        super().connection_made(transport)  # type: ignore[arg-type]
+        super().connection_made(transport)
 
     def data_received(self, data: bytes) -> None:
         now = self._clock()
@@ -293,8 +293,9 @@ def open_session(clock: Clock, *, reuse_connections: bool = False,
     loop = asyncio.get_running_loop()
     connector = Connector(limit=0, ttl_dns_cache=300, force_close=not reuse_connections)
     if hooks_usable(connector, loop):
-        connector._factory = functools.partial(  # type: ignore[attr-defined]
-            StampingHandler, loop=loop, clock=clock)
+        # A StampingHandler is a ResponseHandler: only partial's invariance needs the cast.
+        connector._factory = cast("functools.partial[ResponseHandler]", functools.partial(
+            StampingHandler, loop=loop, clock=clock))
     elif logger is not None:
         logger.warning("aiohttp's connection hooks are not the ones this version was tested "
                        "with; bytes are stamped when reads return (under load later by the "

@@ -7,7 +7,7 @@ One module per style; `protocol_for(api)` picks it (`embedding_protocol_for(api)
 
 from __future__ import annotations
 
-from exporter.apis import APIS, Api, Feature
+from exporter.apis import APIS, Api, Feature, Framing
 from exporter.protocols.anthropic_messages import AnthropicMessages
 from exporter.protocols.base import (
     ANSWER,
@@ -21,7 +21,6 @@ from exporter.protocols.base import (
     Decoder,
     Embedding,
     EmbeddingProtocol,
-    Framing,
     HttpRequest,
     Prompt,
     RequestSigner,

@@ -234,6 +234,6 @@ class OpenAIChat(ApiProtocol):
         return HttpRequest(self.url(series), openai_headers(series, api_key),
                            orjson.dumps(sent.finish(body)))
 
-    def new_parser(self) -> ChatStreamParser:
-        """A parser for one chat stream."""
+    def new_parser(self) -> OpenAIStreamParser:
+        """A parser for one chat stream (a completion stream's in OpenAICompletions)."""
         return ChatStreamParser()

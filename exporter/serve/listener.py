@@ -356,7 +356,8 @@ class ConnectionGuard:
         return refusal(400 if allowed else 429)
 
     def protocol_factory(self, server: web.Server,
-                         tls: Callable[[], ssl.SSLContext] | None) -> Callable[[], _Connection]:
+                         tls: Callable[[], ssl.SSLContext] | None
+                         ) -> Callable[[], _PlainConnection | _TLSConnection]:
         """What `loop.create_server` calls for each accepted connection."""
         loop = asyncio.get_running_loop()
         handshake_timeout = self.limits.header_timeout
@@ -368,8 +369,10 @@ class ConnectionGuard:
         def secure() -> tuple[Any, RequestHandler]:
             assert tls is not None
             handler = _GuardedHandler(self, server)
-            inner = _LeanSSLProtocol(loop, handler, tls(), None, server_side=True,
-                                     ssl_handshake_timeout=handshake_timeout)
+            # typeshed is narrower than asyncio: no waiter (None), a float timeout.
+            inner = _LeanSSLProtocol(
+                loop, handler, tls(), None,  # type: ignore[arg-type]
+                server_side=True, ssl_handshake_timeout=handshake_timeout)  # type: ignore[arg-type]
             return inner, handler
 
         if tls is None:
@@ -414,6 +417,8 @@ class _GuardCollector:
 
 class GuardedSite(web.BaseSite):
     """An aiohttp site whose connections pass through a `ConnectionGuard`."""
+
+    _server: asyncio.Server | None  # what start() sets (BaseSite declares AbstractServer)
 
     def __init__(self, runner: web.BaseRunner, host: str, port: int, *, guard: ConnectionGuard,
                  tls: Callable[[], ssl.SSLContext] | None = None, backlog: int = 128) -> None:

@@ -104,11 +104,13 @@ def _samples(family: Family, result: ProbeResult | None, cached: bool,
     if family is Family.ONDEMAND_RESULT:
         return {value: 1 if value is result.result else 0 for value in Result}
     if family is Family.ONDEMAND_PHASE:
-        return dict(t.phases)
+        return {phase: seconds for phase, seconds in t.phases.items()}
     if family is Family.ONDEMAND_SERVER_DURATION:
-        return dict(result.server_timings)
+        return {phase: seconds for phase, seconds in result.server_timings.items()}
     if family is Family.ONDEMAND_TOKENS:
-        return dict(result.usage.disjoint()) if result.usage != Usage() else {}
+        if result.usage == Usage():
+            return {}
+        return {kind: count for kind, count in result.usage.disjoint().items()}
     if family is Family.ONDEMAND_COST:
         return {} if result.cost is None else {result.currency or "": result.cost}
     raise AssertionError(f"on-demand family {family} has no value")  # a new family: add it here

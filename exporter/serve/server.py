@@ -15,7 +15,7 @@ import html
 import threading
 import time
 import zlib
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,7 +33,7 @@ from exporter.exposition.collector import blocks
 from exporter.exposition.families import SkipReason
 from exporter.exposition.metrics import ExporterMetrics
 from exporter.log import REDACTOR, get_logger
-from exporter.record import SCHEMA_VERSION, Record
+from exporter.record import SCHEMA_VERSION, Record, RecordJSON
 from exporter.result import ProbeResult
 from exporter.serve.listener import (
     ConnectionGuard,
@@ -73,7 +73,7 @@ class Coalescer:
             await asyncio.gather(previous, return_exceptions=True)
         # From here on, a new caller may have changed the file after we read it: it needs
         # another run.
-        self._next, self._current = None, asyncio.current_task()  # type: ignore[assignment]
+        self._next, self._current = None, asyncio.current_task()
         await job()
 
 
@@ -102,7 +102,7 @@ class ServerState:
     store: ResultStore
     scheduler: Scheduler
     config: Config | None
-    reload: Callable[[], Awaitable[None]]
+    reload: Callable[[], Coroutine[Any, Any, None]]
     ready: bool = False
     last_reload_error: str = ""
     started_at: float = 0.0
@@ -248,7 +248,7 @@ async def start_server(state: ServerState, host: str, port: int, *,
     return server
 
 
-async def on_probing_loop(state: ServerState, job: Callable[..., Awaitable[Any]],
+async def on_probing_loop(state: ServerState, job: Callable[..., Coroutine[Any, Any, Any]],
                           *args: Any) -> Any:
     """Run `job(*args)` on the loop that probes (this one when the app runs there, as in
     tests), and wait for it here."""
@@ -415,8 +415,9 @@ def _results_document(snapshot: Snapshot, state_info: dict[str, Any]) -> bytes:
     their inter-chunk gaps, which `chunks` counts)."""
     series = []
     for (target, model, probe), result in snapshot.latest.items():
-        entry = {"target": REDACTOR(target), "model": REDACTOR(model), "probe": REDACTOR(probe),
-                 "last": None}
+        entry: dict[str, str | RecordJSON | None] = {
+            "target": REDACTOR(target), "model": REDACTOR(model), "probe": REDACTOR(probe),
+            "last": None}
         if result is not None:
             entry["last"] = Record(result).to_json(gaps=False)
         series.append(entry)

@@ -246,8 +246,8 @@ class _Exchange:
     def fail(self, status: int, message: str | None = None, *, code: str | None = None,
              param: str | None = None, extra: Mapping[str, str] | None = None) -> web.Response:
         """An error response in the provider's shape; the record notes it."""
-        self.record.update(status=status, outcome="error",
-                           finished_at=asyncio.get_running_loop().time())
+        self.record.update({"status": status, "outcome": "error",
+                            "finished_at": asyncio.get_running_loop().time()})
         body = self.provider.error_body(status, message, code=code, param=param,
                                         request_id=self.record["id"])
         return _json(body, status, {**self.headers, **self.provider.error_headers(status, code),
@@ -276,7 +276,7 @@ class _Exchange:
             parsed = provider.parse(body, request.match_info.get("model"))
         except BadRequest as exc:
             return self.fail(400, exc.message, param=exc.param)
-        self.record.update(model=parsed.model, prompt_tokens=parsed.prompt_tokens)
+        self.record.update({"model": parsed.model, "prompt_tokens": parsed.prompt_tokens})
         profile = self.state.models.get(parsed.model)
         if profile is None:
             return self.refuse(provider.model_not_found(parsed.model), "model")
@@ -342,10 +342,10 @@ async def _generate(request: web.Request, dialect: Dialect) -> web.StreamRespons
     if not parsed.show_reasoning:
         plan = replace(plan, reasoning=Reasoning.HIDDEN)
     call = answer.tool_call
-    record.update(fault=plan.fault.value if plan.fault else None, ttft_scheduled=plan.ttft,
-                  tpot_scheduled=plan.tpot, tokens=plan.completion_tokens,
-                  reasoning_tokens=plan.reasoning_tokens, output=answer.output.value,
-                  tool_name=call.name if call else None)
+    record.update({"fault": plan.fault.value if plan.fault else None, "ttft_scheduled": plan.ttft,
+                   "tpot_scheduled": plan.tpot, "tokens": plan.completion_tokens,
+                   "reasoning_tokens": plan.reasoning_tokens, "output": answer.output.value,
+                   "tool_name": call.name if call else None})
     limits = state.limits.take(record["received_at"],
                                parsed.prompt_tokens + plan.completion_tokens)
     ex.headers.update(dialect.ratelimit_headers(limits))
@@ -368,13 +368,13 @@ async def _generate(request: web.Request, dialect: Dialect) -> web.StreamRespons
     else:
         tokens = generate_tokens(rng, plan.reasoning_tokens) + \
             list(answer.pieces[:plan.answer_tokens])
-    record.update(answer="".join(tokens[plan.reasoning_tokens:]),
-                  reasoning="".join(tokens[:visible]))
+    record.update({"answer": "".join(tokens[plan.reasoning_tokens:]),
+                   "reasoning": "".join(tokens[:visible])})
     job = _Job(ex, dialect, plan, ctx, tokens, state.capacity.get(parsed.model))
     try:
         return await (_stream(job) if parsed.stream else _respond(job))
     except asyncio.CancelledError:
-        record.update(outcome="cancelled", finished_at=asyncio.get_running_loop().time())
+        record.update({"outcome": "cancelled", "finished_at": asyncio.get_running_loop().time()})
         raise
 
 
@@ -453,7 +453,7 @@ async def _write_chunks(job: _Job, resp: web.StreamResponse, encoder: StreamEnco
         await resp.write(data)
         now = loop.time()
         if record["first_token_at"] is None:
-            record.update(first_token_at=now, first_token_due=base + chunk.due)
+            record.update({"first_token_at": now, "first_token_due": base + chunk.due})
         record["last_token_at"] = now
         record["tokens_sent"] += chunk.count
     await _sleep_until(loop, base + plan.end,
@@ -464,8 +464,8 @@ async def _write_chunks(job: _Job, resp: web.StreamResponse, encoder: StreamEnco
     timings = job.timings(base)
     for data in encoder.closing(plan.finish, timings):
         await resp.write(data)
-    record.update(outcome="complete", finished_at=loop.time(),
-                  server_timings=job.dialect.server_timings(timings))
+    record.update({"outcome": "complete", "finished_at": loop.time(),
+                   "server_timings": job.dialect.server_timings(timings)})
 
 
 async def _stream_fault(job: _Job, resp: web.StreamResponse, encoder: StreamEncoder) -> None:
@@ -474,16 +474,16 @@ async def _stream_fault(job: _Job, resp: web.StreamResponse, encoder: StreamEnco
     record = job.ex.record
     if job.plan.fault is Fault.DISCONNECT:
         _abort(job.ex.request)
-        record.update(outcome="aborted", finished_at=loop.time())
+        record.update({"outcome": "aborted", "finished_at": loop.time()})
         return
     for data in encoder.error():
         await resp.write(data)
-    record.update(outcome="error_in_stream", finished_at=loop.time())
+    record.update({"outcome": "error_in_stream", "finished_at": loop.time()})
 
 
 def _client_gone(request: web.Request, record: SimRecord) -> None:
     """The client hung up mid-answer: note it, no traceback."""
-    record.update(outcome="client_gone", finished_at=asyncio.get_running_loop().time())
+    record.update({"outcome": "client_gone", "finished_at": asyncio.get_running_loop().time()})
     request.app[_STATE].logger.debug(
         "simulator client hung up", request_id=record["id"], model=record["model"],
         tokens_sent=record["tokens_sent"])
@@ -499,7 +499,7 @@ async def _respond(job: _Job) -> web.StreamResponse:
         if plan.fault is Fault.DISCONNECT:
             await _sleep_until(loop, base + plan.offset(plan.cut_at))
             _abort(request)
-            record.update(outcome="aborted", finished_at=loop.time())
+            record.update({"outcome": "aborted", "finished_at": loop.time()})
             return web.Response(status=499)  # never sent: the connection is gone
         timings = job.timings(base)
         if plan.fault is Fault.ERROR_IN_STREAM:
@@ -515,13 +515,13 @@ async def _respond(job: _Job) -> web.StreamResponse:
             return resp
         now = loop.time()
         if plan.fault is Fault.ERROR_IN_STREAM:
-            record.update(outcome="error_in_stream", finished_at=now)
+            record.update({"outcome": "error_in_stream", "finished_at": now})
             return resp
         if plan.completion_tokens:
-            record.update(first_token_at=now, first_token_due=base + plan.end,
-                          last_token_at=now, tokens_sent=plan.completion_tokens)
-        record.update(outcome="complete", finished_at=now,
-                      server_timings=job.dialect.server_timings(timings))
+            record.update({"first_token_at": now, "first_token_due": base + plan.end,
+                           "last_token_at": now, "tokens_sent": plan.completion_tokens})
+        record.update({"outcome": "complete", "finished_at": now,
+                       "server_timings": job.dialect.server_timings(timings)})
     return resp
 
 
@@ -551,8 +551,8 @@ async def _embed(request: web.Request, dialect: EmbeddingDialect) -> web.StreamR
     plan = make_plan(profile, rng, overrides=replace(overrides, reasoning_tokens=0),
                      answer_tokens=0)
     dimensions = overrides.dimensions or parsed.dimensions or profile.dimensions
-    record.update(fault=plan.fault.value if plan.fault else None, ttft_scheduled=plan.ttft,
-                  dimensions=dimensions)
+    record.update({"fault": plan.fault.value if plan.fault else None, "ttft_scheduled": plan.ttft,
+                   "dimensions": dimensions})
     if overrides.dimensions is None and parsed.dimensions is not None \
             and parsed.dimensions > profile.dimensions:
         return ex.fail(400, f"Invalid value for 'dimensions' = {parsed.dimensions}. Must be "
@@ -574,16 +574,16 @@ async def _embed(request: web.Request, dialect: EmbeddingDialect) -> web.StreamR
             if plan.fault is Fault.DISCONNECT:
                 await _sleep_until(loop, base + plan.ttft / 2)
                 _abort(request)
-                record.update(outcome="aborted", finished_at=loop.time())
+                record.update({"outcome": "aborted", "finished_at": loop.time()})
                 return web.Response(status=499)  # never sent: the connection is gone
             stall = plan.stall if plan.fault is Fault.STALL else 0.0
             await _sleep_until(loop, base + plan.ttft + stall, precise=True)
             if await _send(request, resp, record):
                 outcome = "error_in_stream" if plan.fault is Fault.ERROR_IN_STREAM \
                     else "complete"
-                record.update(outcome=outcome, finished_at=loop.time())
+                record.update({"outcome": outcome, "finished_at": loop.time()})
     except asyncio.CancelledError:
-        record.update(outcome="cancelled", finished_at=loop.time())
+        record.update({"outcome": "cancelled", "finished_at": loop.time()})
         raise
     return resp
 

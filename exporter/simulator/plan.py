@@ -129,6 +129,7 @@ class Overrides:
                 except ValueError:
                     choices = ", ".join(k.value for k in kind)
                     raise OverrideError(f"{name}: expected one of {choices}") from None
+        # Each value was parsed to its field's type above; a dict cannot say which is which.
         return cls(**values)  # type: ignore[arg-type]
 
 

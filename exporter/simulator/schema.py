@@ -156,7 +156,8 @@ def _json_type(value: Any) -> str:
         return "boolean"
     if isinstance(value, int | float):
         return "number"
-    return {str: "string", list: "array", dict: "object"}[type(value)]
+    names: dict[type[object], str] = {str: "string", list: "array", dict: "object"}
+    return names[type(value)]
 
 
 def _violation(refs: _Resolver, schema: Any, depth: int) -> Any | None:

@@ -215,7 +215,7 @@ class _MessagesStream(StreamEncoder):
 
     def opening(self) -> list[bytes]:
         ctx = self.ctx
-        message = {
+        message: dict[str, Any] = {
             "id": ctx.request_id, "type": "message", "role": "assistant", "model": ctx.model,
             "content": [], "stop_reason": None, "stop_sequence": None,
             # The real API reports output_tokens: 1 here; the final count is in message_delta.

@@ -274,7 +274,8 @@ class _ResponsesStream(StreamEncoder):
         else:
             done = "response.reasoning_text.done" if item["type"] == "reasoning" \
                 else "response.output_text.done"
-            extra = {} if item["type"] == "reasoning" else {"logprobs": []}
+            extra: dict[str, list[object]] = {} if item["type"] == "reasoning" \
+                else {"logprobs": []}
             out = self._event(done, **where, content_index=0, text=text, **extra)
             out += self._event("response.content_part.done", **where, content_index=0,
                                part=part)
