@@ -96,7 +96,9 @@ async def test_a_backtracking_regex_fails_its_check_without_stalling_the_loop() 
     ticking.cancel()
     assert reason is not None and "took over" in reason
     assert elapsed < REGEX_TIMEOUT + 3
-    assert worst < 0.25, f"the loop stalled {worst * 1000:.0f} ms"
+    # A match holding the GIL would stall the loop for the whole limit; a busy machine can
+    # delay a wake-up by a few hundred ms without that.
+    assert worst < 0.8 * REGEX_TIMEOUT, f"the loop stalled {worst * 1000:.0f} ms"
 
 
 @pytest.mark.parametrize(("observed", "expected", "passes"), [
