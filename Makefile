@@ -33,11 +33,13 @@ lint: setup
 types: setup
 	$(BIN)/mypy
 
-# The fast tests need no real server from apt, no build and no network (those are marked e2e,
-# realservers or soak): config, decoders, protocols, prober and simulator over loopback,
-# exposition, hints, records.
+# The fast tests need no real server, nothing built or installed by test-deps and no network
+# (the others are marked e2e, realservers, soak, tools or slow): config, decoders, protocols,
+# prober and simulator over loopback, exposition, hints, records; on every core (pytest-xdist).
+FAST := not e2e and not realservers and not soak and not tools and not slow
+
 check: lint types
-	$(BIN)/pytest -q -p no:cacheprovider -m "not e2e and not realservers and not soak"
+	$(BIN)/pytest -q -p no:cacheprovider -n auto -m "$(FAST)"
 
 dist: setup
 	rm -rf dist

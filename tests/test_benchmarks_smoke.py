@@ -25,6 +25,7 @@ def run_benchmark(name: str) -> str:
     return done.stdout
 
 
+@pytest.mark.slow
 def test_fidelity_smoke() -> None:
     out = run_benchmark("fidelity")
     assert "| K" in out and "ours (Prober)" in out and "floor (raw socket)" in out
@@ -45,6 +46,7 @@ def test_fidelity_smoke() -> None:
     assert "decode + parse µs / stream" in framings
 
 
+@pytest.mark.slow
 def test_fidelity_framings_option() -> None:
     """`--framings` picks the rows; `--levels none` leaves only the framings table."""
     done = subprocess.run(
@@ -60,6 +62,7 @@ def test_fidelity_framings_option() -> None:
     assert bad.returncode == 2 and "--framings takes" in bad.stderr
 
 
+@pytest.mark.slow
 def test_overhead_smoke() -> None:
     out = run_benchmark("overhead")
     assert "In-process" in out and "End-to-end" in out
@@ -67,12 +70,14 @@ def test_overhead_smoke() -> None:
     assert "CPU µs / chunk" in out
 
 
+@pytest.mark.slow
 def test_scale_smoke() -> None:
     out = run_benchmark("scale")
     assert "sched lag p50 ms" in out and "/metrics MiB" in out
     assert "bytes / series" in out
 
 
+@pytest.mark.slow
 def test_exposition_smoke() -> None:
     out = run_benchmark("exposition")
     assert "protobuf native-only" in out and "KiB / series" in out
@@ -101,6 +106,7 @@ def test_truth_server_records(tmp_path: Path) -> None:
     assert measured.ttft >= record["writes"][0] - record["arrived"]  # type: ignore[attr-defined]
 
 
+@pytest.mark.slow
 def test_hostile_smoke() -> None:
     out = run_benchmark("hostile")
     assert "| quiet " in out and "| attack on the port " in out and "TTFT err p50 ms" in out

@@ -400,6 +400,7 @@ def test_rule_uses_declared_or_recorded_metrics(name_expr: tuple[str, str]) -> N
     assert not unknown, f"{name}: unknown metrics {sorted(unknown)}"
 
 
+@pytest.mark.tools
 @pytest.mark.skipif(PROMTOOL is None, reason="promtool not installed (apt-get install prometheus)")
 def test_every_dashboard_query_parses(tmp_path: Path) -> None:
     groups = [
@@ -420,6 +421,7 @@ def test_every_dashboard_query_parses(tmp_path: Path) -> None:
 SCHEMA_CHECK = GRAFANA / "schema-check" / "run.sh"
 
 
+@pytest.mark.tools
 @pytest.mark.skipif(
     shutil.which("npm") is None or shutil.which("node") is None,
     reason="node/npm not installed (needed for @grafana/schema + typescript)",

@@ -86,6 +86,7 @@ def test_exporter_alerts_never_select_the_on_demand_job(selector: str) -> None:
     assert default["onDemandSelector"] == 'job="llm-probe-on-demand"'
 
 
+@pytest.mark.tools
 @pytest.mark.skipif(shutil.which("jsonnet") is None, reason="the jsonnet command is not installed")
 def test_any_jsonnet_renders_the_same(tmp_path: Path) -> None:
     # Users vendor the mixin and render it with their own jsonnet (go-jsonnet, jsonnet-bundler,

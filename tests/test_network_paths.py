@@ -32,8 +32,9 @@ from tests.network_support import (
 )
 from tests.security.conftest import canary
 
-pytestmark = pytest.mark.skipif(TINYPROXY is None, reason="tinyproxy is not installed "
-                                "(scripts/install-test-deps installs it)")
+pytestmark = [pytest.mark.tools,
+              pytest.mark.skipif(TINYPROXY is None, reason="tinyproxy is not installed "
+                                 "(scripts/install-test-deps installs it)")]
 
 PROFILE = SimulatedModel(ttft=0.05, tpot=0.005, output_tokens=8, jitter=0.0)
 USER, PASSWORD = "probe", "proxy-pw-0123456789"

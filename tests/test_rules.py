@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+from collections.abc import Callable
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -19,9 +21,14 @@ RULES, ALERTS = ROOT / generate.RULES, ROOT / generate.ALERTS
 RULE_TESTS = sorted((PROM / "tests").glob("*.yml"))
 RUNBOOKS = ROOT / "docs" / "runbooks"
 PROMTOOL = shutil.which("promtool")
-needs_promtool = pytest.mark.skipif(
+_promtool_installed = pytest.mark.skipif(
     PROMTOOL is None, reason="promtool not installed (Debian: apt-get install prometheus)"
 )
+
+
+def needs_promtool(test: Callable[..., None]) -> Callable[..., None]:
+    """Marks a test that runs promtool (not in `make check`), skipped where it is missing."""
+    return pytest.mark.tools(_promtool_installed(test))
 SERIES_JOIN = "on (target, model, probe, location, cluster"
 
 
@@ -30,6 +37,12 @@ def _promtool(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [PROMTOOL, *args], capture_output=True, text=True, check=False, cwd=PROM / "tests"
     )
+
+
+@cache
+def _mixin_config() -> dict[str, Any]:
+    """The mixin's default `_config` (rendered once: jsonnet takes about a second)."""
+    return generate.evaluate()["config"]
 
 
 def _alert_rules() -> list[dict[str, Any]]:
@@ -58,7 +71,7 @@ def test_promtool_test_rules() -> None:
 
 
 def test_alerts_are_complete() -> None:
-    runbook = generate.evaluate()["config"]["runbookURLPattern"]
+    runbook = _mixin_config()["runbookURLPattern"]
     for rule in _alert_rules():
         name = rule["alert"]
         assert name.startswith("LLMProbe"), name
@@ -143,7 +156,7 @@ def test_auth_failing_pages_on_the_latest_probes() -> None:
 
 def test_exporter_absent_catches_a_scrape_that_matches_nothing() -> None:
     (rule,) = _alerts("LLMProbeExporterAbsent")
-    selector = generate.evaluate()["config"]["selector"]
+    selector = _mixin_config()["selector"]
     assert rule["expr"] == f'absent(up{{{selector}, job!="llm-probe-on-demand"}})'
 
 
@@ -162,7 +175,7 @@ def test_every_alert_has_a_firing_and_a_quiet_unit_test(name: str) -> None:
 
 @pytest.mark.parametrize("name", ALERT_NAMES)
 def test_every_runbook_link_resolves_to_a_file_with_a_heading(name: str) -> None:
-    config = generate.evaluate()["config"]
+    config = _mixin_config()
     prefix = config["repositoryURL"] + "/blob/main/"
     for rule in _alerts(name):
         url = rule["annotations"]["runbook_url"]

@@ -5,9 +5,12 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from tests.e2e_support import ROOT
 
 
+@pytest.mark.slow
 def test_redaction_benchmark_smoke() -> None:
     done = subprocess.run([sys.executable, "-m", "benchmarks.redaction", "--smoke"], cwd=ROOT,
                           capture_output=True, text=True, timeout=120)
