@@ -40,15 +40,9 @@ from exporter.config.network import (
     build_tls,
     resolve_proxy,
 )
+from exporter.config.probe import ProbeConfig, SloConfig
 from exporter.config.rules_check import reasoning_problems
-from exporter.config.schema import (
-    CONTROL,
-    GlobalConfig,
-    ProbeConfig,
-    SimulatorConfig,
-    SloConfig,
-    TargetConfig,
-)
+from exporter.config.schema import CONTROL, GlobalConfig, SimulatorConfig, TargetConfig
 from exporter.config.secrets import document_secrets
 from exporter.config.shard import in_shard, parse_shard
 from exporter.config.types import (

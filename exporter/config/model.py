@@ -11,15 +11,9 @@ from typing import Any, cast
 
 from exporter.apis import Api
 from exporter.config.network import TLS, Proxy
+from exporter.config.probe import ProbeConfig
 from exporter.config.reasoning import Effort, merge_patches
-from exporter.config.schema import (
-    AwsSigV4Config,
-    GlobalConfig,
-    Price,
-    ProbeConfig,
-    RawConfig,
-    SimulatorConfig,
-)
+from exporter.config.schema import AwsSigV4Config, GlobalConfig, Price, RawConfig, SimulatorConfig
 from exporter.config.secrets import header_secrets, is_secret, redacted_url, url_secrets
 from exporter.config.types import Secret
 from exporter.exposition.families import Family, Objective, RatioObjective

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 
-from exporter.config.schema import ProbeConfig, TargetConfig
+from exporter.config.probe import ProbeConfig
+from exporter.config.schema import TargetConfig
 from exporter.providers.rules import BUDGET_VENDORS, lookup
 
 Loc = tuple[int | str, ...]

@@ -1,26 +1,19 @@
-"""The config file as written: strict pydantic models (`extra="forbid"`, frozen, finite)."""
+"""The config file as written: strict pydantic models (`extra="forbid"`, frozen, finite).
+
+The probes and the objectives they share with every level are in config/probe.py."""
 
 from __future__ import annotations
 
 import re
-from enum import StrEnum
-from typing import Annotated, Any, Literal
+from typing import Any
 
-import regex as pyregex
-from jsonschema.exceptions import SchemaError
-from jsonschema.validators import validator_for
-from pydantic import (
-    AfterValidator,
-    ConfigDict,
-    Field,
-    field_validator,
-    model_validator,
-)
+from pydantic import ConfigDict, Field, field_validator, model_validator
 from yarl import URL
 
-from exporter.apis import Api, Feature
+from exporter.apis import Api
 from exporter.config.address import parse_listen_address
-from exporter.config.reasoning import Params, ReasoningConfig
+from exporter.config.probe import ProbeConfig, SloConfig
+from exporter.config.reasoning import Params
 from exporter.config.shard import parse_shard
 from exporter.config.types import (
     LABEL_NAME,
@@ -30,18 +23,12 @@ from exporter.config.types import (
     RESERVED_LABELS,
     Duration,
     PositiveDuration,
-    Ratio,
     StrictModel,
 )
 from exporter.config.urls import scheme_of, shown_scheme, url_problem
 from exporter.exposition.families import DEFAULT_SHAPES, Family, Shape, bucket_families
 
 HISTOGRAMS = bucket_families()
-
-# ---------------------------------------------------------------------------------------------
-# Schema
-
-
 
 
 class BudgetConfig(StrictModel):
@@ -53,16 +40,6 @@ class BudgetConfig(StrictModel):
     # Sharded (`--shard i/n`): max_cost_per_day is the whole fleet's, each shard stops at its
     # n-th; `per_shard: true` makes it every shard's own limit instead.
     per_shard: bool = False
-
-
-class SloConfig(StrictModel):
-    """Objectives of a series (`slo:` in global, a target, a probe or `model_slo`); each key
-    left out is inherited from the less specific level."""
-
-    ttft: PositiveDuration | None = None
-    tpot: PositiveDuration | None = None
-    duration: PositiveDuration | None = None
-    availability: Ratio | None = None
 
 
 class NativeHistogramsConfig(StrictModel):
@@ -203,244 +180,6 @@ class SimulatorConfig(StrictModel):
     def _check_listen(cls, listen: str) -> str:
         parse_listen_address(listen)
         return listen
-
-
-class Message(StrictModel):
-    """One chat message."""
-
-    role: Literal["system", "user", "assistant", "developer"]
-    content: str
-
-
-class ImageSpec(StrictModel):
-    """A generated (or file) image sent with a multimodal probe."""
-
-    # Generated once per size in a worker thread (~3 s at 2048²); vision models scale larger
-    # images down anyway.
-    width: int = Field(default=512, ge=1, le=2048)
-    height: int = Field(default=512, ge=1, le=2048)
-    path: str | None = None  # relative to the config file; checked (and resolved) at load
-
-
-def check_json_schema(schema: dict[str, Any]) -> dict[str, Any]:
-    """`schema` when it is a valid JSON Schema (of its own `$schema` draft, else 2020-12)."""
-    try:
-        validator_for(schema).check_schema(schema)
-    except SchemaError as exc:
-        where = "/".join(str(part) for part in exc.path)
-        raise ValueError(f"not a valid JSON Schema{f' at {where}' if where else ''}: "
-                         f"{exc.message}") from None
-    return schema
-
-
-JsonSchema = Annotated[dict[str, Any], AfterValidator(check_json_schema)]
-_TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # what every provider accepts
-
-
-def _check_tool_name(name: str) -> str:
-    if not _TOOL_NAME.match(name):
-        raise ValueError("a tool name is 1-64 letters, digits, _ or -")
-    return name
-
-
-ToolName = Annotated[str, AfterValidator(_check_tool_name)]
-
-
-class ExpectToolCall(StrictModel):
-    """The tool the model must call, and what its arguments must satisfy."""
-
-    name: ToolName
-    arguments_schema: JsonSchema | None = None
-
-
-class Expect(StrictModel):
-    """Answer checks; any failure gives `result="check_failed"`."""
-
-    regex: str | None = None
-    contains: str | None = None
-    min_output_tokens: int | None = Field(default=None, ge=0)
-    finish_reason: str | None = None
-    json_: bool = Field(default=False, alias="json")
-    json_schema: JsonSchema | None = None  # the answer parses as JSON and satisfies it
-    tool_call: ExpectToolCall | None = None
-    dimensions: int | None = Field(default=None, ge=1)  # embedding probes: the vector's size
-
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
-
-    @field_validator("regex")
-    @classmethod
-    def _check_regex(cls, regex: str | None) -> str | None:
-        if regex is not None:
-            try:
-                re.compile(regex)  # the stdlib's syntax, which `regex` (used to match) accepts
-                pyregex.compile(regex)
-            except (re.error, pyregex.error) as exc:
-                raise ValueError(f"invalid regular expression: {exc}") from None
-        return regex
-
-    @property
-    def answer_checks(self) -> tuple[str, ...]:
-        """The checks set here that read a generated answer (everything but `dimensions`)."""
-        return tuple(name for name, value in (
-            ("regex", self.regex), ("contains", self.contains),
-            ("min_output_tokens", self.min_output_tokens),
-            ("finish_reason", self.finish_reason), ("json", self.json_ or None),
-            ("json_schema", self.json_schema), ("tool_call", self.tool_call))
-            if value is not None)
-
-
-class Case(StrictModel):
-    """One item of a golden set: a prompt and what its answer must satisfy."""
-
-    prompt: str
-    expect: Expect | None = None
-
-
-class ProbeKind(StrEnum):
-    """What a probe asks for: a generated answer (streamed) or an embedding."""
-
-    CHAT = "chat"
-    EMBEDDING = "embedding"
-
-
-class Tool(StrictModel):
-    """A function the model may call (`tools`)."""
-
-    name: ToolName
-    description: str | None = None
-    parameters: JsonSchema = Field(
-        default_factory=lambda: {"type": "object", "properties": {}})
-
-
-class ToolChoiceName(StrictModel):
-    """`tool_choice: {name: X}`: the model must call tool X."""
-
-    name: ToolName
-
-
-ToolChoice = Literal["auto", "required", "none"] | ToolChoiceName
-
-
-class ResponseFormat(StrictModel):
-    """Structured output: the answer must be JSON (`json_object`) following `schema`
-    (`json_schema`), enforced by the server."""
-
-    type: Literal["json_schema", "json_object"] = "json_schema"
-    # `schema` is also a (deprecated) BaseModel method: the field is `schema_`, spelled `schema`.
-    schema_: JsonSchema | None = Field(default=None, alias="schema")
-    name: str = Field(default="answer", pattern=r"^[A-Za-z0-9_-]{1,64}$")
-    strict: bool | None = None
-
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
-
-    @model_validator(mode="after")
-    def _schema_for_json_schema(self) -> ResponseFormat:
-        if (self.type == "json_schema") != (self.schema_ is not None):
-            raise ValueError("`type: json_schema` needs a `schema`; `json_object` takes none")
-        return self
-
-    @property
-    def json_schema(self) -> dict[str, Any]:
-        """The schema to enforce (any JSON object for `json_object`), for APIs that need one."""
-        return self.schema_ if self.schema_ is not None else {"type": "object"}
-
-
-# Keys of a chat probe that an embedding probe does not send.
-_CHAT_ONLY = ("prompt", "messages", "cases", "system", "image", "tools", "tool_choice",
-              "response_format", "max_tokens", "temperature", "reasoning")
-
-
-class ProbeConfig(StrictModel):
-    """What to send: a prompt (or messages, or a rotating golden set of cases) and its limits;
-    or, with `kind: embedding`, a text to embed."""
-
-    kind: ProbeKind = ProbeKind.CHAT
-    prompt: str | None = None
-    messages: tuple[Message, ...] | None = None
-    system: str | None = None
-    input: str | None = None  # kind: embedding
-    max_tokens: int = Field(default=256, ge=1, le=10_000_000)
-    # Sent only when set: reasoning models refuse most values (and Anthropic's newest any).
-    temperature: float | None = Field(default=None, ge=0.0, le=2.0)
-    reasoning: ReasoningConfig | None = None
-    params: Params = Field(default_factory=dict)  # extra body fields, merged last
-    nonce: bool = True
-    image: ImageSpec | None = None
-    tools: tuple[Tool, ...] = Field(default=(), max_length=128)
-    tool_choice: ToolChoice | None = None
-    response_format: ResponseFormat | None = None
-    expect: Expect | None = None
-    cases: tuple[Case, ...] = ()
-    slo: SloConfig = Field(default_factory=SloConfig)
-
-    @model_validator(mode="after")
-    def _prompt_or_messages(self) -> ProbeConfig:
-        if self.kind is ProbeKind.EMBEDDING:
-            return self._check_embedding()
-        if self.input is not None:
-            raise ValueError("`input` is the text of a `kind: embedding` probe; a chat probe "
-                             "sends `prompt`, `messages` or `cases`")
-        given = (self.prompt is not None) + (self.messages is not None)
-        if self.cases and given:
-            raise ValueError("`cases` bring their own prompts: drop `prompt`/`messages`")
-        if not self.cases and given != 1:
-            raise ValueError("set exactly one of `prompt`, `messages` or `cases`")
-        if self.messages is not None and not self.messages:
-            raise ValueError("`messages` must not be empty")
-        self._check_tools()
-        return self
-
-    def _check_tools(self) -> None:
-        names = [tool.name for tool in self.tools]
-        if len(set(names)) != len(names):
-            raise ValueError("`tools` lists a tool name twice")
-        if self.tool_choice is not None and not self.tools:
-            raise ValueError("`tool_choice` needs `tools`")
-        if isinstance(self.tool_choice, ToolChoiceName) and self.tool_choice.name not in names:
-            raise ValueError(f"tool_choice: {self.tool_choice.name!r} is not among the tools")
-        for expect in self.expectations:
-            if expect.dimensions is not None:
-                raise ValueError("expect.dimensions checks an embedding: set `kind: embedding`")
-            if expect.tool_call is None:
-                continue
-            if expect.tool_call.name not in names:
-                raise ValueError(f"expect.tool_call: {expect.tool_call.name!r} is not among the "
-                                 "probe's `tools`")
-            if self.tool_choice == "none":
-                raise ValueError("expect.tool_call with `tool_choice: none` can never pass")
-
-    def _check_embedding(self) -> ProbeConfig:
-        if not self.input:
-            raise ValueError("`kind: embedding` needs `input`, the text to embed")
-        extra = [name for name in _CHAT_ONLY if name in self.model_fields_set
-                 and getattr(self, name) not in (None, ())]
-        if extra:
-            raise ValueError(f"`kind: embedding` sends only `input`; drop {', '.join(extra)}")
-        for expect in self.expectations:
-            if expect.answer_checks:
-                raise ValueError(f"expect.{expect.answer_checks[0]} reads a generated answer; "
-                                 "an embedding probe checks `dimensions` only")
-        return self
-
-    @property
-    def expectations(self) -> tuple[Expect, ...]:
-        """Every `expect` of the probe: its own and its cases'."""
-        found = (self.expect, *(case.expect for case in self.cases))
-        return tuple(expect for expect in found if expect is not None)
-
-    @property
-    def features(self) -> frozenset[Feature]:
-        """What this probe needs from the target's API style."""
-        needs = {Feature.EMBEDDING} if self.kind is ProbeKind.EMBEDDING else set()
-        if self.image is not None:
-            needs.add(Feature.IMAGE)
-        if self.tools:
-            needs.add(Feature.TOOLS)
-        if self.response_format is not None:
-            needs.add(Feature.RESPONSE_FORMAT)
-        if self.reasoning is not None:
-            needs.add(Feature.REASONING)
-        return frozenset(needs)
 
 
 class Price(StrictModel):

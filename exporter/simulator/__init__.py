@@ -65,9 +65,10 @@ body (some gateways do this), so the exporter's redaction is exercised. Bedrock 
 simulator has AWS keys (`aws_keys`) and only checked for form otherwise.
 """
 
-from .app import MAX_RECORDS, SIM_RECORDS, SimRecord, create_app
+from .app import create_app
 from .plan import Fault, Finish, Overrides, Plan, make_plan
 from .server import Simulator, serve_forever, start_simulator
+from .state import MAX_RECORDS, SIM_RECORDS, SimRecord
 from .text import VOCABULARY, estimate_tokens
 
 __all__ = [

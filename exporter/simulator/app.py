@@ -1,17 +1,17 @@
-"""The simulator's aiohttp application: handlers, timing loop, faults and request records."""
+"""The simulator's aiohttp application: the generation and embedding handlers, the timing loop
+and faults (shared state and request records: `state`; model lists and health: `catalog`)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import random
 import secrets
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from dataclasses import dataclass, field, replace
-from typing import Any, TypedDict
+from dataclasses import dataclass, replace
+from typing import Any
 
 import orjson
 import structlog
@@ -19,9 +19,8 @@ from aiohttp import web
 
 from ..config import SimulatedModel
 from .answers import TEXT, Answer, Output, plan_answer
+from .catalog import add_discovery_routes
 from .dialects import (
-    CHAT,
-    MESSAGES,
     ROUTES,
     AuthRequest,
     AwsKeys,
@@ -31,7 +30,6 @@ from .dialects import (
     EmbeddingDialect,
     EmbedRequest,
     ParsedRequest,
-    RateLimitSnapshot,
     Refusal,
     ServerTimings,
     StreamContext,
@@ -42,12 +40,16 @@ from .dialects import (
 )
 from .hosted import Rejection, validate
 from .plan import Fault, Kind, OverrideError, Overrides, Plan, Reasoning, make_plan
+from .state import (
+    MAX_RECORDS,
+    SIM_RECORDS,
+    STATE,
+    SimRecord,
+    SimState,
+    json_response,
+)
 from .text import generate_tokens
 
-MAX_RECORDS = 10_000
-REQUESTS_PER_WINDOW = 10_000
-TOKENS_PER_WINDOW = 2_000_000
-RATE_WINDOW = 60.0
 # Precise waits: sleep until this long before a deadline, then yield to the loop until it.
 # 1.5 ms left ~30% of deadlines (those whose fraction of a millisecond rounds badly) 0.6 ms
 # late; asyncio's wake-ups measured up to 1.7 ms late here.
@@ -55,104 +57,6 @@ SPIN_MARGIN = 0.0025
 # Every chunk is timed precisely while at most this many streams generate at once; beyond
 # that only first tokens are (TTFT is the number that matters; busy waits cost CPU).
 PRECISE_MAX_STREAMS = 4
-
-
-class SimRecord(TypedDict):
-    """What the simulator did for one request; times are `loop.time()` of the server's loop.
-
-    `api` is the API style (`openai-chat`, `gemini`, `openai-embeddings`…). `received_at` is
-    handler entry; `started_at` is when generation began (later than `received_at` only when the
-    request queued for capacity); `first_token_due` is the planned time of the first
-    token-bearing write and `first_token_at` the time right after it. `tokens` is the planned
-    completion (what usage reports, reasoning included), `tokens_sent` what was written.
-    `output` is text, json, tool_call or embedding; `answer` the planned answer text (a tool
-    call's arguments), `reasoning` the reasoning text the client was shown. `server_timings` is
-    what the response reported of the server's own durations, in seconds (`prefill`, `decode`,
-    `total`, `load`). `outcome`: pending, complete, error (error status), error_in_stream,
-    aborted (disconnect fault), client_gone (the client hung up), cancelled (server shut down).
-    """
-
-    id: str
-    api: str
-    model: str | None
-    stream: bool
-    status: int
-    fault: str | None
-    outcome: str
-    received_at: float
-    started_at: float | None
-    first_token_due: float | None
-    first_token_at: float | None
-    last_token_at: float | None
-    finished_at: float | None
-    ttft_scheduled: float | None
-    tpot_scheduled: float | None
-    tokens: int
-    tokens_sent: int
-    prompt_tokens: int
-    reasoning_tokens: int
-    output: str
-    answer: str
-    reasoning: str
-    tool_name: str | None
-    dimensions: int | None
-    server_timings: dict[str, float]
-
-
-SIM_RECORDS: web.AppKey[deque[SimRecord]] = web.AppKey("llm_probe_sim_records", deque)
-
-
-class _RateLimiter:
-    """Plausible, decreasing rate-limit budgets over fixed windows."""
-
-    def __init__(self) -> None:
-        self._window_end = -1.0
-        self._requests = 0
-        self._tokens = 0
-
-    def take(self, now: float, tokens: int) -> RateLimitSnapshot:
-        if now >= self._window_end:
-            self._window_end, self._requests, self._tokens = now + RATE_WINDOW, 0, 0
-        self._requests += 1
-        self._tokens += tokens
-        reset = self._window_end - now
-        return RateLimitSnapshot(
-            limit_requests=REQUESTS_PER_WINDOW,
-            remaining_requests=max(0, REQUESTS_PER_WINDOW - self._requests),
-            limit_tokens=TOKENS_PER_WINDOW,
-            remaining_tokens=max(0, TOKENS_PER_WINDOW - self._tokens),
-            reset_seconds=reset, reset_at_unix=time.time() + reset,
-        )
-
-
-@dataclass
-class _State:
-    models: Mapping[str, SimulatedModel]
-    credentials: Credentials
-    rng: random.Random
-    records: deque[SimRecord]
-    logger: Any
-    generating: int = 0
-    capacity: dict[str, asyncio.Semaphore] = field(default_factory=dict)
-    limits: _RateLimiter = field(default_factory=_RateLimiter)
-
-
-_STATE = web.AppKey("llm_probe_sim_state", _State)
-
-
-def set_models(app: web.Application, models: Mapping[str, SimulatedModel]) -> None:
-    """Serve these model profiles from the next request on (requests in flight keep theirs);
-    a model whose capacity is unchanged keeps its queue."""
-    state = app[_STATE]
-    capacity = {}
-    for name, model in models.items():
-        if model.capacity is None:
-            continue
-        old = state.models.get(name)
-        same = old is not None and old.capacity == model.capacity and name in state.capacity
-        capacity[name] = state.capacity[name] if same else asyncio.Semaphore(model.capacity)
-    state.models, state.capacity = dict(models), capacity
-
 
 def create_app(models: Mapping[str, SimulatedModel], *, api_key: str | None = None,
                aws_keys: AwsKeys | None = None, seed: int | None = None, logger: Any = None,
@@ -164,7 +68,7 @@ def create_app(models: Mapping[str, SimulatedModel], *, api_key: str | None = No
     """
     if aws_keys is not None and not sigv4_supported():
         raise ValueError("verifying SigV4 signatures needs botocore (pip install botocore)")
-    state = _State(
+    state = SimState(
         models=dict(models), credentials=Credentials(api_key or None, aws_keys),
         rng=random.Random(seed), records=deque(maxlen=max_records),
         logger=logger or structlog.get_logger("exporter.simulator"),
@@ -173,14 +77,11 @@ def create_app(models: Mapping[str, SimulatedModel], *, api_key: str | None = No
     )
     # Image probes send base64 images; allow bodies larger than aiohttp's 1 MiB default.
     app = web.Application(client_max_size=64 * 1024 * 1024)
-    app[_STATE] = state
+    app[STATE] = state
     app[SIM_RECORDS] = state.records
     for route in ROUTES:
         app.router.add_post(route.path, _handler(route.dialect))
-    app.router.add_get("/v1/models", _list_models)
-    app.router.add_get("/v1/models/{model}", _get_model)
-    app.router.add_get("/api/tags", _ollama_tags)
-    app.router.add_get("/health", _health)
+    add_discovery_routes(app)
     return app
 
 
@@ -194,11 +95,6 @@ def _handler(dialect: Dialect | EmbeddingDialect,
     async def generate(request: web.Request) -> web.StreamResponse:
         return await _generate(request, dialect)
     return generate
-
-
-def _json(body: Any, status: int = 200, headers: Mapping[str, str] | None = None) -> web.Response:
-    return web.Response(body=orjson.dumps(body), status=status, headers=headers,
-                         content_type="application/json")
 
 
 async def _sleep_until(loop: asyncio.AbstractEventLoop, deadline: float, *,
@@ -240,8 +136,8 @@ class _Exchange:
     headers: dict[str, str]
 
     @property
-    def state(self) -> _State:
-        return self.request.app[_STATE]
+    def state(self) -> SimState:
+        return self.request.app[STATE]
 
     def fail(self, status: int, message: str | None = None, *, code: str | None = None,
              param: str | None = None, extra: Mapping[str, str] | None = None) -> web.Response:
@@ -250,8 +146,8 @@ class _Exchange:
                             "finished_at": asyncio.get_running_loop().time()})
         body = self.provider.error_body(status, message, code=code, param=param,
                                         request_id=self.record["id"])
-        return _json(body, status, {**self.headers, **self.provider.error_headers(status, code),
-                                    **(extra or {})})
+        headers = {**self.headers, **self.provider.error_headers(status, code), **(extra or {})}
+        return json_response(body, status, headers)
 
     def refuse(self, refusal: Refusal, param: str | None = None) -> web.Response:
         """The provider's answer to an auth failure or an unknown model."""
@@ -305,7 +201,7 @@ def _exchange(request: web.Request, provider: Dialect | EmbeddingDialect,
         "answer": "", "reasoning": "", "tool_name": None, "dimensions": None,
         "server_timings": {},
     }
-    request.app[_STATE].records.append(record)
+    request.app[STATE].records.append(record)
     headers = {"x-request-id": request_id, provider.request_id_header: request_id}
     return _Exchange(request, provider, record, headers)
 
@@ -484,7 +380,7 @@ async def _stream_fault(job: _Job, resp: web.StreamResponse, encoder: StreamEnco
 def _client_gone(request: web.Request, record: SimRecord) -> None:
     """The client hung up mid-answer: note it, no traceback."""
     record.update({"outcome": "client_gone", "finished_at": asyncio.get_running_loop().time()})
-    request.app[_STATE].logger.debug(
+    request.app[STATE].logger.debug(
         "simulator client hung up", request_id=record["id"], model=record["model"],
         tokens_sent=record["tokens_sent"])
 
@@ -509,7 +405,7 @@ async def _respond(job: _Job) -> web.StreamResponse:
             body = job.dialect.body(job.ctx, record["reasoning"], record["answer"],
                                     plan.finish, timings)
         # Built before the wait, so that the write follows the wake-up directly.
-        resp = _json(body, 200, ex.headers)
+        resp = json_response(body, 200, ex.headers)
         await _sleep_until(loop, base + plan.end, precise=True)
         if not await _send(request, resp, record):
             return resp
@@ -566,7 +462,7 @@ async def _embed(request: web.Request, dialect: EmbeddingDialect) -> web.StreamR
         body = dialect.error_body(500, request_id=record["id"])
     else:
         body = dialect.body(parsed, [embed(text, dimensions) for text in parsed.inputs])
-    resp = _json(body, 200, ex.headers)
+    resp = json_response(body, 200, ex.headers)
     semaphore = state.capacity.get(parsed.model)
     try:
         async with _slot(semaphore, loop, record["received_at"]) as base:
@@ -587,71 +483,4 @@ async def _embed(request: web.Request, dialect: EmbeddingDialect) -> web.StreamR
         raise
     return resp
 
-
-# ---------------------------------------------------------------------------------------------
-# Model listing
-
-
-def _models_dialect(request: web.Request) -> Dialect:
-    """Anthropic clients send `anthropic-version`; everyone else gets OpenAI's shape."""
-    return MESSAGES if "anthropic-version" in request.headers else CHAT
-
-
-def _model_entry(dialect: Dialect, name: str) -> dict[str, Any]:
-    if dialect is MESSAGES:
-        return {"type": "model", "id": name, "display_name": name,
-                "created_at": "2025-01-01T00:00:00Z"}
-    return {"id": name, "object": "model", "created": 1735689600, "owned_by": "llm-probe-sim"}
-
-
-def _check_key(request: web.Request, dialect: Dialect) -> web.Response | None:
-    refusal = dialect.authorize(
-        AuthRequest(request.method, str(request.url), request.headers, b""),
-        request.app[_STATE].credentials)
-    if refusal is None:
-        return None
-    return _json(dialect.error_body(refusal.status, refusal.message), refusal.status)
-
-
-async def _list_models(request: web.Request) -> web.Response:
-    """`GET /v1/models`: the configured models."""
-    dialect = _models_dialect(request)
-    if (denied := _check_key(request, dialect)) is not None:
-        return denied
-    data = [_model_entry(dialect, name) for name in request.app[_STATE].models]
-    if dialect is MESSAGES:
-        return _json({"data": data, "has_more": False,
-                      "first_id": data[0]["id"] if data else None,
-                      "last_id": data[-1]["id"] if data else None})
-    return _json({"object": "list", "data": data})
-
-
-async def _get_model(request: web.Request) -> web.Response:
-    """`GET /v1/models/{model}`."""
-    dialect = _models_dialect(request)
-    if (denied := _check_key(request, dialect)) is not None:
-        return denied
-    name = request.match_info["model"]
-    if name not in request.app[_STATE].models:
-        refusal = dialect.model_not_found(name)
-        return _json(dialect.error_body(404, refusal.message, code=refusal.code, param="model"),
-                     404)
-    return _json(_model_entry(dialect, name))
-
-
-async def _ollama_tags(request: web.Request) -> web.Response:
-    """`GET /api/tags`: the configured models, as Ollama lists pulled models."""
-    models = [{"name": name, "model": name, "modified_at": "2025-01-01T00:00:00Z", "size": 0,
-               "digest": hashlib.sha256(name.encode()).hexdigest(),
-               "details": {"format": "gguf", "family": "simulated", "parameter_size": "",
-                           "quantization_level": ""}}
-              for name in request.app[_STATE].models]
-    return _json({"models": models})
-
-
-async def _health(request: web.Request) -> web.Response:
-    """`GET /health`: 200 while serving (vLLM-style)."""
-    return web.Response(text="ok")
-
-
-__all__ = ["MAX_RECORDS", "SIM_RECORDS", "SimRecord", "create_app"]
+__all__ = ["create_app"]

@@ -14,8 +14,9 @@ from aiohttp import web
 
 from ..config import SimulatedModel, SimulatorConfig
 from ..config.address import parse_listen_address
-from .app import SIM_RECORDS, SimRecord, create_app, set_models
+from .app import create_app
 from .dialects import AwsKeys
+from .state import SIM_RECORDS, SimRecord, set_models
 
 # How long `close()` lets in-flight answers finish before cancelling them: a simulator that
 # is told to stop should stop, even with a 30 s stall in progress.

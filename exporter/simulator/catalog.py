@@ -1,0 +1,82 @@
+"""The simulator's discovery routes: model lists (OpenAI's and Anthropic's shapes, Ollama's
+tags), one model, and health."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from aiohttp import web
+
+from .dialects import CHAT, MESSAGES, AuthRequest, Dialect
+from .state import STATE, json_response
+
+
+def add_discovery_routes(app: web.Application) -> None:
+    """Register the discovery routes on `app`."""
+    app.router.add_get("/v1/models", _list_models)
+    app.router.add_get("/v1/models/{model}", _get_model)
+    app.router.add_get("/api/tags", _ollama_tags)
+    app.router.add_get("/health", _health)
+
+
+def _models_dialect(request: web.Request) -> Dialect:
+    """Anthropic clients send `anthropic-version`; everyone else gets OpenAI's shape."""
+    return MESSAGES if "anthropic-version" in request.headers else CHAT
+
+
+def _model_entry(dialect: Dialect, name: str) -> dict[str, Any]:
+    if dialect is MESSAGES:
+        return {"type": "model", "id": name, "display_name": name,
+                "created_at": "2025-01-01T00:00:00Z"}
+    return {"id": name, "object": "model", "created": 1735689600, "owned_by": "llm-probe-sim"}
+
+
+def _check_key(request: web.Request, dialect: Dialect) -> web.Response | None:
+    refusal = dialect.authorize(
+        AuthRequest(request.method, str(request.url), request.headers, b""),
+        request.app[STATE].credentials)
+    if refusal is None:
+        return None
+    return json_response(dialect.error_body(refusal.status, refusal.message), refusal.status)
+
+
+async def _list_models(request: web.Request) -> web.Response:
+    """`GET /v1/models`: the configured models."""
+    dialect = _models_dialect(request)
+    if (denied := _check_key(request, dialect)) is not None:
+        return denied
+    data = [_model_entry(dialect, name) for name in request.app[STATE].models]
+    if dialect is MESSAGES:
+        return json_response({"data": data, "has_more": False,
+                      "first_id": data[0]["id"] if data else None,
+                      "last_id": data[-1]["id"] if data else None})
+    return json_response({"object": "list", "data": data})
+
+
+async def _get_model(request: web.Request) -> web.Response:
+    """`GET /v1/models/{model}`."""
+    dialect = _models_dialect(request)
+    if (denied := _check_key(request, dialect)) is not None:
+        return denied
+    name = request.match_info["model"]
+    if name not in request.app[STATE].models:
+        refusal = dialect.model_not_found(name)
+        body = dialect.error_body(404, refusal.message, code=refusal.code, param="model")
+        return json_response(body, 404)
+    return json_response(_model_entry(dialect, name))
+
+
+async def _ollama_tags(request: web.Request) -> web.Response:
+    """`GET /api/tags`: the configured models, as Ollama lists pulled models."""
+    models = [{"name": name, "model": name, "modified_at": "2025-01-01T00:00:00Z", "size": 0,
+               "digest": hashlib.sha256(name.encode()).hexdigest(),
+               "details": {"format": "gguf", "family": "simulated", "parameter_size": "",
+                           "quantization_level": ""}}
+              for name in request.app[STATE].models]
+    return json_response({"models": models})
+
+
+async def _health(request: web.Request) -> web.Response:
+    """`GET /health`: 200 while serving (vLLM-style)."""
+    return web.Response(text="ok")
