@@ -1,0 +1,223 @@
+"""The model-equality test: is a window of sampled answers drawn from the same distribution as
+the reference sample? (Gao, Liang, Guestrin, "Model Equality Testing: Which Model Is This API
+Serving?", ICLR 2025.)
+
+Pure functions over the standard library. Each answer is cut into words (runs of letters or
+digits; a CJK character, or any other visible character, is a word of its own), and two answers
+are compared word by word over their first `KERNEL_LENGTH` words, padded: the Hamming kernel of
+two answers is the fraction of those positions holding the same word (two paddings match, so
+length counts too), and answers to different prompts are never compared (the kernel is 0 across
+prompts). Words, not characters, because a model samples tokens: one different early word
+shifts every later character and hides the rest of the answer from a character kernel, not from
+a word kernel (`benchmarks/identity.py` measured both: at the same false-positive rate the word
+kernel finds a 30 % fallback in 93 % of windows of 200 answers, the character kernel in 53 %).
+The statistic is the unbiased MMD² over same-prompt pairs:
+
+    MMD² = mean k(x, x') − 2 · mean k(x, y) + mean k(y, y')     (x ≠ x', y ≠ y')
+
+with x from the reference, y from the window, every mean over pairs answering the same prompt.
+Its null distribution comes from permutations *within each prompt* (the reference and window
+labels are shuffled among the answers to one prompt, keeping each prompt's counts), so an
+uneven mix of prompts between the two samples cannot fake a difference. The p-value is Besag
+and Clifford's sequential Monte Carlo one (Biometrika 1991): permutations stop once `stop_after`
+of them reach the observed statistic (p = stop_after / permutations drawn), else after
+`permutations` (p = (1 + reached) / (1 + permutations)). It is exact — P(p ≤ α) ≤ α when the two
+samples come from one distribution — and a same-distribution window, the usual case, costs a few
+dozen permutations instead of all of them.
+
+The cost is in the arithmetic: per prompt, the matches of every pair of pooled answers are
+counted once (an integer matrix), and each permutation sums the matrix over the reference's
+pairs from its bit planes (one AND and popcount per answer and bit), so a permutation of
+400 + 400 answers over 10 prompts takes about a millisecond of pure Python.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import operator
+import random
+import re
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+KERNEL_LENGTH = 64  # words of an answer the kernel compares
+PERMUTATIONS = 1000  # at most, per test: p-values down to 1/1001
+STOP_AFTER = 10  # permutations reaching the observed statistic that end a test early
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """One sampled answer: the index of the prompt it answers and its text."""
+
+    prompt: int
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class TestOutcome:
+    """One test: the statistic (MMD², may be slightly negative), its p-value, and the work."""
+
+    statistic: float
+    pvalue: float
+    permutations: int  # permutations drawn (fewer than asked when stopped early or out of time)
+    complete: bool = True  # False: the time budget ended the permutations (p still valid)
+
+    def different(self, alpha: float) -> bool:
+        """The verdict at level `alpha`: the samples come from different distributions."""
+        return self.pvalue <= alpha
+
+
+_CJK = "[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]"  # no spaces between words
+# Linear: each alternative consumes at least one character and never backtracks into another.
+_WORD = re.compile(f"{_CJK}|(?:(?!{_CJK})[^\\W_])+|\\S")
+
+Words = tuple[int, ...]
+
+
+def words(text: str, length: int = KERNEL_LENGTH) -> tuple[str, ...]:
+    """The first `length` words of `text` (module docstring)."""
+    return tuple(match.group() for match in itertools.islice(_WORD.finditer(text), length))
+
+
+def matches(a: Sequence[object], b: Sequence[object], length: int = KERNEL_LENGTH) -> int:
+    """Positions among the first `length` where `a` and `b` hold the same word, padding
+    included (both shorter than `length`: their paddings match)."""
+    a, b = a[:length], b[:length]
+    return sum(map(operator.eq, a, b)) + length - max(len(a), len(b))
+
+
+class _Stratum:
+    """The answers to one prompt, pooled (reference first), and their pair matches."""
+
+    __slots__ = ("n", "size", "planes", "row_sums", "total", "members")
+
+    def __init__(self, pooled: Sequence[Words], n: int, length: int) -> None:
+        size = len(pooled)
+        self.n, self.size = n, size
+        texts = [text[:length] for text in pooled]
+        rows = [[0] * size for _ in range(size)]
+        for i in range(size):
+            a, row = texts[i], rows[i]
+            for j in range(i + 1, size):
+                row[j] = rows[j][i] = matches(a, texts[j], length)
+        bits = max(1, length.bit_length())
+        # planes[i][k]: the answers j whose matches with i have bit k set, as a bit mask.
+        self.planes = [tuple(sum(1 << j for j, value in enumerate(row) if value >> k & 1)
+                             for k in range(bits)) for row in rows]
+        self.row_sums = [sum(row) for row in rows]
+        self.total = sum(self.row_sums)  # over ordered pairs i ≠ j
+        self.members = range(size)
+
+    def within(self, chosen: Sequence[int]) -> tuple[int, int]:
+        """(matches summed over ordered pairs inside `chosen`, row sums of `chosen`)."""
+        mask = 0
+        for i in chosen:
+            mask |= 1 << i
+        inside = rows = 0
+        planes, row_sums = self.planes, self.row_sums
+        for i in chosen:
+            rows += row_sums[i]
+            weight = 1
+            for plane in planes[i]:
+                inside += weight * (plane & mask).bit_count()
+                weight <<= 1
+        return inside, rows
+
+
+class _Statistic:
+    """MMD² as a function of which pooled answers are labelled reference, per prompt."""
+
+    def __init__(self, strata: Sequence[_Stratum], length: int) -> None:
+        self.strata = strata
+        pairs_xx = sum(s.n * (s.n - 1) for s in strata)
+        pairs_yy = sum((s.size - s.n) * (s.size - s.n - 1) for s in strata)
+        pairs_xy = sum(s.n * (s.size - s.n) for s in strata)
+        if not (pairs_xx and pairs_yy and pairs_xy):
+            raise ValueError("each sample needs two answers to one prompt at least")
+        self._wx, self._wy, self._wxy = 1 / pairs_xx, 1 / pairs_yy, 1 / pairs_xy
+        self._length = length
+
+    def __call__(self, labels: Sequence[Sequence[int]]) -> float:
+        """MMD² when `labels[s]` are the reference's answers in stratum s."""
+        xx = xy = yy = 0
+        for stratum, chosen in zip(self.strata, labels, strict=True):
+            inside, rows = stratum.within(chosen)
+            xx += inside
+            cross = rows - inside  # pairs reference → window
+            xy += cross
+            yy += stratum.total - 2 * cross - inside
+        return (xx * self._wx - 2 * xy * self._wxy + yy * self._wy) / self._length
+
+
+Split = Callable[[str, int], Sequence[str]]
+
+
+def strata_of(reference: Sequence[Sample], window: Sequence[Sample], length: int = KERNEL_LENGTH,
+              split: Split = words) -> tuple[list[list[Words]], list[int]]:
+    """Pooled answers (as word numbers) per prompt answered in both samples (reference first),
+    and the reference's count in each; prompts only one sample answers carry nothing to
+    compare."""
+    vocabulary: dict[str, int] = {}
+
+    def number(text: str) -> Words:
+        return tuple(vocabulary.setdefault(word, len(vocabulary))
+                     for word in split(text, length))
+
+    by_prompt: dict[int, tuple[list[Words], list[Words]]] = {}
+    for sample in reference:
+        by_prompt.setdefault(sample.prompt, ([], []))[0].append(number(sample.text))
+    for sample in window:
+        if sample.prompt in by_prompt:
+            by_prompt[sample.prompt][1].append(number(sample.text))
+    pooled, counts = [], []
+    for prompt in sorted(by_prompt):
+        xs, ys = by_prompt[prompt]
+        if ys:
+            pooled.append(xs + ys)
+            counts.append(len(xs))
+    return pooled, counts
+
+
+def seed_of(reference: Sequence[Sample], window: Sequence[Sample]) -> int:
+    """A seed fixed by the two samples: the same samples always give the same p-value."""
+    digest = hashlib.sha256()
+    for sample in (*reference, *window):
+        digest.update(f"{sample.prompt}\x00{sample.text}\x01".encode("utf-8", "replace"))
+    return int.from_bytes(digest.digest()[:8], "big")
+
+
+def mmd_test(reference: Sequence[Sample], window: Sequence[Sample], *,
+             permutations: int = PERMUTATIONS, stop_after: int = STOP_AFTER,
+             length: int = KERNEL_LENGTH, split: Split = words, seed: int | None = None,
+             budget: float | None = None,
+             clock: Callable[[], float] = time.monotonic) -> TestOutcome:
+    """The stratified permutation test of `window` against `reference` (module docstring).
+
+    `split` cuts an answer into the units compared (default: words); `seed` (default: from the
+    samples) drives the permutations; `budget` (seconds) bounds them:
+    a test out of time reports the p-value of the permutations drawn (`complete=False`), which
+    is as valid, only coarser. ValueError when the samples share no prompt that each answered
+    twice.
+    """
+    if permutations < 1 or stop_after < 1:
+        raise ValueError("permutations and stop_after must be positive")
+    pooled, counts = strata_of(reference, window, length, split)
+    strata = [_Stratum(texts, n, length) for texts, n in zip(pooled, counts, strict=True)]
+    statistic = _Statistic(strata, length)
+    observed = statistic([range(s.n) for s in strata])
+    rng = random.Random(seed_of(reference, window) if seed is None else seed)
+    deadline = None if budget is None else clock() + budget
+    # Floating-point sums of the same integers in another order may differ in the last bits.
+    threshold = observed - 1e-12 * max(1.0, abs(observed))
+    reached = drawn = 0
+    while drawn < permutations:
+        drawn += 1
+        if statistic([rng.sample(s.members, s.n) for s in strata]) >= threshold:
+            reached += 1
+            if reached >= stop_after:
+                return TestOutcome(observed, reached / drawn, drawn)
+        if deadline is not None and not drawn % 16 and clock() > deadline:
+            return TestOutcome(observed, (1 + reached) / (1 + drawn), drawn, complete=False)
+    return TestOutcome(observed, (1 + reached) / (1 + drawn), drawn)
