@@ -153,7 +153,7 @@ def input_tokens(probe: ProbeConfig) -> int:
         return estimate_tokens(embedding_input(probe, _NONCE if probe.nonce else None))
     nonce = _NONCE if probe.nonce else None
     largest = 0
-    for case in probe.cases or (None,):
+    for case in probe.rotation or (None,):
         prompt = make_prompt(probe, case, nonce)
         texts = [content for _, content in prompt.messages]
         if prompt.system:

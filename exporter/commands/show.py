@@ -32,7 +32,7 @@ def show_requests(config: Config, series: Sequence[Series]) -> str:
             request = embedding_protocol_for(item.target.api).build_request(
                 item, embedding_input(item.probe, nonce), key)
         else:
-            case = item.probe.cases[0] if item.probe.cases else None
+            case = item.probe.rotation[0] if item.probe.rotation else None
             request = protocol_for(item.target.api).build_request(
                 item, make_prompt(item.probe, case, nonce), key)
         headers = "\n".join(

@@ -13,6 +13,19 @@ from jsonschema.validators import validator_for
 from pydantic import AfterValidator, ConfigDict, Field, field_validator, model_validator
 
 from exporter.apis import Feature
+from exporter.config.identity import (
+    ALPHA,
+    BASELINE,
+    DEFAULT_PROMPTS,
+    IDENTITY_DEFAULTS,
+    IDENTITY_ONLY,
+    IDENTITY_REFUSES,
+    MAX_PROMPT_CHARS,
+    MAX_PROMPTS,
+    MAX_SAMPLES,
+    SAMPLES,
+    IdentityReference,
+)
 from exporter.config.reasoning import Params, ReasoningConfig
 from exporter.config.types import PositiveDuration, Ratio, StrictModel
 
@@ -119,10 +132,12 @@ class Case(StrictModel):
 
 
 class ProbeKind(StrEnum):
-    """What a probe asks for: a generated answer (streamed) or an embedding."""
+    """What a probe asks for: a generated answer (streamed), an embedding, or sampled answers
+    whose distribution is tested against a reference (identity)."""
 
     CHAT = "chat"
     EMBEDDING = "embedding"
+    IDENTITY = "identity"
 
 
 class Tool(StrictModel):
@@ -172,9 +187,13 @@ _CHAT_ONLY = ("prompt", "messages", "cases", "system", "image", "tools", "tool_c
               "response_format", "max_tokens", "temperature", "reasoning")
 
 
+IdentityPrompt = Annotated[str, Field(min_length=1, max_length=MAX_PROMPT_CHARS)]
+
+
 class ProbeConfig(StrictModel):
     """What to send: a prompt (or messages, or a rotating golden set of cases) and its limits;
-    or, with `kind: embedding`, a text to embed."""
+    or, with `kind: embedding`, a text to embed; or, with `kind: identity`, a fixed prompt set
+    whose sampled answers are tested against a reference sample."""
 
     kind: ProbeKind = ProbeKind.CHAT
     prompt: str | None = None
@@ -194,9 +213,30 @@ class ProbeConfig(StrictModel):
     expect: Expect | None = None
     cases: tuple[Case, ...] = ()
     slo: SloConfig = Field(default_factory=SloConfig)
+    # kind: identity (exporter/config/identity.py)
+    prompts: tuple[IdentityPrompt, ...] | None = Field(default=None, min_length=1,
+                                                       max_length=MAX_PROMPTS)
+    baseline: int | None = Field(default=None, ge=2, le=MAX_SAMPLES)
+    samples: int | None = Field(default=None, ge=2, le=MAX_SAMPLES)
+    alpha: float | None = Field(default=None, gt=0.0, le=0.2)
+    reference: IdentityReference | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _identity_defaults(cls, data: Any) -> Any:
+        """An identity probe's own defaults: short answers, sampled, prompts as they are."""
+        if isinstance(data, dict) and data.get("kind") == ProbeKind.IDENTITY.value:
+            data = {**IDENTITY_DEFAULTS, "prompts": list(DEFAULT_PROMPTS),
+                    "baseline": BASELINE, "samples": SAMPLES, "alpha": ALPHA, **data}
+        return data
 
     @model_validator(mode="after")
     def _prompt_or_messages(self) -> ProbeConfig:
+        if self.kind is ProbeKind.IDENTITY:
+            return self._check_identity()
+        given = [name for name in IDENTITY_ONLY if getattr(self, name) is not None]
+        if given:
+            raise ValueError(f"`{given[0]}` belongs to a `kind: identity` probe")
         if self.kind is ProbeKind.EMBEDDING:
             return self._check_embedding()
         if self.input is not None:
@@ -243,6 +283,34 @@ class ProbeConfig(StrictModel):
                 raise ValueError(f"expect.{expect.answer_checks[0]} reads a generated answer; "
                                  "an embedding probe checks `dimensions` only")
         return self
+
+    def _check_identity(self) -> ProbeConfig:
+        extra = [name for name in IDENTITY_REFUSES if name in self.model_fields_set
+                 and getattr(self, name) not in (None, ())]
+        if extra:
+            raise ValueError(f"`kind: identity` sends `prompts` and keeps its answers as "
+                             f"samples; drop {', '.join(extra)}")
+        if self.nonce:
+            raise ValueError("`kind: identity` sends its prompts as they are: a nonce would "
+                             "change them (drop `nonce: true`)")
+        if not self.temperature:
+            raise ValueError("`kind: identity` samples answers: `temperature` must be above 0")
+        prompts = self.prompts or ()
+        if len(set(prompts)) != len(prompts):
+            raise ValueError("`prompts` lists a prompt twice")
+        for key in ("baseline", "samples"):
+            if (getattr(self, key) or 0) < 2 * len(prompts):
+                raise ValueError(f"`{key}` must be at least 2 × the {len(prompts)} prompts "
+                                 "(the test compares answers to one prompt in pairs)")
+        return self
+
+    @property
+    def rotation(self) -> tuple[Case, ...]:
+        """The prompts a series sends in turn: the golden set, or an identity probe's prompts
+        (empty: one prompt every run)."""
+        if self.kind is ProbeKind.IDENTITY:
+            return tuple(Case(prompt=prompt) for prompt in self.prompts or ())
+        return self.cases
 
     @property
     def expectations(self) -> tuple[Expect, ...]:

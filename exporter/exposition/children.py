@@ -22,6 +22,8 @@ from exporter.errors import Result
 from exporter.exposition.families import (
     CheckOutcome,
     Family,
+    IdentityOutcome,
+    IdentityWindow,
     FamilySpec,
     MetricType,
     Scope,
@@ -87,6 +89,11 @@ def phases(series: Series) -> tuple[Phase, ...]:
     return tuple(phase for phase in Phase if wanted[phase])
 
 
+def identity(series: Series) -> bool:
+    """Whether the series is an identity probe's (it tests its answers' distribution)."""
+    return series.probe.kind is ProbeKind.IDENTITY
+
+
 def has_checks(series: Series) -> bool:
     """Whether the series' probe checks its answers (`expect`)."""
     return bool(series.probe.expectations)
@@ -116,6 +123,9 @@ def at_load(series: Series, shapes: Shapes) -> list[Child]:
     out += [(Family.SKIPPED, reason) for reason in SkipReason]
     if has_checks(series):
         out += [(Family.CHECKS, outcome) for outcome in CheckOutcome]
+    if identity(series):
+        out += [(Family.IDENTITY_TESTS, outcome) for outcome in IdentityOutcome]
+        out += [(Family.IDENTITY_SAMPLES, window) for window in IdentityWindow]
     out += [(Family.OBJECTIVE_SECONDS, o) for o in series.slo.latency]
     out += [(Family.OBJECTIVE_RATIO, o) for o in series.slo.ratio]
     out += [(Family.OBJECTIVE_MET, o) for o in series.slo.latency]
@@ -128,7 +138,8 @@ def later(series: Series, shapes: Shapes) -> list[Child]:
     """The children a series may get after it is loaded, on first need: time to first answer
     when it is first seen reasoning (`auto`), the server's own timings, the rate-limit gauges,
     the streak of the latest result (from the first probe on), the served model (once a server
-    names it). Parameters adapted after a refusal add one child each (an open set, not here)."""
+    names it), an identity series' p-value and distance (from its first test). Parameters
+    adapted after a refusal add one child each (an open set, not here)."""
     out: list[Child] = []
     if (streamed(series) and shapes[Family.TIME_TO_FIRST_ANSWER] is Shape.AUTO
             and not reasons(series)):
@@ -137,6 +148,8 @@ def later(series: Series, shapes: Shapes) -> list[Child]:
         out += [(Family.SERVER_DURATION, phase) for phase in ServerPhase]
     out += [(family, None) for family in RATELIMIT.values()]
     out += [(Family.CONSECUTIVE, None), (Family.SERVED_MODEL, None)]
+    if identity(series):
+        out += [(Family.IDENTITY_PVALUE, None), (Family.IDENTITY_DISTANCE, None)]
     return out
 
 

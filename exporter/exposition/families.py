@@ -53,6 +53,20 @@ class CheckOutcome(StrEnum):
     FAIL = "fail"
 
 
+class IdentityOutcome(StrEnum):
+    """`llm_probe_identity_tests_total{outcome}`: a test window's verdict at the probe's alpha."""
+
+    SAME = "same"
+    DIFFERENT = "different"
+
+
+class IdentityWindow(StrEnum):
+    """`llm_probe_identity_samples{window}`: the reference sample, or the window being filled."""
+
+    BASELINE = "baseline"
+    CURRENT = "current"
+
+
 class Objective(StrEnum):
     """Latency objectives (`slo:`), `llm_probe_objective_seconds{objective}`; each value is also
     the key of its histogram family."""
@@ -117,6 +131,10 @@ class Family(StrEnum):
     SERVED_MODEL = "served_model_info"
     SERVED_MODEL_CHANGES = "served_model_changes"
     ADAPTED_PARAMETERS = "adapted_parameters"
+    IDENTITY_PVALUE = "identity_pvalue"
+    IDENTITY_DISTANCE = "identity_distance"
+    IDENTITY_TESTS = "identity_tests"
+    IDENTITY_SAMPLES = "identity_samples"
     # the exporter itself
     IN_FLIGHT = "in_flight"
     SCHEDULER_LAG = "scheduler_lag"
@@ -271,6 +289,18 @@ FAMILIES: tuple[FamilySpec, ...] = (
     _spec(Family.ADAPTED_PARAMETERS, "llm_probe_adapted_parameters", _G, _P,
           "1 where the exporter changed a request parameter after the server refused it "
           "(remembered per target and model until the config changes).", "parameter"),
+    _spec(Family.IDENTITY_PVALUE, "llm_probe_identity_pvalue", _G, _P,
+          "Identity probes: p-value of the latest test of a window of answers against the "
+          "reference sample (small: not the same distribution)."),
+    _spec(Family.IDENTITY_DISTANCE, "llm_probe_identity_distance", _G, _P,
+          "Identity probes: the latest test's statistic, MMD² of the answers under a word "
+          "Hamming kernel (about 0 for one distribution, up to 2)."),
+    _spec(Family.IDENTITY_TESTS, "llm_probe_identity_tests", _C, _P,
+          "Identity probes: test windows by verdict at the probe's alpha.", "outcome",
+          IdentityOutcome),
+    _spec(Family.IDENTITY_SAMPLES, "llm_probe_identity_samples", _G, _P,
+          "Identity probes: answers in the reference sample and in the window being filled.",
+          "window", IdentityWindow),
     # -- the exporter itself ---------------------------------------------------------------
     _spec(Family.IN_FLIGHT, "llm_probe_in_flight", _G, _E, "Probes in flight now."),
     _spec(Family.SCHEDULER_LAG, "llm_probe_scheduler_lag_seconds", _H, _E,

@@ -311,8 +311,9 @@ class Prober:
                             self._redact)
 
     def _next_case(self, series: Series, attempt: Attempt) -> Case | None:
-        """The golden-set case of this run (round robin per series), and its checks."""
-        cases = series.probe.cases
+        """The golden-set case (or identity prompt) of this run (round robin per series), and
+        its checks."""
+        cases = series.probe.rotation
         attempt.expect = series.probe.expect
         if not cases:
             return None
