@@ -55,12 +55,13 @@ from exporter.identity.stats import (
     mmd_test,
 )
 
-VOCABULARY = tuple("""
+_VOCABULARY_TEXT = """
 the of and to in is it that was for on are with as his they be at one have this from or had by
 word but what some we can out other were all there when up use your how said an each she which
 do their time if will way about many then them write would like so these her long make thing see
 him two has look more day could go come did number sound no most people over know water than
-""".split())
+"""
+VOCABULARY = tuple(_VOCABULARY_TEXT.split())
 WORDS = 24  # words per answer (~110 characters, about what max_tokens: 32 gives)
 SCALE = 3.5  # standard deviation of the logits: the model's confidence
 RUN = 50  # consecutive windows tested against one reference
@@ -352,7 +353,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     print("## Kernel: words or characters (fallback)")
     rows = []
     for tv in (0.2, 0.3):
-        model, measured, _ = shifted("fallback", base, tv, prompts, answers)
+        model, _, _ = shifted("fallback", base, tv, prompts, answers)
         for name, test in (("words, first 64", {}),
                            ("characters, first 160", {"split": characters, "length": 160})):
             tally = run_windows(base, model, windows=args.power_windows, size=200,

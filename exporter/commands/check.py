@@ -76,11 +76,37 @@ def family_table(plan: Plan) -> Table:
     return table
 
 
+def identity_table(plan: Plan) -> Table | None:
+    """The identity series' samples and tests (None: there are none)."""
+    rows = [s for s in plan.series if s.identity is not None]
+    if not rows:
+        return None
+    table = Table(title="Identity probes: one sampled answer a probe")
+    for column in ("target", "model", "probe", "samples/day", "reference", "window",
+                   "tests/day", "alpha"):
+        table.add_column(column, justify="left" if column in ("target", "model", "probe",
+                                                              "reference") else "right")
+    for s in rows:
+        identity = s.identity
+        assert identity is not None
+        hours = identity.hours_to_reference
+        reference = (f"{identity.baseline:,} answers, {hours:,.1f} h" if hours is not None
+                     else f"from {cell(identity.reference[0])} / {cell(identity.reference[1])}"
+                     if identity.reference else "")
+        table.add_row(*(cell(name) for name in s.key), _int(s.probes_per_day), reference,
+                      f"{identity.samples:,} answers, {identity.hours_per_window:,.1f} h",
+                      f"{identity.tests_per_day:,.1f}", f"{identity.alpha:g}")
+    return table
+
+
 def print_plan(config: Config, plan: Plan, path: str, console: Console | None = None) -> None:
     """The plan as tables, the notes and warnings, then `config OK`."""
     console = console or make_console()
     console.print(series_table(plan, f"{len(plan.series)} series in {cell(path)}: a day"))
     console.print(family_table(plan))
+    identity = identity_table(plan)
+    if identity is not None:
+        console.print(identity)
     own = plan.own.classic
     everything = plan.probe_series + plan.own
     console.print(

@@ -90,6 +90,54 @@ def _count(children: Iterable[tuple[Family, Any]], specs: Mapping[Family, Family
 
 
 @dataclass(frozen=True)
+class IdentityPlan:
+    """An identity series' samples: one answer a probe, a reference of `baseline` answers
+    (recorded first, or by the `reference` series), then a test per window of `samples`."""
+
+    baseline: int
+    samples: int
+    alpha: float
+    interval: float
+    reference: tuple[str, str] | None  # another series' (target, model) records the reference
+
+    @property
+    def hours_to_reference(self) -> float | None:
+        """Hours until the reference is recorded (None: another series records it)."""
+        return None if self.reference else self.baseline * self.interval / 3600
+
+    @property
+    def hours_per_window(self) -> float:
+        """Hours a test window takes to fill."""
+        return self.samples * self.interval / 3600
+
+    @property
+    def tests_per_day(self) -> float:
+        """Test windows in a day (after the reference)."""
+        return SECONDS_PER_DAY / self.interval / self.samples
+
+    def to_json(self) -> dict[str, Any]:
+        """The identity part of a series in `check --output json`."""
+        return {"baseline": self.baseline, "samples": self.samples, "alpha": self.alpha,
+                "reference": None if self.reference is None else dict(
+                    zip(("target", "model"), self.reference, strict=True)),
+                "hours_to_reference": self.hours_to_reference,
+                "hours_per_window": self.hours_per_window, "tests_per_day": self.tests_per_day}
+
+
+def identity_plan(series: Series) -> IdentityPlan | None:
+    """The identity figures of a series (None: not an identity probe's)."""
+    probe = series.probe
+    if probe.kind is not ProbeKind.IDENTITY:
+        return None
+    reference = probe.reference
+    own = reference is None or (reference.target, reference.model) == series.key[:2]
+    return IdentityPlan(probe.baseline or 0, probe.samples or 0, probe.alpha or 0.0,
+                        series.interval,
+                        None if own or reference is None else (reference.target,
+                                                               reference.model))
+
+
+@dataclass(frozen=True)
 class SeriesPlan:
     """One series' day."""
 
@@ -101,6 +149,7 @@ class SeriesPlan:
     price: Price | None
     families: Mapping[Family, Count]  # from the config's load
     later: Mapping[Family, Count]  # may appear on first need
+    identity: IdentityPlan | None = None  # an identity probe's samples and tests
 
     @property
     def probes_per_day(self) -> float:
@@ -184,7 +233,8 @@ def plan_series(series: Series, specs: Mapping[Family, FamilySpec],
         input_tokens=input_tokens(probe) if prompt_tokens is None else prompt_tokens,
         reasons=reasons(series), price=series.price,
         families=_count(at_load(series, shapes), specs),
-        later=_count([c for c in later(series, shapes) if c[0] in specs], specs))
+        later=_count([c for c in later(series, shapes) if c[0] in specs], specs),
+        identity=identity_plan(series))
 
 
 def own_series(config: Config) -> Count:
@@ -275,6 +325,7 @@ class Plan:
                 "currency": s.price.currency if s.price else None,
                 "cost_per_day": s.cost_per_day,
                 "prometheus_series": {**s.series.to_json(), "later": s.extra.to_json()},
+                "identity": s.identity.to_json() if s.identity else None,
             } for s in self.series],
             "totals": {
                 "series": len(self.series), "probes_per_day": self.total("probes_per_day"),

@@ -347,6 +347,7 @@ def _build(data: dict[str, Any], env: Mapping[str, str], base_dir: Path, source:
                               written[t.name].model_slo.get(m)))
         for t in built for m in t.models for p in t.probes
     )
+    _check_references(series)
     if len(series) > global_.max_series:
         raise ConfigError("invalid config", [ConfigProblem(
             "targets", f"{len(series)} series (targets × models × probes) exceed "
@@ -424,6 +425,22 @@ def _check_interval(section: Mapping[str, Any], loc: Loc, floor: float,
         problems.append(_problem((*loc, "interval"), f"{format_duration(seconds)} is shorter "
                                  f"than {format_duration(MIN_INTERVAL)} (a typo for minutes?); "
                                  "set global.allow_short_intervals: true if you mean it"))
+
+
+def _check_references(series: tuple[Series, ...]) -> None:
+    """An identity probe's `reference` names a target and model that run the probe."""
+    keys = {s.key for s in series}
+    problems = []
+    for probe_name, probe in {s.probe_name: s.probe for s in series}.items():
+        reference = probe.reference
+        if reference is not None and (reference.target, reference.model, probe_name) not in keys:
+            problems.append(_problem(
+                ("probes", probe_name, "reference"),
+                f"no target {reference.target!r} probing model {reference.model!r} with this "
+                "probe: the reference sample comes from that series, so list the model and "
+                "the probe on that target"))
+    if problems:
+        raise ConfigError("invalid config", problems)
 
 
 def _check_target(target: TargetConfig, index: int, probes: Mapping[str, ProbeConfig | None],

@@ -234,9 +234,9 @@ class ProbeConfig(StrictModel):
     def _prompt_or_messages(self) -> ProbeConfig:
         if self.kind is ProbeKind.IDENTITY:
             return self._check_identity()
-        given = [name for name in IDENTITY_ONLY if getattr(self, name) is not None]
-        if given:
-            raise ValueError(f"`{given[0]}` belongs to a `kind: identity` probe")
+        stray = [name for name in IDENTITY_ONLY if getattr(self, name) is not None]
+        if stray:
+            raise ValueError(f"`{stray[0]}` belongs to a `kind: identity` probe")
         if self.kind is ProbeKind.EMBEDDING:
             return self._check_embedding()
         if self.input is not None:

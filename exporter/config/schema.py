@@ -181,6 +181,9 @@ class SimulatedModel(StrictModel):
     # Enforce the request rules of a hosted family (e.g. gpt-5, claude-opus-4-7) for a name
     # that says nothing (an Azure deployment); names like a family's enforce them anyway.
     family: str | None = Field(default=None, min_length=1, max_length=MAX_MODEL_NAME)
+    # A share of the answers drawn from words the model otherwise never says: the answer
+    # distribution moves by exactly this total variation (identity probes notice; demo, tests).
+    answer_shift: float = Field(default=0.0, ge=0.0, le=1.0)
 
 
 class SimulatorConfig(StrictModel):

@@ -22,9 +22,9 @@ from exporter.errors import Result
 from exporter.exposition.families import (
     CheckOutcome,
     Family,
+    FamilySpec,
     IdentityOutcome,
     IdentityWindow,
-    FamilySpec,
     MetricType,
     Scope,
     Shape,

@@ -44,6 +44,8 @@ from exporter.exposition.families import (
     CheckOutcome,
     Family,
     FamilySpec,
+    IdentityOutcome,
+    IdentityWindow,
     Shape,
     SkipReason,
 )
@@ -338,6 +340,24 @@ class ExporterMetrics:
         values = self.probes.series.get(key) if self.probes else None
         if values is not None:
             values.inc(Family.SKIPPED, 1, reason)
+
+    def set_identity_samples(self, key: SeriesKey, baseline: int, current: int) -> None:
+        """An identity series' answers in its reference sample and in the open window."""
+        values = self.probes.series.get(key) if self.probes else None
+        if values is not None and values.has(Family.IDENTITY_SAMPLES, IdentityWindow.BASELINE):
+            values.set(Family.IDENTITY_SAMPLES, baseline, IdentityWindow.BASELINE)
+            values.set(Family.IDENTITY_SAMPLES, current, IdentityWindow.CURRENT)
+
+    def record_identity_test(self, key: SeriesKey, pvalue: float, distance: float,
+                             different: bool) -> None:
+        """One test window of an identity series: its p-value, statistic and verdict."""
+        values = self.probes.series.get(key) if self.probes else None
+        if values is None or not values.has(Family.IDENTITY_TESTS, IdentityOutcome.SAME):
+            return  # removed (or no longer an identity series) while the test ran
+        values.set(Family.IDENTITY_PVALUE, pvalue)
+        values.set(Family.IDENTITY_DISTANCE, distance)
+        values.inc(Family.IDENTITY_TESTS, 1, IdentityOutcome.DIFFERENT if different
+                   else IdentityOutcome.SAME)
 
     def observe_lag(self, seconds: float) -> None:
         """Record how late a probe started."""

@@ -85,13 +85,13 @@ def matches(a: Sequence[object], b: Sequence[object], length: int = KERNEL_LENGT
     """Positions among the first `length` where `a` and `b` hold the same word, padding
     included (both shorter than `length`: their paddings match)."""
     a, b = a[:length], b[:length]
-    return sum(map(operator.eq, a, b)) + length - max(len(a), len(b))
+    return int(sum(map(operator.eq, a, b))) + length - max(len(a), len(b))
 
 
 class _Stratum:
     """The answers to one prompt, pooled (reference first), and their pair matches."""
 
-    __slots__ = ("n", "size", "planes", "row_sums", "total", "members")
+    __slots__ = ("members", "n", "planes", "row_sums", "size", "total")
 
     def __init__(self, pooled: Sequence[Words], n: int, length: int) -> None:
         size = len(pooled)

@@ -32,6 +32,7 @@ from exporter.config import Config, Series, SeriesKey
 from exporter.errors import Result
 from exporter.exposition.families import SkipReason
 from exporter.exposition.metrics import ExporterMetrics
+from exporter.identity.monitor import IdentityMonitor
 from exporter.log import get_logger
 from exporter.probe.prober import Prober
 from exporter.result import ProbeResult
@@ -105,6 +106,8 @@ class Scheduler:
         self.budget: Budget | None = None
         self._budget_config: object = None
         self._save_lock = asyncio.Lock()
+        # Identity series: their answers are samples, tested window by window.
+        self.identity = IdentityMonitor(metrics, logger=self._log, wall_clock=wall_clock)
 
     @property
     def in_flight(self) -> int:
@@ -128,6 +131,7 @@ class Scheduler:
         elif self.budget is not None and self.budget.problem:
             self.budget.load()  # a reload is how an operator says the record was fixed
             self._metrics.set_budget(self.budget)
+        self.identity.apply(config)
         wanted = {s.key: s for s in config.series}
         for key, ticks in list(self._ticks.items()):
             if wanted.get(key) != ticks.series:
@@ -218,14 +222,11 @@ class Scheduler:
         async with self._semaphore:
             self._metrics.observe_lag(max(0.0, asyncio.get_running_loop().time() - planned))
             result = await self._probe(series)
-        self._record(result)
-        return result
+        return self._record(result)
 
     async def _run_unlimited(self, series: Series) -> ProbeResult:
         """Probe and record without a scheduled slot (on-demand probes)."""
-        result = await self._probe(series)
-        self._record(result)
-        return result
+        return self._record(await self._probe(series))
 
     async def _probe(self, series: Series) -> ProbeResult:
         self._metrics.in_flight.inc()
@@ -234,7 +235,9 @@ class Scheduler:
         finally:
             self._metrics.in_flight.dec()
 
-    def _record(self, result: ProbeResult) -> None:
+    def _record(self, result: ProbeResult) -> ProbeResult:
+        """Record a finished probe everywhere; the result as recorded."""
+        result = self.identity.observe(result)  # an identity answer stays with the monitor
         self._metrics.record(result)
         self._store.record(result)
         if self.budget is not None and result.cost and self.budget.add(result.cost,
@@ -244,6 +247,7 @@ class Scheduler:
         if result.retry_after:
             self._paused_until[result.key] = self._clock() + result.retry_after
         self._log_change(result)
+        return result
 
     def _log_change(self, result: ProbeResult) -> None:
         """One warning when a series starts failing (or fails differently), one info when it
@@ -313,3 +317,4 @@ class Scheduler:
             for task in pending:
                 task.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
+        await self.identity.stop()

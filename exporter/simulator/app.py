@@ -48,7 +48,7 @@ from .state import (
     SimState,
     json_response,
 )
-from .text import generate_tokens
+from .text import SHIFTED_VOCABULARY, VOCABULARY, generate_tokens
 
 # Precise waits: sleep until this long before a deadline, then yield to the loop until it.
 # 1.5 ms left ~30% of deadlines (those whose fraction of a millisecond rounds badly) 0.6 ms
@@ -260,7 +260,9 @@ async def _generate(request: web.Request, dialect: Dialect) -> web.StreamRespons
         first_kind=Kind.REASONING if visible else kind, tool_call=call, echo=parsed.echo,
     )
     if answer.output is Output.TEXT:
-        tokens = generate_tokens(rng, plan.completion_tokens)
+        shifted = profile.answer_shift and rng.random() < profile.answer_shift
+        tokens = generate_tokens(rng, plan.completion_tokens,
+                                 SHIFTED_VOCABULARY if shifted else VOCABULARY)
     else:
         tokens = generate_tokens(rng, plan.reasoning_tokens) + \
             list(answer.pieces[:plan.answer_tokens])

@@ -28,6 +28,18 @@ _WORDS = """
     runs
     """
 VOCABULARY: tuple[str, ...] = tuple(" " + word for word in _WORDS.split())
+# Words a shifted model answers with (`answer_shift`): none is in VOCABULARY, so an answer drawn
+# from them is never one the unshifted model gives, and a share s of such answers moves the
+# answer distribution by a total variation of exactly s.
+_SHIFTED_WORDS = """
+    river mountain forest garden music color water stone bridge village summer winter autumn
+    spring ocean island valley desert castle market street city town house door chair bread
+    apple orange lemon sugar salt coffee tea milk honey bird fish horse dog cat lion tiger wolf
+    bear green blue red yellow purple silver golden north south east west morning evening night
+    letter story song dance painting poem book paper pencil school teacher student doctor farmer
+    king queen prince soldier sailor captain
+    """
+SHIFTED_VOCABULARY: tuple[str, ...] = tuple(" " + word for word in _SHIFTED_WORDS.split())
 
 # ASCII words (with an optional contraction) count as one token each; any other visible
 # character (CJK, punctuation, emoji) counts as one token on its own.
@@ -39,7 +51,8 @@ def estimate_tokens(text: str) -> int:
     return len(_TOKEN.findall(text))
 
 
-def generate_tokens(rng: random.Random, count: int) -> list[str]:
-    """`count` tokens drawn from the vocabulary, one word (with its leading space) each."""
-    return rng.choices(VOCABULARY, k=count) if count > 0 else []
+def generate_tokens(rng: random.Random, count: int,
+                    vocabulary: tuple[str, ...] = VOCABULARY) -> list[str]:
+    """`count` tokens drawn from `vocabulary`, one word (with its leading space) each."""
+    return rng.choices(vocabulary, k=count) if count > 0 else []
 
