@@ -50,8 +50,8 @@ from exporter.identity.stats import (
     KERNEL_LENGTH,
     PERMUTATIONS,
     STOP_AFTER,
+    Outcome,
     Sample,
-    TestOutcome,
     mmd_test,
 )
 
@@ -208,7 +208,7 @@ class Tally:
     seconds: list[float] | None = None
     permutations: int = 0
 
-    def add(self, outcome: TestOutcome, alpha: float, previous: bool, seconds: float) -> bool:
+    def add(self, outcome: Outcome, alpha: float, previous: bool, seconds: float) -> bool:
         """Count one window; whether it was different."""
         different = outcome.different(alpha)
         self.windows += 1

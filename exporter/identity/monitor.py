@@ -26,7 +26,7 @@ from typing import Any
 
 from exporter.config import Config, ProbeKind, Series, SeriesKey
 from exporter.exposition.metrics import ExporterMetrics
-from exporter.identity.stats import PERMUTATIONS, Sample, TestOutcome
+from exporter.identity.stats import PERMUTATIONS, Outcome, Sample
 from exporter.identity.store import (
     MAX_TEXT,
     Restored,
@@ -35,12 +35,12 @@ from exporter.identity.store import (
     record_path,
     save_reference,
 )
-from exporter.identity.worker import BUDGET, TestFailed, run_test
+from exporter.identity.worker import BUDGET, WorkerFailed, run_test
 from exporter.log import REDACTOR, Redactor, get_logger
 from exporter.result import ProbeResult
 from exporter.state import StateRefused
 
-Runner = Callable[..., Awaitable[TestOutcome]]
+Runner = Callable[..., Awaitable[Outcome]]
 
 
 @dataclass(eq=False)
@@ -210,7 +210,7 @@ class IdentityMonitor:
         try:
             outcome = await self._runner(reference, window, budget=self._budget,
                                          permutations=self._permutations)
-        except TestFailed as exc:
+        except WorkerFailed as exc:
             self._log.warning("identity test failed", **track.labels, error=str(exc))
             return
         finally:

@@ -56,7 +56,7 @@ class Sample:
 
 
 @dataclass(frozen=True, slots=True)
-class TestOutcome:
+class Outcome:
     """One test: the statistic (MMD², may be slightly negative), its p-value, and the work."""
 
     statistic: float
@@ -192,7 +192,7 @@ def mmd_test(reference: Sequence[Sample], window: Sequence[Sample], *,
              permutations: int = PERMUTATIONS, stop_after: int = STOP_AFTER,
              length: int = KERNEL_LENGTH, split: Split = words, seed: int | None = None,
              budget: float | None = None,
-             clock: Callable[[], float] = time.monotonic) -> TestOutcome:
+             clock: Callable[[], float] = time.monotonic) -> Outcome:
     """The stratified permutation test of `window` against `reference` (module docstring).
 
     `split` cuts an answer into the units compared (default: words); `seed` (default: from the
@@ -217,7 +217,7 @@ def mmd_test(reference: Sequence[Sample], window: Sequence[Sample], *,
         if statistic([rng.sample(s.members, s.n) for s in strata]) >= threshold:
             reached += 1
             if reached >= stop_after:
-                return TestOutcome(observed, reached / drawn, drawn)
+                return Outcome(observed, reached / drawn, drawn)
         if deadline is not None and not drawn % 16 and clock() > deadline:
-            return TestOutcome(observed, (1 + reached) / (1 + drawn), drawn, complete=False)
-    return TestOutcome(observed, (1 + reached) / (1 + drawn), drawn)
+            return Outcome(observed, (1 + reached) / (1 + drawn), drawn, complete=False)
+    return Outcome(observed, (1 + reached) / (1 + drawn), drawn)

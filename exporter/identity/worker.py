@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from exporter.identity.stats import PERMUTATIONS, Sample, TestOutcome, mmd_test
+from exporter.identity.stats import PERMUTATIONS, Outcome, Sample, mmd_test
 
 BUDGET = 60.0  # seconds of permutations per test
 GRACE = 15.0  # more, for the child to start, compare the answers and answer
@@ -26,7 +26,7 @@ MAX_OUTPUT = 4096  # bytes of a child's answer (a few numbers)
 _PACKAGE_ROOT = str(Path(__file__).resolve().parent.parent.parent)
 
 
-class TestFailed(Exception):
+class WorkerFailed(Exception):
     """The test did not finish: the child failed, answered nonsense or ran out of time."""
 
 
@@ -49,15 +49,15 @@ def _samples(rows: Any) -> list[Sample]:
     return out
 
 
-def _decode(raw: bytes) -> TestOutcome:
+def _decode(raw: bytes) -> Outcome:
     try:
         data = json.loads(raw)
-        outcome = TestOutcome(float(data["statistic"]), float(data["pvalue"]),
+        outcome = Outcome(float(data["statistic"]), float(data["pvalue"]),
                               int(data["permutations"]), bool(data["complete"]))
     except (ValueError, KeyError, TypeError) as exc:
-        raise TestFailed(f"unreadable answer from the test process: {exc}") from None
+        raise WorkerFailed(f"unreadable answer from the test process: {exc}") from None
     if not 0.0 < outcome.pvalue <= 1.0:
-        raise TestFailed(f"p-value out of range: {outcome.pvalue}")
+        raise WorkerFailed(f"p-value out of range: {outcome.pvalue}")
     return outcome
 
 
@@ -79,8 +79,8 @@ def main() -> int:
 
 async def run_test(reference: Sequence[Sample], window: Sequence[Sample], *,
                    permutations: int = PERMUTATIONS, budget: float = BUDGET,
-                   grace: float = GRACE) -> TestOutcome:
-    """The test of `window` against `reference`, run in a child process; TestFailed when it
+                   grace: float = GRACE) -> Outcome:
+    """The test of `window` against `reference`, run in a child process; WorkerFailed when it
     fails or outlives `budget + grace` seconds (it is killed then)."""
     env = {**os.environ,
            "PYTHONPATH": os.pathsep.join(filter(None, (_PACKAGE_ROOT,
@@ -92,14 +92,14 @@ async def run_test(reference: Sequence[Sample], window: Sequence[Sample], *,
         async with asyncio.timeout(budget + grace):
             out, err = await proc.communicate(_encode(reference, window, permutations, budget))
     except TimeoutError:
-        raise TestFailed(f"no answer within {budget + grace:g} s; stopped") from None
+        raise WorkerFailed(f"no answer within {budget + grace:g} s; stopped") from None
     finally:
         if proc.returncode is None:
             proc.kill()
             await proc.wait()
     if proc.returncode != 0:
         reason = err.decode("utf-8", "replace").strip().splitlines()[-1:] or ["no message"]
-        raise TestFailed(f"test process exited with {proc.returncode}: {reason[0][:200]}")
+        raise WorkerFailed(f"test process exited with {proc.returncode}: {reason[0][:200]}")
     return _decode(out[:MAX_OUTPUT])
 
 
