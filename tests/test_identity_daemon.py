@@ -1,0 +1,90 @@
+"""Identity probes in the running daemon: two simulated models side by side, one switched to
+another answer distribution by a reload (`answer_shift`), the other left alone; the first is
+found different, the second stays the same; the answers appear in no output; a restart keeps
+the references."""
+
+from __future__ import annotations
+
+import json
+import signal
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import free_port
+from tests.e2e_support import Daemon, http_get, start_daemon, wait_for
+
+FAST = {"ttft": "5ms", "tpot": "1ms", "jitter": 0, "output_tokens": 12}
+# What sim-b says once shifted (exporter/simulator/text.py): words no page of ours holds.
+SHIFTED_WORDS = ("mountain", "castle", "honey", "sailor", "pencil", "lemon")
+
+
+def write_config(path: Path, port: int, shift: float) -> None:
+    path.write_text(yaml.safe_dump({
+        "global": {"interval": "150ms", "allow_short_intervals": True, "jitter": 0,
+                   "state_dir": str(path.parent / "state")},
+        "simulator": {"listen": f"127.0.0.1:{port}",
+                      "models": {"sim-a": FAST, "sim-b": {**FAST, "answer_shift": shift}}},
+        # alpha 0.001: an unshifted window is found different once in a thousand windows
+        "probes": {"same": {"kind": "identity", "prompts": ["one", "two"], "baseline": 24,
+                            "samples": 12, "alpha": 0.001}},
+        "targets": [{"name": "sim", "base_url": f"http://127.0.0.1:{port}/v1",
+                     "models": ["sim-a", "sim-b"]}],
+    }))
+
+
+def verdicts(daemon: Daemon, model: str) -> tuple[float, float]:
+    same, different = daemon.samples("llm_probe_identity_tests_total", model=model,
+                                     outcome="same")[0], \
+        daemon.samples("llm_probe_identity_tests_total", model=model, outcome="different")[0]
+    return same or 0.0, different or 0.0
+
+
+@pytest.mark.e2e
+def test_a_switched_model_is_found_different_and_its_twin_stays_the_same(tmp_path: Path) -> None:
+    config = tmp_path / "config.yaml"
+    port = free_port()
+    write_config(config, port, shift=0.0)
+    daemon = start_daemon(config, tmp_path)
+    try:
+        wait_for(lambda: all(sum(verdicts(daemon, m)) >= 1 for m in ("sim-a", "sim-b")), 60,
+                 "a first test of both series")
+        assert verdicts(daemon, "sim-a")[1] == verdicts(daemon, "sim-b")[1] == 0
+        assert daemon.sample("llm_probe_identity_samples", model="sim-a",
+                             window="baseline") == 24
+
+        write_config(config, port, shift=1.0)  # sim-b now answers from other words
+        daemon.proc.send_signal(signal.SIGHUP)
+        wait_for(lambda: verdicts(daemon, "sim-b")[1] >= 2, 60, "two different windows of b")
+        wait_for(lambda: verdicts(daemon, "sim-a")[0] >= 3, 60, "more windows of a")
+        assert verdicts(daemon, "sim-a")[1] == 0
+        pvalue = daemon.sample("llm_probe_identity_pvalue", model="sim-b")
+        assert pvalue is not None and pvalue <= 0.001
+        assert (daemon.sample("llm_probe_identity_pvalue", model="sim-a") or 0) > 0.001
+        # The answers stay with the monitor and the state directory.
+        results = json.loads(http_get(f"{daemon.url}/api/v1/results"))
+        pages = [daemon.metrics(), http_get(f"{daemon.url}/").decode(), json.dumps(results),
+                 daemon.output()]
+        assert all(s["last"]["answer"] == "" for s in results["series"]), results["series"]
+        for text in pages:
+            assert not any(word in text for word in SHIFTED_WORDS), text[:2000]
+    finally:
+        daemon.stop()
+    assert "identity reference recorded" in daemon.output()
+    records = list((tmp_path / "state" / "identity").glob("*.json"))
+    assert len(records) == 2
+
+    # A restart tests against the same references: no new reference is recorded.
+    again = start_daemon(config, tmp_path)
+    try:
+        wait_for(lambda: daemon_restored(again), 30, "the references restored")
+        before = verdicts(again, "sim-b")
+        wait_for(lambda: verdicts(again, "sim-b")[1] > before[1], 30, "b tested again")
+        assert "identity reference recorded" not in again.output()
+    finally:
+        again.stop()
+
+
+def daemon_restored(daemon: Daemon) -> bool:
+    return daemon.output().count("identity reference restored") == 2
