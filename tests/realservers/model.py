@@ -82,6 +82,8 @@ class ModelSpec:
 
 
 TINY = ModelSpec(dim=64, layers=2, heads=4)        # ≈ 1 MB: well under a millisecond a token
+# Every matrix row a multiple of 32 (the ffn is 256 wide), so every matrix can be quantised.
+QUANTISABLE = ModelSpec(dim=96, layers=2, heads=4)  # ≈ 2 MB
 SMALL = ModelSpec(dim=256, layers=4, heads=4)      # ≈ 15 MB: a few milliseconds a token
 REALISTIC = ModelSpec(dim=512, layers=8, heads=8)  # ≈ 100 MB: ~10 ms per token on one thread
 
@@ -141,10 +143,19 @@ def build_vocabulary() -> Vocabulary:
     return Vocabulary(tuple(tokens), tuple(types), frozenset(allowed))
 
 
-def write_model(path: Path, spec: ModelSpec = TINY) -> Vocabulary:
-    """Write a random llama GGUF model of `spec` to `path`; returns its vocabulary."""
+def write_model(path: Path, spec: ModelSpec = TINY, *, quantisation: str | None = None,
+                logit_scale: float = 1.0) -> Vocabulary:
+    """Write a random llama GGUF model of `spec` to `path`; returns its vocabulary.
+
+    The same `spec` (seed) always gives the same weights: `quantisation` ("Q8_0", "Q4_0")
+    writes those weights quantised as llama.cpp's own quantiser would (every matrix whose rows
+    are whole 32-value blocks; norms stay F32), a quantised copy of the same model.
+    `logit_scale` multiplies the output matrix: a larger one makes the model surer of its next
+    word, as a trained model is (a random one is close to uniform over its vocabulary).
+    """
     import gguf
     import numpy as np
+    from gguf import quants
 
     vocab = build_vocabulary()
     n_vocab, dim, ffn = len(vocab.tokens), spec.dim, spec.ffn
@@ -154,7 +165,16 @@ def write_model(path: Path, spec: ModelSpec = TINY) -> Vocabulary:
     def linear(rows: int, cols: int) -> np.ndarray:
         return (rng.standard_normal((rows, cols), dtype=np.float32) / math.sqrt(cols))
 
+    qtype = getattr(gguf.GGMLQuantizationType, quantisation) if quantisation else None
     writer = gguf.GGUFWriter(str(path), "llama")
+    add_tensor = writer.add_tensor
+
+    def add(name: str, tensor: np.ndarray) -> None:
+        if qtype is None or tensor.ndim != 2 or tensor.shape[1] % 32:
+            add_tensor(name, tensor)
+            return
+        add_tensor(name, quants.quantize(tensor, qtype), raw_dtype=qtype)
+
     writer.add_name(f"random-llama-{dim}x{spec.layers}")
     writer.add_context_length(spec.context)
     writer.add_embedding_length(dim)
@@ -164,7 +184,8 @@ def write_model(path: Path, spec: ModelSpec = TINY) -> Vocabulary:
     writer.add_head_count_kv(spec.heads)
     writer.add_rope_dimension_count(head_dim)
     writer.add_layer_norm_rms_eps(1e-5)
-    writer.add_file_type(gguf.LlamaFileType.ALL_F32)
+    writer.add_file_type(gguf.LlamaFileType.ALL_F32 if qtype is None
+                         else getattr(gguf.LlamaFileType, f"MOSTLY_{quantisation}"))
     writer.add_vocab_size(n_vocab)
     writer.add_tokenizer_model("llama")
     writer.add_token_list(list(vocab.tokens))
@@ -181,29 +202,29 @@ def write_model(path: Path, spec: ModelSpec = TINY) -> Vocabulary:
 
     embed = rng.standard_normal((n_vocab, dim), dtype=np.float32)
     embed[:, 0] = 1.0  # the constant residual dimension
-    writer.add_tensor("token_embd.weight", embed)
+    add("token_embd.weight", embed)
     ones = np.ones(dim, dtype=np.float32)
     for layer in range(spec.layers):
         prefix = f"blk.{layer}"
-        writer.add_tensor(f"{prefix}.attn_norm.weight", ones)
-        writer.add_tensor(f"{prefix}.attn_q.weight", linear(spec.heads * head_dim, dim))
-        writer.add_tensor(f"{prefix}.attn_k.weight", linear(spec.heads * head_dim, dim))
-        writer.add_tensor(f"{prefix}.attn_v.weight", linear(spec.heads * head_dim, dim))
+        add(f"{prefix}.attn_norm.weight", ones)
+        add(f"{prefix}.attn_q.weight", linear(spec.heads * head_dim, dim))
+        add(f"{prefix}.attn_k.weight", linear(spec.heads * head_dim, dim))
+        add(f"{prefix}.attn_v.weight", linear(spec.heads * head_dim, dim))
         attn_out = linear(dim, spec.heads * head_dim)
         attn_out[0, :] = 0.0
-        writer.add_tensor(f"{prefix}.attn_output.weight", attn_out)
-        writer.add_tensor(f"{prefix}.ffn_norm.weight", ones)
-        writer.add_tensor(f"{prefix}.ffn_gate.weight", linear(ffn, dim))
-        writer.add_tensor(f"{prefix}.ffn_up.weight", linear(ffn, dim))
+        add(f"{prefix}.attn_output.weight", attn_out)
+        add(f"{prefix}.ffn_norm.weight", ones)
+        add(f"{prefix}.ffn_gate.weight", linear(ffn, dim))
+        add(f"{prefix}.ffn_up.weight", linear(ffn, dim))
         down = linear(dim, ffn)
         down[0, :] = 0.0
-        writer.add_tensor(f"{prefix}.ffn_down.weight", down)
-    writer.add_tensor("output_norm.weight", ones)
-    output = linear(n_vocab, dim)
+        add(f"{prefix}.ffn_down.weight", down)
+    add("output_norm.weight", ones)
+    output = linear(n_vocab, dim) * np.float32(logit_scale)
     output[:, 0] = 0.0
     banned = np.array([i not in vocab.allowed for i in range(n_vocab)])
     output[banned, 0] = -40.0
-    writer.add_tensor("output.weight", output)
+    add("output.weight", output)
 
     writer.write_header_to_file()
     writer.write_kv_data_to_file()

@@ -101,12 +101,13 @@ def _spawn(name: str, args: list[str], tmp: Path, port: int, ready_path: str,
 
 
 def start_llama_server(model: Path, tmp: Path, *, alias: str = "tiny", context: int = 2048,
-                       api_key: str | None = None) -> Server:
+                       api_key: str | None = None, port: int | None = None) -> Server:
     """llama.cpp's server: one slot, one thread, Prometheus metrics on `/metrics`; with
-    `api_key`, other keys get 401 (`/health` and `/metrics` stay open)."""
+    `api_key`, other keys get 401 (`/health` and `/metrics` stay open); `port` to serve where
+    an earlier one did."""
     binary = llama_server_binary()
     assert binary, f"llama-server is not built (run {INSTALL_SCRIPT})"
-    port = free_port()
+    port = port or free_port()
     args = [str(binary), "--model", str(model), "--alias", alias,
             "--host", "127.0.0.1", "--port", str(port),
             "--threads", "1", "--threads-batch", "1", "--parallel", "1",
