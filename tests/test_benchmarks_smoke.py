@@ -63,6 +63,15 @@ def test_fidelity_framings_option() -> None:
 
 
 @pytest.mark.slow
+def test_identity_smoke() -> None:
+    out = run_benchmark("identity")
+    assert "## False positives" in out and "FPR 95 % upper" in out and "two in a row" in out
+    assert "## Power: a fallback" in out and "| fallback | 0.3 " in out
+    rows = [line for line in out.splitlines() if line.startswith("| 40 ")]
+    assert rows and rows[0].split("|")[2].strip() == "20"  # every window of the smoke tested
+
+
+@pytest.mark.slow
 def test_overhead_smoke() -> None:
     out = run_benchmark("overhead")
     assert "In-process" in out and "End-to-end" in out
