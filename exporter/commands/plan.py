@@ -198,7 +198,7 @@ def own_series(config: Config) -> Count:
             continue
         if spec.type is MetricType.HISTOGRAM:
             total += len(config.buckets.get(spec.key) or spec.buckets) + 3
-        elif spec.key in (Family.BUDGET_SPENT, Family.BUDGET_LIMIT):
+        elif spec.key in (Family.BUDGET_SPENT, Family.BUDGET_LIMIT, Family.BUDGET_RECORD_OK):
             total += config.global_.budget is not None
         else:
             total += len(spec.values) or 1

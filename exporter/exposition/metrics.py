@@ -15,6 +15,7 @@ import math
 import platform
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Gauge, ProcessCollector
@@ -138,15 +139,49 @@ def _record_streak(values: SeriesValues, result: Result) -> None:
     values.set(Family.CONSECUTIVE, streak + 1, result)
 
 
-def _record_served_model(values: SeriesValues, model: str, fingerprint: str) -> None:
-    """The served-model info series (replaced when it changes) and its change counter."""
-    labels = (("served_model", model), ("system_fingerprint", fingerprint))
-    previous = values.info(Family.SERVED_MODEL)
-    if previous == labels:
-        return
-    if previous is not None and dict(previous).get("served_model") != model:
+# Distinct values a server may put in each served-model label of one series per UTC day; the
+# rest show as OTHER_SERVED (a server naming a new model on every probe would otherwise create
+# a series per probe: 86,400 a day at 1s).
+MAX_SERVED_VALUES = 4
+OTHER_SERVED = "other"
+
+
+@dataclass(slots=True)
+class ServedLabels:
+    """The served-model label values one series showed today, and the last model named."""
+
+    day: int = -1
+    models: set[str] = field(default_factory=set)
+    fingerprints: set[str] = field(default_factory=set)
+    last_model: str | None = None
+
+    def labels(self, day: int, model: str, fingerprint: str) -> tuple[tuple[str, str], ...]:
+        """The label pairs to show for what the server named (bounded per day)."""
+        if day != self.day:
+            self.day, self.models, self.fingerprints = day, set(), set()
+        return (("served_model", _admit(self.models, model)),
+                ("system_fingerprint", _admit(self.fingerprints, fingerprint)))
+
+
+def _admit(seen: set[str], value: str) -> str:
+    if value in seen or value == "":
+        return value
+    if len(seen) < MAX_SERVED_VALUES:
+        seen.add(value)
+        return value
+    return OTHER_SERVED
+
+
+def _record_served_model(values: SeriesValues, served: ServedLabels, model: str,
+                         fingerprint: str, finished_at: float) -> None:
+    """The served-model info series (replaced when it changes; its label values bounded per
+    day) and the change counter, which counts every change of the model the server named."""
+    if served.last_model is not None and served.last_model != model:
         values.inc(Family.SERVED_MODEL_CHANGES)
-    values.set_info(Family.SERVED_MODEL, labels)
+    served.last_model = model
+    labels = served.labels(int(finished_at // 86_400), model, fingerprint)
+    if values.info(Family.SERVED_MODEL) != labels:
+        values.set_info(Family.SERVED_MODEL, labels)
 
 
 def _record_adapted(values: SeriesValues, parameters: tuple[str, ...]) -> None:
@@ -179,6 +214,7 @@ class ExporterMetrics:
         self._layout: tuple[Any, ...] | None = None
         self.classic_in_protobuf = True
         self._applied: dict[SeriesKey, Series] = {}  # series synced by apply()
+        self._served: dict[SeriesKey, ServedLabels] = {}  # served-model labels shown today
         self._shapes: Mapping[Family, Shape] = DEFAULT_SHAPES
         own = self.own
         self.in_flight = _own_gauge(Family.IN_FLIGHT, own)
@@ -239,6 +275,7 @@ class ExporterMetrics:
         wanted = {s.key: s for s in config.series}
         for key in [k for k in self.probes.series if k not in wanted]:
             self.probes.remove(key)
+            self._served.pop(key, None)
         for key, series in wanted.items():
             if self._applied.get(key) is series:
                 continue  # the very object synced last time (config.reuse_unchanged): in sync
@@ -285,7 +322,9 @@ class ExporterMetrics:
             values.inc(Family.CHECKS, 1, CheckOutcome.PASS if result.checked else CheckOutcome.FAIL)
         _record_streak(values, result.result)
         if result.served_model:
-            _record_served_model(values, result.served_model, result.system_fingerprint or "")
+            served = self._served.setdefault(result.key, ServedLabels())
+            _record_served_model(values, served, result.served_model,
+                                 result.system_fingerprint or "", result.finished_at)
         if result.result not in (Result.SUCCESS, Result.CHECK_FAILED):
             return  # latency of a failed probe would pollute the distributions
         t = result.timings
