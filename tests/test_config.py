@@ -116,8 +116,12 @@ INVALID_CASES = {
         "'high', 'xhigh' or 'max'",
         "probes.off_with_budget.reasoning: `effort: none` turns thinking off; drop "
         "`budget_tokens`",
-        "probes.stream.params: stream is set by the exporter (a probe reads a stream); "
-        "remove it",
+        "probes.stream.params: `stream` (a probe reads a stream): set by the exporter; "
+        "remove it from params",
+        "probes.owned.params: `model` (the target's `models:` name it), `messages` (the "
+        "probe's prompt, messages or cases), `n` (a probe reads one answer), "
+        "`maxOutputTokens` (set the probe's `max_tokens`): set by the exporter; remove it "
+        "from params",
         "probes.embed: `kind: embedding` sends only `input`; drop reasoning",
         "targets[0].models[0]: probe 'budget_only' gives only reasoning.budget_tokens, but "
         "gpt-5-mini on openai-chat takes a named effort, not a budget: set reasoning.effort too",

@@ -14,7 +14,13 @@ from exporter.config.network import TLS, Proxy
 from exporter.config.probe import ProbeConfig
 from exporter.config.reasoning import Effort, merge_patches
 from exporter.config.schema import AwsSigV4Config, GlobalConfig, Price, RawConfig, SimulatorConfig
-from exporter.config.secrets import header_secrets, is_secret, redacted_url, url_secrets
+from exporter.config.secrets import (
+    header_secrets,
+    is_secret,
+    params_secrets,
+    redacted_url,
+    url_secrets,
+)
 from exporter.config.types import Secret
 from exporter.exposition.families import Family, Objective, RatioObjective
 from exporter.log import REDACTED, Redactor
@@ -144,8 +150,8 @@ class Config:
 
     def secrets(self) -> list[str]:
         """Every secret value in this config, for redaction: API keys, secret-looking headers,
-        query parameters and URL credentials (and the forms they travel in), the simulator's
-        key."""
+        query parameters, `params` fields and URL credentials (and the forms they travel in),
+        every `${VAR}` in `params`, the simulator's key."""
         found = [t.api_key.reveal() for t in self.targets if t.api_key]
         for target in self.targets:
             for name, value in target.headers.items():
@@ -153,8 +159,11 @@ class Config:
                 found += header_secrets(name, value)
             found += [value for name, value in target.query.items() if is_secret(name, value, ())]
             found += url_secrets(target.base_url + (target.path or ""))
+            found += params_secrets(target.params)
             if target.proxy is not None:
                 found += target.proxy.secrets()
+        for probe in self.probes.values():
+            found += params_secrets(probe.params)
         if self.simulator is not None and self.simulator.api_key:
             found.append(self.simulator.api_key)
         return found + list(self.interpolated_secrets)
