@@ -24,7 +24,7 @@ from typing import Any
 
 import orjson
 
-from exporter.config import Config, Price, ProbeConfig, ProbeKind, Series
+from exporter.config import Config, ProbeConfig, ProbeKind, Series
 from exporter.config.model import reasons
 from exporter.exposition.children import at_load, later, samples, served_families
 from exporter.exposition.families import (
@@ -40,6 +40,7 @@ from exporter.probe.tokens import estimate_tokens
 from exporter.protocols.advice import reasoning_advice
 from exporter.protocols.base import embedding_input, make_prompt
 from exporter.protocols.reasoning import plan as request_plan
+from exporter.providers.prices import ModelPrice
 
 SECONDS_PER_DAY = 86_400
 # Active series past which `check` warns: managed Prometheus offerings bill by active series,
@@ -98,7 +99,7 @@ class SeriesPlan:
     max_tokens: int  # output tokens per probe at most (0: an embedding)
     input_tokens: int  # per probe, estimated
     reasons: bool
-    price: Price | None
+    price: ModelPrice | None  # None: unknown
     families: Mapping[Family, Count]  # from the config's load
     later: Mapping[Family, Count]  # may appear on first need
 
@@ -139,11 +140,13 @@ class SeriesPlan:
         return sum(self.later.values(), Count())
 
 
-def probe_cost(price: Price | None, input_tokens: int, output_tokens: int) -> float | None:
-    """The cost of one probe at a price (per 1M tokens); input at the uncached price."""
+def probe_cost(price: ModelPrice | None, input_tokens: int, output_tokens: int) -> float | None:
+    """The cost of one probe at a price (per 1M tokens); input at the uncached price, both at
+    the tier the prompt falls in."""
     if price is None:
         return None
-    return (input_tokens * price.input + output_tokens * price.output) / 1e6
+    rates = price.at(input_tokens)
+    return (input_tokens * rates.input + output_tokens * rates.output) / 1e6
 
 
 def input_tokens(probe: ProbeConfig) -> int:

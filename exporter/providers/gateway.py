@@ -114,7 +114,7 @@ def valid_name(name: Any, redactor: Redactor | None) -> str | None:
         return None
     if _CONTROL.search(name) or name != name.strip():
         return None
-    if redactor is not None and redactor.redact(name) != name:
+    if redactor is not None and redactor(name) != name:
         return None  # it holds a secret (the key, echoed): never a label
     return name
 
