@@ -202,6 +202,11 @@ def own_series(config: Config) -> Count:
             total += len(config.buckets.get(spec.key) or spec.buckets) + 3
         elif spec.key in (Family.BUDGET_SPENT, Family.BUDGET_LIMIT):
             total += config.global_.budget is not None
+        elif spec.key is Family.PRICE_INFO:
+            total += len({(s.target.name, s.model) for s in config.series})
+        elif spec.key in (Family.DISCOVERY_MODELS, Family.DISCOVERY_REFRESHES,
+                          Family.DISCOVERY_LAST_SUCCESS):
+            total += len(config.discovering)  # (refreshes: one result, success, when well)
         else:
             total += len(spec.values) or 1
     return Count(total, total)
