@@ -5,7 +5,7 @@ The probes and the objectives they share with every level are in config/probe.py
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import ConfigDict, Field, field_validator, model_validator
 from yarl import URL
@@ -164,6 +164,19 @@ class SimulatedModel(StrictModel):
     # Enforce the request rules of a hosted family (e.g. gpt-5, claude-opus-4-7) for a name
     # that says nothing (an Azure deployment); names like a family's enforce them anyway.
     family: str | None = Field(default=None, min_length=1, max_length=MAX_MODEL_NAME)
+    # What `GET /v1/models` says of the model, OpenRouter-style (`pricing` per token,
+    # `supported_parameters`, `architecture`): for discovery without a gateway.
+    price: SimulatedPrice | None = None
+    mode: Literal["chat", "embedding"] = "chat"
+    tools: bool = True  # lists `tools` among its supported parameters
+
+
+class SimulatedPrice(StrictModel):
+    """What the simulator's model list says a model costs (USD per 1M tokens)."""
+
+    input: float = Field(ge=0)
+    output: float = Field(ge=0)
+    cached_input: float | None = Field(default=None, ge=0)
 
 
 class SimulatorConfig(StrictModel):

@@ -115,9 +115,10 @@ def _status_failure(status: int, body: bytes, redactor: Redactor) -> DiscoveryFa
 
 
 async def fetch_catalog(prober: Prober, target: Target, *, ask_info: bool = True,
-                        redactor: Redactor = REDACTOR) -> tuple[Catalog, bool]:
-    """The target's catalog, and whether its model info answered (False: 404 or no such
-    route; the caller may stop asking). Raises DiscoveryFailed."""
+                        redactor: Redactor = REDACTOR) -> tuple[Catalog, bool | None]:
+    """The target's catalog, and whether its model info answered (None: not asked, the list
+    has prices; False: no such route or it failed, the caller may stop asking). Raises
+    DiscoveryFailed."""
     deadline = min(target.timeout, MAX_TIMEOUT)
     try:
         async with asyncio.timeout(deadline):
@@ -127,8 +128,9 @@ async def fetch_catalog(prober: Prober, target: Target, *, ask_info: bool = True
             listing = await asyncio.to_thread(parse_model_list, body, redactor=redactor,
                                               origin=LIST_PATH)
             info: Catalog | None = None
-            answered = False
+            answered: bool | None = None
             if ask_info and not any(m.price for m in listing.models):
+                answered = False
                 try:
                     status, body = await _get(prober, target, INFO_PATH, redactor)
                     if status == 200:
