@@ -131,8 +131,6 @@ def reasons(series: Series) -> bool:
     """
     if series.probe.reasoning is not None:
         return series.probe.reasoning.effort is not Effort.NONE
-    if series.gateway is not None and series.gateway.reasoning is not None:
-        return series.gateway.reasoning
     return lookup(series.target.api, series.family_name).reasoning
 
 

@@ -167,7 +167,8 @@ class Discovery:
         for target in config.discovering:
             if target.name in self.catalogs:
                 self._collector.models[target.name] = len(
-                    {s.model for s in config.series if s.target.name == target.name})
+                    {s.model for s in config.series
+                     if s.target.name == target.name and s.discovered})
 
     def describe(self, now: float) -> list[dict[str, Any]]:
         """Each discovering target's state, for the status page, `/api/v1/results`, `/config`."""
