@@ -7,6 +7,7 @@ plans it."""
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import subprocess
 import sys
@@ -239,3 +240,47 @@ def test_check_discover_plans_the_listed_models(tmp_path: Path) -> None:
     assert series[("gw-chat", "short")]["cost_per_day"] > 0
     assert plan["discovery"][0]["now"]["listed"] == 4
     assert plan["discovery"][0]["now"]["models"] == 2
+
+
+def docs_gateway_example(tmp: Path) -> Path:
+    """docs/configuration.md's gateway example, on a free port with the simulator's models."""
+    text = (ROOT / "docs" / "configuration.md").read_text(encoding="utf-8")
+    section = text[text.index("## Gateways: discovery and per-model probes"):]
+    block = section[section.index("```yaml") + 7:section.index("```", section.index("```yaml") + 7)]
+    data = yaml.safe_load(block)
+    port = free_port()
+    data["global"] = {"interval": "1s", "allow_short_intervals": True}
+    data["simulator"] = {"listen": f"127.0.0.1:{port}", "models": MODELS}
+    data["targets"][0]["base_url"] = f"http://127.0.0.1:{port}/v1"
+    path = tmp / "docs-example.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+@pytest.mark.e2e
+def test_the_documented_gateway_example_plans_as_shown(tmp_path: Path) -> None:
+    config = docs_gateway_example(tmp_path)
+    sim = subprocess.Popen([sys.executable, "-m", "exporter", "simulate", "--config.file",
+                            str(config)], cwd=ROOT, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL)
+    try:
+        port = yaml.safe_load(config.read_text())["simulator"]["listen"].rsplit(":", 1)[1]
+        wait_for(lambda: http_get(f"http://127.0.0.1:{port}/health"), 20, "the simulator")
+        shown = subprocess.run([sys.executable, "-m", "exporter", "check", "--config.file",
+                                str(config), "--discover"], capture_output=True, check=True,
+                               cwd=ROOT, timeout=60, env={**os.environ, "COLUMNS": "200"},
+                               text=True).stdout
+    finally:
+        sim.terminate()
+        sim.wait(10)
+    text = (ROOT / "docs" / "configuration.md").read_text(encoding="utf-8")
+    documented = text[text.index("`check --discover`, first table:"):]
+    documented = documented[documented.index("```") + 3:]
+    rows = [line.split() for line in documented[:documented.index("```")].splitlines()[2:]]
+    printed = {tuple(cells[:3]): cells for line in shown.splitlines()
+               if (cells := [c.strip() for c in line.strip("│ ").split("│")]) and len(cells) > 7}
+    assert rows, documented
+    for row in rows:
+        cells = printed[tuple(row[:3])]
+        assert cells[3:7] == row[3:7], (row, cells)
+        assert cells[7].replace(" ", "") == "".join(row[7:]), (row, cells)

@@ -249,6 +249,8 @@ def _convert(prices: Any, origin: str) -> ModelPrice | None:
              for key, name in (("input", "input"), ("output", "output"),
                                ("cached_input", "cache_read"))}
     base_input, base_output = parts["input"][0], parts["output"][0]
+    if base_output is None and not parts["output"][1]:
+        base_output = 0.0  # an embedding model: only its input is billed
     if base_input is None or base_output is None:
         return None
     starts = sorted({above for _, tiers in parts.values() for above, _ in tiers})
