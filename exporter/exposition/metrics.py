@@ -20,7 +20,12 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Gauge, ProcessCollector
 from prometheus_client import generate_latest as text_latest
-from prometheus_client.metrics_core import HistogramMetricFamily, Metric
+from prometheus_client.metrics_core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.openmetrics.exposition import generate_latest as _openmetrics_latest
 from prometheus_client.utils import floatToGoString
 
@@ -50,6 +55,7 @@ from exporter.exposition.families import (
 )
 from exporter.exposition.store import NativeSettings, SeriesKey, SeriesValues
 from exporter.log import REDACTOR, Redactor
+from exporter.providers.prices import PriceSource
 from exporter.result import ProbeResult, TokenSource
 
 # Unannotated upstream: openmetrics' generate_latest, Metric._restricted_metric.
@@ -194,6 +200,50 @@ def _record_adapted(values: SeriesValues, parameters: tuple[str, ...]) -> None:
         values.set(Family.ADAPTED_PARAMETERS, 1, parameter)
 
 
+class DiscoveryCollector:
+    """Each discovering target's refreshes, models in use and last success (no `_created`)."""
+
+    def __init__(self) -> None:
+        self.models: dict[str, int] = {}
+        self.refreshes: dict[tuple[str, Result], int] = {}
+        self.succeeded: dict[str, float] = {}
+
+    def record(self, target: str, result: Result, models: int | None,
+               succeeded_at: float | None) -> None:
+        """One refresh of `target` (models: how many it probes now)."""
+        self.refreshes[(target, result)] = self.refreshes.get((target, result), 0) + 1
+        if models is not None:
+            self.models[target] = models
+        if succeeded_at is not None:
+            self.succeeded[target] = succeeded_at
+
+    def forget(self, keep: Iterable[str]) -> None:
+        """Drop the targets not in `keep` (they no longer discover, or are gone)."""
+        wanted = set(keep)
+        for known in (self.models, self.succeeded):
+            for target in [t for t in known if t not in wanted]:
+                del known[target]
+        for key in [k for k in self.refreshes if k[0] not in wanted]:
+            del self.refreshes[key]
+
+    def collect(self) -> Iterator[Metric]:
+        """The three families (empty without a discovering target)."""
+        models, refreshes, success = (BY_KEY[f] for f in (
+            Family.DISCOVERY_MODELS, Family.DISCOVERY_REFRESHES, Family.DISCOVERY_LAST_SUCCESS))
+        family = GaugeMetricFamily(models.name, models.help, labels=models.labels)
+        for target, count in sorted(self.models.items()):
+            family.add_metric([target], count)
+        yield family
+        counter = CounterMetricFamily(refreshes.name, refreshes.help, labels=refreshes.labels)
+        for (target, result), count in sorted(self.refreshes.items()):
+            counter.add_metric([target, result.value], count)
+        yield counter
+        family = GaugeMetricFamily(success.name, success.help, labels=success.labels)
+        for target, when in sorted(self.succeeded.items()):
+            family.add_metric([target], when)
+        yield family
+
+
 class ExporterMetrics:
     """All metric families of the exporter on one registry.
 
@@ -227,6 +277,10 @@ class ExporterMetrics:
         self.budget_record_ok = _own_gauge(Family.BUDGET_RECORD_OK, own)
         self.reload_ok = _own_gauge(Family.RELOAD_OK, own)
         self.reload_time = _own_gauge(Family.RELOAD_TIME, own)
+        self.price_info = _own_gauge(Family.PRICE_INFO, own)
+        self._priced: dict[tuple[str, str], tuple[str, str]] = {}  # (target, model) → labels
+        self.discoveries = DiscoveryCollector()
+        own.register(self.discoveries)
         if process_metrics:
             ProcessCollector(registry=own)
         if config is not None:
@@ -260,6 +314,7 @@ class ExporterMetrics:
 
     def apply(self, config: Config) -> None:
         """Create children for every configured series; remove those the config dropped."""
+        self._apply_prices(config)
         shapes = config.global_.shapes
         layout = (dict(config.global_.labels), dict(config.buckets), _native_settings(config),
                   shapes)
@@ -285,6 +340,22 @@ class ExporterMetrics:
                                                *constant])
             self._sync(values, series)
         self._applied = wanted
+
+    def _apply_prices(self, config: Config) -> None:
+        """One `llm_probe_price_info` per probed (target, model), by the source of its price."""
+        wanted = {}
+        for series in config.series:
+            price = series.price
+            wanted[(series.target.name, series.model)] = (
+                (price.source.value, price.currency) if price else (PriceSource.UNKNOWN, ""))
+        for key, labels in list(self._priced.items()):
+            if wanted.get(key) != labels:
+                self.price_info.remove(*key, *labels)
+                del self._priced[key]
+        for key, labels in wanted.items():
+            if key not in self._priced:
+                self.price_info.labels(*key, *labels).set(1)
+                self._priced[key] = labels
 
     def _sync(self, values: SeriesValues, series: Series) -> None:
         """Give a series the children `children.at_load` lists (keeping those that appeared on
