@@ -59,6 +59,7 @@ from exporter.config.types import (
     format_duration,
     parse_duration,
 )
+from exporter.config.urls import split_query
 from exporter.files import FileRefused, YAMLDocument, parse_yaml, read_limited
 from exporter.log import REDACTOR, Redactor
 from exporter.state import default_state_dir
@@ -328,9 +329,11 @@ def _build(data: dict[str, Any], env: Mapping[str, str], base_dir: Path, source:
         if target.aws_sigv4 is not None:
             key_source = f"aws_sigv4:{target.aws_sigv4.region}" + (
                 f" (profile {target.aws_sigv4.profile})" if target.aws_sigv4.profile else "")
+        base_url, in_url = split_query(target.base_url)  # its query goes after the API path
         built.append(Target(
-            name=target.name, api=target.api, base_url=target.base_url, api_key=key,
-            headers=dict(target.headers), query=dict(target.query), path=target.path,
+            name=target.name, api=target.api, base_url=base_url, api_key=key,
+            headers=dict(target.headers), query={**dict(in_url), **target.query},
+            path=target.path,
             models=target.model_names, probes=target.probes or tuple(resolved_probes),
             interval=target.interval or global_.interval,
             timeout=target.timeout or global_.timeout,

@@ -25,7 +25,7 @@ from exporter.config.types import (
     PositiveDuration,
     StrictModel,
 )
-from exporter.config.urls import scheme_of, shown_scheme, url_problem
+from exporter.config.urls import scheme_of, shown_scheme, split_query, url_problem
 from exporter.exposition.families import DEFAULT_SHAPES, Family, Shape, bucket_families
 
 HISTOGRAMS = bucket_families()
@@ -487,6 +487,27 @@ class TargetConfig(StrictModel):
             if any(name.lower() == "authorization" for name in self.headers):
                 raise ValueError("aws_sigv4 sets the Authorization header: drop it from "
                                  "headers")
+        return self
+
+    @model_validator(mode="after")
+    def _base_url_credentials_and_query(self) -> TargetConfig:
+        parsed = URL(self.base_url)
+        if parsed.user is not None or parsed.password is not None:
+            # aiohttp sends userinfo as `Authorization: Basic`: a second credential beside it
+            # is ambiguous, and a bearer key beside it fails every request.
+            other = ("an API key (api_key_env, api_key_file, api_key)"
+                     if self.api_key_env or self.api_key_file or self.api_key
+                     else "aws_sigv4" if self.aws_sigv4 is not None
+                     else "an Authorization header"
+                     if any(name.lower() == "authorization" for name in self.headers) else None)
+            if other:
+                raise ValueError(f"base_url carries credentials (user:password@) and {other} "
+                                 "is set too: keep one")
+        names = [name for name, _ in split_query(self.base_url)[1]]
+        twice = sorted({n for n in names if names.count(n) > 1} | (set(names) & set(self.query)))
+        if twice:
+            raise ValueError(f"query parameter {twice[0]!r} is set twice (base_url's query and "
+                             "`query:`): keep one")
         return self
 
     @model_validator(mode="after")

@@ -83,11 +83,11 @@ def test_show_request_never_prints_a_secret_in_params() -> None:
 
 
 def test_ordinary_settings_stay_readable() -> None:
-    config = config_with({"api_key": KEY, "headers": {"X-Trace": "on"},
+    config = config_with({"headers": {"X-Trace": "on", "X-Key": KEY},
                           "query": {"api-version": "2024-06-01"},
                           "base_url": "https://user:pw-123456@api.example/v1"})
     target = redacted(config)["targets"][0]
-    assert target["headers"] == {"X-Trace": "on"}
+    assert target["headers"] == {"X-Trace": "on", "X-Key": "<redacted>"}
     assert target["query"] == {"api-version": "2024-06-01"}
     assert target["base_url"] == "https://user:<redacted>@api.example/v1"
     # the password, and the Basic token aiohttp builds from the userinfo (an upstream echoes it)
