@@ -137,12 +137,20 @@ async def test_reference_then_windows_same_and_different(tmp_path: Path) -> None
     assert h.samples("current") == 0
     pvalue = h.value("llm_probe_identity_pvalue")
     assert pvalue is not None and pvalue > 0.05
+    assert h.value("llm_probe_identity_consecutive_different") == 0
     await h.feed([answer(rng, SHIFTED) for _ in range(4)], start=12)
     assert (h.tests("same"), h.tests("different")) == (1, 1)
+    assert h.value("llm_probe_identity_consecutive_different") == 1
     assert h.value("llm_probe_identity_pvalue") <= 0.05  # type: ignore[operator]
     # MMD² of 6-word answers over 64 positions: every answer-to-answer match is worth 1/64.
     assert h.value("llm_probe_identity_distance") > 0.02  # type: ignore[operator]
-    [(level, fields)] = [e for e in h.log.named("identity test") if e[1]["verdict"] == "different"]
+    await h.feed([answer(rng, SHIFTED) for _ in range(4)], start=16)
+    assert h.value("llm_probe_identity_consecutive_different") == 2  # what pages
+    await h.feed([answer(rng) for _ in range(4)], start=20)
+    assert h.value("llm_probe_identity_consecutive_different") == 0  # the run ended
+    different = [e for e in h.log.named("identity test") if e[1]["verdict"] == "different"]
+    assert len(different) == 2
+    level, fields = different[0]
     assert level == "warning" and fields["answers"] == 4 and fields["reference"] == 8
     # Log lines carry counts and verdicts, never an answer.
     logged = " ".join(str(value) for _, _, fields in h.log.events for value in fields.values())

@@ -126,6 +126,7 @@ def at_load(series: Series, shapes: Shapes) -> list[Child]:
     if identity(series):
         out += [(Family.IDENTITY_TESTS, outcome) for outcome in IdentityOutcome]
         out += [(Family.IDENTITY_SAMPLES, window) for window in IdentityWindow]
+        out.append((Family.IDENTITY_STREAK, None))
     out += [(Family.OBJECTIVE_SECONDS, o) for o in series.slo.latency]
     out += [(Family.OBJECTIVE_RATIO, o) for o in series.slo.ratio]
     out += [(Family.OBJECTIVE_MET, o) for o in series.slo.latency]

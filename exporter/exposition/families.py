@@ -135,6 +135,7 @@ class Family(StrEnum):
     IDENTITY_DISTANCE = "identity_distance"
     IDENTITY_TESTS = "identity_tests"
     IDENTITY_SAMPLES = "identity_samples"
+    IDENTITY_STREAK = "identity_consecutive_different"
     # the exporter itself
     IN_FLIGHT = "in_flight"
     SCHEDULER_LAG = "scheduler_lag"
@@ -306,6 +307,9 @@ FAMILIES: tuple[FamilySpec, ...] = (
     _spec(Family.IDENTITY_SAMPLES, "llm_probe_identity_samples", _G, _P,
           "Identity probes: answers in the reference sample and in the window being filled.",
           "window", IdentityWindow),
+    _spec(Family.IDENTITY_STREAK, "llm_probe_identity_consecutive_different", _G, _P,
+          "Identity probes: how many of the latest test windows in a row were found different "
+          "(0 after a window found the same)."),
     # -- the exporter itself ---------------------------------------------------------------
     _spec(Family.IN_FLIGHT, "llm_probe_in_flight", _G, _E, "Probes in flight now."),
     _spec(Family.SCHEDULER_LAG, "llm_probe_scheduler_lag_seconds", _H, _E,

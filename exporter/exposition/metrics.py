@@ -460,7 +460,8 @@ class ExporterMetrics:
 
     def record_identity_test(self, key: SeriesKey, pvalue: float, distance: float,
                              different: bool) -> None:
-        """One test window of an identity series: its p-value, statistic and verdict."""
+        """One test window of an identity series: its p-value, statistic and verdict (and the
+        run of different windows it extends or ends)."""
         values = self.probes.series.get(key) if self.probes else None
         if values is None or not values.has(Family.IDENTITY_TESTS, IdentityOutcome.SAME):
             return  # removed (or no longer an identity series) while the test ran
@@ -468,6 +469,8 @@ class ExporterMetrics:
         values.set(Family.IDENTITY_DISTANCE, distance)
         values.inc(Family.IDENTITY_TESTS, 1, IdentityOutcome.DIFFERENT if different
                    else IdentityOutcome.SAME)
+        streak = values.get(Family.IDENTITY_STREAK) or 0.0
+        values.set(Family.IDENTITY_STREAK, streak + 1 if different else 0.0)
 
     def observe_lag(self, seconds: float) -> None:
         """Record how late a probe started."""

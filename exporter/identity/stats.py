@@ -168,6 +168,9 @@ class _Statistic:
         return (xx * self._wx - 2 * xy * self._wxy + yy * self._wy) / self._length
 
 
+Split = Callable[[str, int], Sequence[str]]
+
+
 def strata_of(reference: Sequence[Sample], window: Sequence[Sample], length: int = KERNEL_LENGTH,
               split: Split = words) -> tuple[list[list[Words]], list[int]]:
     """Pooled answers (as word numbers) per prompt answered in both samples (reference first),
