@@ -41,6 +41,7 @@ from exporter.result import ProbeResult
 from exporter.state import StateRefused
 
 Runner = Callable[..., Awaitable[Outcome]]
+TESTS_AT_ONCE = 2  # child processes testing at once, whatever the number of series
 
 
 @dataclass(eq=False)
@@ -59,6 +60,7 @@ class _Track:
     pending: list[Sample] = field(default_factory=list)  # answers that came while loading
     refused: bool = False  # the record's path holds a file that is not ours: never written
     testing: asyncio.Task[None] | None = None
+    warned: bool = False  # that its reference series is not probed here
 
     @property
     def key(self) -> SeriesKey:
@@ -101,6 +103,7 @@ class IdentityMonitor:
         self._wall = wall_clock
         self._tracks: dict[SeriesKey, _Track] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+        self._slots = asyncio.Semaphore(TESTS_AT_ONCE)
 
     # -- configuration --------------------------------------------------------------------
 
@@ -127,7 +130,8 @@ class IdentityMonitor:
                 track.loading = True
                 self._spawn(self._load(track))
         for track in self._tracks.values():
-            if track.reference_key not in self._tracks:
+            if track.reference_key not in self._tracks and not track.warned:
+                track.warned = True
                 self._log.warning("identity reference series not probed here; no tests",
                                   **track.labels, reference_target=track.reference_key[0],
                                   reference_model=track.reference_key[1])
@@ -206,10 +210,11 @@ class IdentityMonitor:
 
     async def _test(self, track: _Track, reference: Sequence[Sample],
                     window: Sequence[Sample]) -> None:
-        started = time.perf_counter()
         try:
-            outcome = await self._runner(reference, window, budget=self._budget,
-                                         permutations=self._permutations)
+            async with self._slots:
+                started = time.perf_counter()
+                outcome = await self._runner(reference, window, budget=self._budget,
+                                             permutations=self._permutations)
         except WorkerFailed as exc:
             self._log.warning("identity test failed", **track.labels, error=str(exc))
             return
