@@ -132,7 +132,8 @@ def test_unsupported_probe_by_default_names_the_api_key() -> None:
      "'array'"),
     ({"prompt": "hi", "tool_choice": "always", "tools": [{"name": "a"}]},
      "probes.p.tool_choice"),
-    ({"kind": "image", "prompt": "hi"}, "probes.p.kind: Input should be 'chat', 'embedding' or 'identity'"),
+    ({"kind": "image", "prompt": "hi"},
+     "probes.p.kind: Input should be 'chat', 'embedding' or 'identity'"),
 ])
 def test_probe_kind_errors_are_located(probe: dict[str, Any], message: str) -> None:
     found = problems({"p": probe}, {})

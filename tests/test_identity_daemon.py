@@ -12,6 +12,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from exporter.config import SimulatedModel, SimulatorConfig, parse_config
+from exporter.probe.prober import Prober
+from exporter.simulator import start_simulator
+from exporter.simulator.text import SHIFTED_VOCABULARY, VOCABULARY
 from tests.conftest import free_port
 from tests.e2e_support import Daemon, http_get, start_daemon, wait_for
 
@@ -88,3 +92,34 @@ def test_a_switched_model_is_found_different_and_its_twin_stays_the_same(tmp_pat
 
 def daemon_restored(daemon: Daemon) -> bool:
     return daemon.output().count("identity reference restored") == 2
+
+
+# -- the simulator's switch -------------------------------------------------------------------
+
+async def test_answer_shift_moves_that_share_of_answers_to_other_words() -> None:
+    """A shifted answer uses only words the model otherwise never says; the share of them is
+    the total variation the switch promises (here within a binomial margin of 200 answers)."""
+    fast = {"ttft": 0.0, "tpot": 0.0, "jitter": 0.0, "output_tokens": 8}
+    sim = await start_simulator(SimulatorConfig(listen="127.0.0.1:0", models={
+        "plain": SimulatedModel(**fast), "half": SimulatedModel(**fast, answer_shift=0.5),
+        "all": SimulatedModel(**fast, answer_shift=1.0)}))
+    config = parse_config({"probes": {"p": {"prompt": "hi", "max_tokens": 8, "nonce": False}},
+                           "targets": [{"name": "sim", "base_url": sim.url,
+                                        "models": ["plain", "half", "all"]}]}, env={})
+    original, shifted = set(VOCABULARY), set(SHIFTED_VOCABULARY)
+    assert not original & shifted
+    shares = {}
+    try:
+        async with Prober() as prober:
+            for series in config.series:
+                kinds = []
+                for _ in range(200):
+                    result = await prober.probe(series)
+                    words = {" " + w for w in result.answer.split()}
+                    assert words <= original or words <= shifted, result.answer  # never mixed
+                    kinds.append(words <= shifted)
+                shares[series.model] = sum(kinds) / len(kinds)
+    finally:
+        await sim.close()
+    assert shares["plain"] == 0 and shares["all"] == 1
+    assert 0.38 <= shares["half"] <= 0.62
