@@ -39,7 +39,7 @@ from exporter.exposition.families import (
 from exporter.probe.tokens import estimate_tokens
 from exporter.protocols.advice import reasoning_advice
 from exporter.protocols.base import embedding_input, make_prompt
-from exporter.protocols.reasoning import plan as request_plan
+from exporter.protocols.reasoning import ceiling
 
 SECONDS_PER_DAY = 86_400
 # Active series past which `check` warns: managed Prometheus offerings bill by active series,
@@ -168,11 +168,12 @@ def input_tokens(probe: ProbeConfig) -> int:
 
 
 def output_tokens(series: Series) -> int:
-    """The output tokens of one probe at most: the output limit its request sends (`max_tokens`,
-    plus the thinking budget where one is sent); an embedding generates none."""
+    """The output tokens of one probe at most: the output limit its request may send
+    (`max_tokens`, plus the thinking budget where one may be sent: `reasoning.ceiling`); an
+    embedding generates none."""
     if series.probe.kind is ProbeKind.EMBEDDING:
         return 0
-    return request_plan(series).cap
+    return ceiling(series)
 
 
 def plan_series(series: Series, specs: Mapping[Family, FamilySpec],

@@ -63,6 +63,7 @@ from exporter.exposition.families import (
 )
 from exporter.files import FileRefused, YAMLDocument, parse_yaml, read_limited
 from exporter.log import REDACTOR, Redactor
+from exporter.state import default_state_dir
 
 # ---------------------------------------------------------------------------------------------
 # Loading
@@ -361,8 +362,11 @@ def _build(data: dict[str, Any], env: Mapping[str, str], base_dir: Path, source:
             # n replicas of one config must not spend n budgets.
             global_ = global_.model_copy(update={"budget": budget.model_copy(
                 update={"max_cost_per_day": budget.max_cost_per_day / count})})
+    state_dir = (base_dir / global_.state_dir if global_.state_dir is not None
+                 else default_state_dir(source) if source is not None else None)
     return Config(global_=global_, simulator=simulator, probes=resolved_probes,
                   targets=tuple(built), series=series, buckets=buckets, source=source,
+                  state_dir=state_dir,
                   raw=data, files=tuple(path for path, _ in reads),
                   interpolated_secrets=tuple(dict.fromkeys(s.value for s in substituted
                                                            if s.secret)))

@@ -138,6 +138,9 @@ class Config:
     files: tuple[Path, ...] = ()  # key and TLS files the config read (a reload re-reads them)
     digest: str = ""  # sha256 over the config file and those files, as loaded
     interpolated_secrets: tuple[str, ...] = field(default=(), repr=False)  # `${*_KEY}` values
+    # Where state that outlives a restart is kept: global.state_dir, else a private directory
+    # per config file; None for a config given as data (nothing is kept then).
+    state_dir: Path | None = None
 
     def secrets(self) -> list[str]:
         """Every secret value in this config, for redaction: API keys, secret-looking headers,

@@ -36,10 +36,17 @@ class BudgetConfig(StrictModel):
 
     max_cost_per_day: float = Field(gt=0)
     currency: str = "USD"
-    state_file: str | None = None
+    state_file: str | None = None  # default: budget.json in global.state_dir
     # Sharded (`--shard i/n`): max_cost_per_day is the whole fleet's, each shard stops at its
     # n-th; `per_shard: true` makes it every shard's own limit instead.
     per_shard: bool = False
+
+    @field_validator("state_file")
+    @classmethod
+    def _check_state_file(cls, path: str | None) -> str | None:
+        if path is not None and (not path.strip() or CONTROL.search(path)):
+            raise ValueError("must be a file path without control characters")
+        return path
 
 
 class NativeHistogramsConfig(StrictModel):
@@ -67,9 +74,19 @@ class GlobalConfig(StrictModel):
     max_output_bytes: int = Field(default=4 * 1024 * 1024, ge=1024, le=1024**3)
     shard: str | None = None  # "i/n": probe only the series whose stable hash picks shard i
     max_series: int = Field(default=10_000, ge=1, le=1_000_000)
+    # What must outlive a restart (the spend record, identity baselines); default: a private
+    # directory per config file (exporter/state.py).
+    state_dir: str | None = None
     # Intervals under MIN_INTERVAL are almost always a typo (1ms for 1m) that would send
     # hundreds of paid requests a second; tests and load generators opt in.
     allow_short_intervals: bool = False
+
+    @field_validator("state_dir")
+    @classmethod
+    def _check_state_dir(cls, path: str | None) -> str | None:
+        if path is not None and (not path.strip() or CONTROL.search(path)):
+            raise ValueError("must be a directory path without control characters")
+        return path
 
     @field_validator("shard")
     @classmethod

@@ -124,6 +124,7 @@ class Family(StrEnum):
     BUILD_INFO = "build_info"
     BUDGET_SPENT = "budget_spent"
     BUDGET_LIMIT = "budget_limit"
+    BUDGET_RECORD_OK = "budget_record_ok"
     RELOAD_OK = "config_last_reload_successful"
     RELOAD_TIME = "config_last_reload_success_timestamp_seconds"
     WEB_CONFIG_RELOAD_OK = "web_config_last_reload_successful"
@@ -285,6 +286,10 @@ FAMILIES: tuple[FamilySpec, ...] = (
           "Spent today (UTC) against global.budget.", "currency"),
     _spec(Family.BUDGET_LIMIT, "llm_probe_budget_limit", _G, _E,
           "global.budget.max_cost_per_day.", "currency"),
+    _spec(Family.BUDGET_RECORD_OK, "llm_probe_budget_record_ok", _G, _E,
+          "1: the spend record of global.budget is usable; 0: it cannot be read or the path "
+          "holds another file, and every probe is skipped (reason budget) until it can be.",
+          "currency"),
     _spec(Family.RELOAD_OK, "llm_probe_config_last_reload_successful", _G, _E,
           "Whether the last config load succeeded."),
     _spec(Family.RELOAD_TIME, "llm_probe_config_last_reload_success_timestamp_seconds", _G, _E,

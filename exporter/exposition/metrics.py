@@ -188,6 +188,7 @@ class ExporterMetrics:
         build.labels(__version__, platform.python_version()).set(1)
         self.budget_spent = _own_gauge(Family.BUDGET_SPENT, own)
         self.budget_limit = _own_gauge(Family.BUDGET_LIMIT, own)
+        self.budget_record_ok = _own_gauge(Family.BUDGET_RECORD_OK, own)
         self.reload_ok = _own_gauge(Family.RELOAD_OK, own)
         self.reload_time = _own_gauge(Family.RELOAD_TIME, own)
         if process_metrics:
@@ -346,9 +347,11 @@ class ExporterMetrics:
         """Show the daily budget and today's spend (None clears them)."""
         self.budget_spent.clear()
         self.budget_limit.clear()
+        self.budget_record_ok.clear()
         if budget is not None:
             self.budget_spent.labels(budget.currency).set(budget.spent)
             self.budget_limit.labels(budget.currency).set(budget.limit)
+            self.budget_record_ok.labels(budget.currency).set(0 if budget.problem else 1)
 
     def reload_status(self, ok: bool, when: float | None = None) -> None:
         """Record the outcome of a config (re)load."""

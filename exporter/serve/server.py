@@ -431,7 +431,9 @@ def _state_info(state: ServerState) -> dict[str, Any]:
     return {"version": __version__, "ready": state.ready,
             "config_reload_error": state.last_reload_error or None,
             "in_flight": state.scheduler.in_flight, "tasks": len(asyncio.all_tasks(state.loop)),
-            "event_loop_lag_max_seconds": state.loop_lag_recent}
+            "event_loop_lag_max_seconds": state.loop_lag_recent,
+            "budget_problem": (state.scheduler.budget.problem or None
+                               if state.scheduler.budget is not None else None)}
 
 
 async def results_handler(request: web.Request) -> web.Response:
@@ -540,6 +542,10 @@ def render_status_page(snapshot: Snapshot, info: dict[str, Any], now: float) -> 
     if info.get("config_reload_error"):
         warning = ('<div class="warn">The last config reload failed; the previous config is '
                    f"still running:<pre>{esc(info['config_reload_error'])}</pre></div>")
+    if info.get("budget_problem"):
+        warning += ('<div class="warn">Probes are stopped: the spend record of global.budget '
+                    f"cannot be used ({esc(info['budget_problem'])}). Fix or remove it, then "
+                    "reload.</div>")
     lag = info.get("event_loop_lag_max_seconds") or 0.0
     if lag > LOOP_LAG_WARNING:
         warning += ('<div class="warn">The event loop woke up to '

@@ -156,6 +156,23 @@ async def _headers(request: web.Request, text: str) -> web.StreamResponse:
                               "headers": dict(request.headers)}, status=403)
 
 
+@echo("upper")
+async def _upper(request: web.Request, text: str) -> web.StreamResponse:
+    # An upstream that shouts: the key upper-cased (a case-sensitive redactor misses it).
+    return web.json_response({"error": {"message": f"KEY {text.upper()} IS NOT VALID"}},
+                             status=401)
+
+
+@echo("choices")
+async def _choices(request: web.Request, text: str) -> web.StreamResponse:
+    # A refusal listing "supported values": the exporter lower-cases them into its advice.
+    return web.json_response({"error": {
+        "message": f"Unsupported value: 'reasoning_effort' does not support 'high' with this "
+                   f"model. Supported values are: '{text}', 'low'.",
+        "type": "invalid_request_error", "param": "reasoning_effort",
+        "code": "unsupported_value"}}, status=400)
+
+
 @echo("basic-challenge", echoes=False)
 async def _basic_challenge(request: web.Request, text: str) -> web.StreamResponse:
     # A server that wants Basic credentials and refuses the ones it got.
