@@ -83,6 +83,7 @@ class Cause(StrEnum):
     # http_4xx
     REDIRECT = "redirect"                        # 3xx: redirects are not followed
     PARAMETER_REFUSED = "parameter_refused"      # 400 naming a request parameter
+    OTHER_API = "other_api"                      # 400: served by another API style only
     GATEWAY_KEY_DATABASE = "gateway_key_database"  # LiteLLM without its key database
     CLIENT_CERT_REQUIRED = "client_cert_required"  # 400 from a TLS front wanting a certificate
     BAD_REQUEST = "bad_request"                  # 400, another reason

@@ -149,6 +149,11 @@ HINTS: tuple[Hint, ...] = (
     Hint(Result.HTTP_4XX, cause=Cause.CLIENT_CERT_REQUIRED,
          text="the server (nginx answers so) requires a client certificate: set "
               "`tls.cert_file` and `tls.key_file`"),
+    Hint(Result.HTTP_4XX, cause=Cause.OTHER_API,
+         text="the provider serves this request on another API style only (the reason names "
+              "it, e.g. `api: openai-responses` for function tools with reasoning on gpt-5.4 "
+              "and later, or a Responses-only pro model): set the target's `api:`, or change "
+              "the parameter the reason names. docs/reasoning.md lists the families"),
     Hint(Result.HTTP_4XX, cause=Cause.PARAMETER_REFUSED,
          text="the model refuses a value the probe sets (the reason names it and what to set "
               "instead); the exporter adapts only what it chose itself. `probe --show-request` "

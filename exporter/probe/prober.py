@@ -222,7 +222,7 @@ class Prober:
                         continue
                     if verdict.reason:
                         raise HTTPStatusError(response.status, verdict.reason,
-                                              cause=Cause.PARAMETER_REFUSED)
+                                              cause=verdict.cause or Cause.PARAMETER_REFUSED)
                     raise self._status_error(response, error_text(body, self._redact))
                 await self._read_stream(response, protocol, series, attempt)
                 return

@@ -266,11 +266,12 @@ _FORCED = T.FORCED_TOOL_NEEDS_NO_THINKING
 
 def _claude(name: str, pattern: str, knobs: tuple[Knob, ...], seen: str, source: str, *,
             efforts: tuple[Effort, ...] = (), exclusive: bool = False,
-            deprecated: bool = False, traits: frozenset[Trait] = frozenset()) -> Family:
+            deprecated: bool = False, traits: frozenset[Trait] = frozenset(),
+            forced: bool = True) -> Family:
     return Family(name, pattern, Vendor.ANTHROPIC, knobs=knobs, efforts=efforts,
                   budget=_A_BUDGET if Knob.BUDGET in knobs else None,
                   sampling=_A_THINKING, sampling_always=deprecated,
-                  exclusive_sampling=exclusive, traits=traits | {_FORCED},
+                  exclusive_sampling=exclusive, traits=traits | ({_FORCED} if forced else set()),
                   control=Control.THINKING, seen=seen, source=source)
 
 
@@ -280,7 +281,7 @@ ANTHROPIC: tuple[Family, ...] = (
     # (anthropics/claude-cookbooks#854, BerriAI/litellm#39151, langchain-aws#1274).
     _claude("claude-fable-5.1", r"claude-(?:fable|mythos)-5-1", (Knob.LEVEL,), "2026-09-10",
             "claude-cookbooks#854; litellm#39151; langchain-aws#1274", efforts=_ALL_A,
-            exclusive=True, deprecated=True,
+            exclusive=True, deprecated=True, forced=False,
             traits=_traits(T.THINKS_BY_DEFAULT, T.HIDDEN_THINKING, T.NO_THINKING_OFF,
                            T.FORCED_TOOL_REFUSED)),
     # Fable 5 / Mythos 5: adaptive always on; '"thinking.type.disabled" is not supported for
@@ -290,7 +291,7 @@ ANTHROPIC: tuple[Family, ...] = (
     # docs; ruvnet/FACT#5 measured 25/25): the table follows the newer sources.
     _claude("claude-fable-5", r"claude-(?:fable|mythos)-5", (Knob.LEVEL,), "2026-09-02",
             "cline/cline#13203; celeste-python#393; ruvnet/FACT#5", efforts=_ALL_A,
-            exclusive=True, deprecated=True,
+            exclusive=True, deprecated=True, forced=False,
             traits=_traits(T.THINKS_BY_DEFAULT, T.HIDDEN_THINKING, T.NO_THINKING_OFF)),
     # Sonnet 5 and Opus 5: adaptive thinking on when `thinking` is omitted, display omitted by
     # default (promptfoo/promptfoo#10631, #10830; cortexkit/anthropic-auth#100), disabled

@@ -260,7 +260,8 @@ def _claude(model: Model, req: _Claude) -> Outcome:
                 return Rejection(f"`{name}` is deprecated for this model.")
     thinks = kind in ("enabled", "adaptive") or (kind is None and model.thinks_by_default
                                                  and model.adaptive)
-    if thinks and req.forced_tool:
+    if thinks and req.forced_tool and model.disabled:
+        # Fable/Mythos 5 think always and take a forced tool choice anyway (ruvnet/FACT#5).
         return Rejection("Thinking may not be enabled when tool_choice forces tool use.")
     if thinks and sampling.get("temperature") not in (None, 1):
         return Rejection("`temperature` may only be set to 1 when thinking is enabled. Please "
