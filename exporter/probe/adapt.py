@@ -166,7 +166,11 @@ def _fail(series: Series, refusal: Refusal, sent: Plan, status: int) -> Verdict:
 
 
 def _sent(refusal: Refusal, sent: Plan) -> bool:
-    """Whether the request had what the refusal says it was refused with."""
+    """Whether the request had what the refusal says it was refused with (or, on Bedrock,
+    the reasoning field the API says it does not know)."""
+    if sent.control is not None and refusal.scope is Scope.API \
+            and refusal.param in (Param.THINKING, Param.REASONING_EFFORT):
+        return _control_refused(refusal, sent) or _in_params(refusal.param, sent)
     if refusal.with_ is Param.TOOLS:
         return sent.tools
     if refusal.with_ is Param.TOOL_CHOICE or refusal.param is Param.TOOL_CHOICE:

@@ -191,7 +191,7 @@ def model_fields(sent: Plan) -> dict[str, Any]:
     `reasoningConfig` (rig-bedrock docs)."""
     if sent.knob is None:
         return {}
-    control = control_of(sent.family)
+    control = sent.control or control_of(sent.family)
     effort = sent.effort or Effort.MEDIUM
     if control is Control.REASONING_EFFORT:
         return {"reasoning_effort": effort.value}
