@@ -305,3 +305,36 @@ async def test_boto3_reads_the_gpt_field_refusal(sim: Simulator) -> None:
     assert error["Code"] == "ValidationException"
     assert error["Message"].startswith("The model returned the following errors: {")
     assert orjson.loads(error["Message"].split(": ", 1)[1])["error"]["param"] == "thinking"
+
+
+async def test_the_sdks_send_the_exporters_requests_for_the_new_families(sim: Simulator) -> None:
+    tool = {"name": "get_weather", "parameters": WEATHER}
+    chat = exporter_body("openai-chat", "gpt-5.6-terra", {"tools": [tool]})
+    assert chat["reasoning_effort"] == "none"  # tools on chat: the default effort turned off
+    claude = exporter_body("anthropic-messages", "claude-sonnet-5",
+                           {"tools": [tool], "tool_choice": "required"})
+    assert claude["thinking"] == {"type": "disabled"}
+    claude.pop("stream")
+    converse = exporter_body("bedrock-converse", "us.openai.gpt-5.6-sol-v1:0",
+                             {"reasoning": {"effort": "low"}})
+    assert converse["additionalModelRequestFields"] == {"reasoning": {"effort": "low"}}
+    async with openai.AsyncOpenAI(base_url=sim.url, api_key=KEY, max_retries=0) as client:
+        stream = await client.chat.completions.create(**chat)
+        calls = [c.choices[0].delta.tool_calls async for c in stream if c.choices]
+    assert any(calls) and done(sim)["reasoning_tokens"] == 0
+    async with anthropic.AsyncAnthropic(base_url=sim.origin, api_key=KEY,
+                                        max_retries=0) as client:
+        message = await client.messages.create(**claude)
+    assert [block.type for block in message.content] == ["tool_use"]
+
+    def call() -> list[dict[str, Any]]:
+        client = boto3.client("bedrock-runtime", endpoint_url=sim.origin, region_name="us-east-1",
+                              aws_access_key_id="AKIDEXAMPLE", aws_secret_access_key="secret")
+        try:
+            return list(client.converse_stream(modelId="us.openai.gpt-5.6-sol-v1:0",
+                                               **converse)["stream"])
+        finally:
+            client.close()
+
+    events = await asyncio.to_thread(call)
+    assert events and done(sim)["reasoning_tokens"] == REASONING // 4
