@@ -32,7 +32,7 @@ from exporter.errors import Cause
 from exporter.log import get_logger
 from exporter.protocols.reasoning import NO_TUNING, PARAM_NAMES, Plan, Tuning, ceiling, plan
 from exporter.providers.refusals import Action, Refusal, Scope, parse_refusal
-from exporter.providers.rules import Control, Knob, Param, Trait
+from exporter.providers.rules import AZURE_FIRST_VERSION, Control, Knob, Param, Trait
 
 MAX_ADAPTATIONS = 4  # retries of one probe: one per parameter, and never more than this
 _TOKEN_FIELDS = frozenset({Param.MAX_TOKENS, Param.MAX_COMPLETION_TOKENS})
@@ -283,8 +283,8 @@ def advice(refusal: Refusal, sent: Plan) -> str:
     if param is Param.REASONING_EFFORT:
         if refusal.scope is Scope.API and not in_params:
             return ("this endpoint does not know `reasoning_effort` (an older API version: "
-                    "Azure takes it from api-version 2024-12-01-preview, or in its v1 API at "
-                    "…/openai/v1); newer, or remove reasoning.effort")
+                    f"Azure takes it from api-version {AZURE_FIRST_VERSION[param]}, or in its "
+                    "v1 API at …/openai/v1); use a newer one, or remove reasoning.effort")
         if action is Action.CHOOSE and refusal.choices:
             return f"set reasoning.effort to one of: {', '.join(refusal.choices)}"
         if action is Action.CHOOSE:

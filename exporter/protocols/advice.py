@@ -14,7 +14,7 @@ from exporter.apis import Api
 from exporter.config import Series
 from exporter.config.reasoning import Effort
 from exporter.protocols.reasoning import Plan, plan
-from exporter.providers.rules import Knob, Param, Trait, Vendor
+from exporter.providers.rules import AZURE_FIRST_VERSION, Knob, Param, Trait, Vendor
 
 # Below this many output tokens a reasoning model at its default effort often thinks until the
 # limit and answers nothing (OpenAI's reasoning guide reserves 25,000; probes need far fewer,
@@ -56,6 +56,7 @@ def _series_advice(series: Series) -> list[str]:
                    f"set {_cheap(sent)}, or raise max_tokens")
     if family.known:
         out += _combination_advice(sent, name)
+    out += _azure_advice(series, sent, name)
     if reasoning is not None and family.known:
         out += _reasoning_advice(series, name)
     if probe.max_tokens < family.min_cap:
@@ -113,6 +114,21 @@ def _combination_advice(sent: Plan, name: str) -> list[str]:
         out.append(f"{name} refuses a forced tool choice while it thinks: the probe will "
                    f"fail; {fix}")
     return out
+
+
+def _azure_advice(series: Series, sent: Plan, name: str) -> list[str]:
+    """An Azure api-version older than a field the request sends (it answers "Unrecognized
+    request argument supplied", which says nothing of the model)."""
+    version = next((v for k, v in series.target.query.items() if k.lower() == "api-version"),
+                   None)
+    if version is None or sent.api is not Api.OPENAI_CHAT:
+        return []
+    first = AZURE_FIRST_VERSION[Param.REASONING_EFFORT]
+    if sent.knob is not None and sent.effort is not None and version < first:
+        return [f"{name}: api-version {version} predates reasoning_effort on Azure (from "
+                f"{first}): the probe will fail; use {first} or later, or the v1 API "
+                "(base_url …/openai/v1)"]
+    return []
 
 
 def _when(always: bool) -> str:

@@ -50,9 +50,10 @@ from exporter.providers.vocabulary import (
 )
 
 __all__ = ["ANTHROPIC_DISPLAY", "ANTHROPIC_EFFORT", "ANTHROPIC_EFFORTS",
-           "ANTHROPIC_THINKING_TYPES", "GEMINI_LEVEL", "GEMINI_LEVELS", "NOVA_EFFORT",
-           "OLLAMA_THINK", "OPENAI_EFFORTS", "SAMPLING", "Budget", "Control", "Family", "Knob",
-           "Param", "Trait", "Vendor", "control_of", "effort_budget", "lookup", "segment"]
+           "ANTHROPIC_THINKING_TYPES", "AZURE_FIRST_VERSION", "GEMINI_LEVEL", "GEMINI_LEVELS",
+           "NOVA_EFFORT", "OLLAMA_THINK", "OPENAI_EFFORTS", "SAMPLING", "Budget", "Control",
+           "Family", "Knob", "Param", "Trait", "Vendor", "control_of", "effort_budget",
+           "lookup", "segment"]
 
 E = Effort
 REVIEWED = "2026-12-05"  # the day the table was last compared with its sources
@@ -447,6 +448,14 @@ OLLAMA: tuple[Family, ...] = (
            seen="2026-04-14", source="ollama routes.go; crawbot#24"),
     Family("ollama", r"", Vendor.OLLAMA),
 )
+
+# Azure OpenAI's dated api-versions: the first one that takes each field (the v1 API at
+# …/openai/v1 takes them all). "Model {modelName} is enabled only for api versions
+# 2024-12-01-preview and later" (Azure-Samples/azure-search-openai-demo#2496); 2024-08-01-preview
+# answers "Unknown parameter: 'reasoning_effort'" (run-llama/llama_index#17731) and
+# "Unrecognized request argument supplied: max_completion_tokens" (openai/openai-python#1724);
+# no source dates max_completion_tokens' first version, so only the effort's floor is kept.
+AZURE_FIRST_VERSION: Mapping[Param, str] = {Param.REASONING_EFFORT: "2024-12-01-preview"}
 
 GROUPS: Mapping[Api, tuple[Family, ...]] = {
     Api.OPENAI_CHAT: OPENAI, Api.OPENAI_RESPONSES: OPENAI, Api.OPENAI_COMPLETIONS: OPENAI,
