@@ -175,3 +175,14 @@ async def test_azure_without_reasoning_effort_is_told_about_its_api_version(
     assert "api-version 2024-12-01-preview" in result.reason, result.reason
     assert "this model takes none" not in result.reason
     assert len(server.requests) == 1
+
+
+async def test_claude_5s_hidden_default_thinking_is_asked_to_show(sim: Simulator) -> None:
+    # Sonnet 5 thinks unasked and omits the text: the probe asks for the summary, so TTFT is
+    # its first thinking token and the answer comes after it.
+    results, records, _ = await run(sim, "anthropic-messages", "claude-sonnet-5", {}, times=1)
+    result, record = results[0], records[0]
+    assert result.result is Result.SUCCESS and record["reasoning_tokens"] == 8
+    assert record["reasoning"]  # streamed, not hidden
+    assert result.timings is not None and result.timings.time_to_first_answer is not None
+    assert result.timings.time_to_first_answer > result.timings.ttft
