@@ -62,7 +62,8 @@ def test_problems_are_located(tmp_path: Path, text: str, problems: list[str]) ->
 
 
 def test_no_secret_in_an_error(tmp_path: Path) -> None:
-    path = write(tmp_path, f"simulator:\n  api_key: {SECRET}\n  models: {{m: {{ttft: '{SECRET}'}}}}\n")
+    path = write(tmp_path, f"simulator:\n  api_key: {SECRET}\n"
+                           f"  models: {{m: {{ttft: '{SECRET}'}}}}\n")
     with pytest.raises(ConfigError) as caught:
         load_simulator(path, env={})
     assert SECRET not in str(caught.value)
