@@ -40,8 +40,11 @@ class Example:
     env: dict[str, str] = field(default_factory=dict)
     writes: dict[str, str] = field(default_factory=dict)  # files made first, as `echo` would
     until: str | None = None  # keep the output up to the line that starts with this
+    # (first line, line after, what stands there instead): a stretch left out
+    elide: tuple[str, str, str] | None = None
     stderr: bool = False  # the docs show what goes to stderr (errors)
     timed: bool = False  # timings and generated text: compared without numbers or answers
+    slow: bool = False  # takes half a minute (a bench sweep): tests mark it slow
 
 
 EXAMPLES = {e.name: e for e in (
@@ -56,6 +59,14 @@ EXAMPLES = {e.name: e for e in (
             env={"LITELLM_KEY": "sk-gateway-master"},
             writes={"anthropic.key": "sk-ant-walkthrough\n"},
             until="Prometheus series by family"),
+    Example("bench-sweep", ("bench", "--config.file", "bench.yaml", "--target", "simulator",
+                            "--model", "sim-chat", "--concurrency", "1,2,4,8", "--requests", "8",
+                            "--slo", "ttft=500ms,tpot=50ms,e2e=10s", "--output", "run.json",
+                            "--csv", "run.csv", "--report", "report.html"),
+            {"bench.yaml": "docs/examples/bench.yaml"}, timed=True, slow=True,
+            elide=("latency distributions", "knee ",
+                   "(… latency distributions: p50/p90/p95/p99/mean/max per level and metric; "
+                   "results, tokens and cost …)")),
 )}
 
 
@@ -85,8 +96,31 @@ def run(example: Example) -> str:
     if example.until is not None:
         lines = lines[:next(i for i, line in enumerate(lines)
                             if line.strip().startswith(example.until))]
-    command = " ".join(("$ llm-probe-exporter", *example.args))
-    return "\n".join([command, *lines]).rstrip() + "\n"
+    if example.elide is not None:
+        first, after, instead = example.elide
+        start = next(i for i, line in enumerate(lines) if line.startswith(first))
+        end = next(i for i in range(start, len(lines)) if lines[i].startswith(after))
+        lines[start:end] = [instead]
+    return "\n".join([*_command(example.args), *lines]).rstrip() + "\n"
+
+
+def _command(args: tuple[str, ...], width: int = 100) -> list[str]:
+    """`$ llm-probe-exporter …`, continued with ` \\` on lines of at most `width`; an option
+    and its value stay on one line."""
+    words: list[str] = []
+    for arg in args:
+        if words and words[-1].startswith("--") and " " not in words[-1] \
+                and not arg.startswith("--"):
+            words[-1] += " " + arg
+        else:
+            words.append(arg)
+    lines = ["$ llm-probe-exporter"]
+    for word in words:
+        if len(lines[-1]) + 1 + len(word) > width - 2:
+            lines[-1] += " \\"
+            lines.append("   ")
+        lines[-1] += " " + word
+    return lines
 
 
 def blocks(text: str) -> Iterator[tuple[str, int, int]]:

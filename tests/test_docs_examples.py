@@ -34,7 +34,9 @@ def test_every_example_is_shown_once_and_every_marker_names_one() -> None:
     assert set(SHOWN) == set(EXAMPLES.EXAMPLES)
 
 
-@pytest.mark.parametrize("name", sorted(SHOWN))
+@pytest.mark.parametrize("name", [
+    pytest.param(name, marks=[pytest.mark.slow] if EXAMPLES.EXAMPLES[name].slow else [])
+    for name in sorted(SHOWN)])
 def test_the_docs_show_what_the_command_prints(name: str) -> None:
     doc, first, end = SHOWN[name]
     lines = (ROOT / doc).read_text(encoding="utf-8").split("\n")
@@ -57,3 +59,11 @@ def test_a_changed_number_or_row_is_noticed() -> None:
     assert normalised(block) != normalised(block.replace("success", "timeout"))
     assert normalised(block) != normalised(block.replace("sim-chat", "sim-other"))
     assert normalised(block) != normalised(block + "│ more │ rows │ x │ success │\n")
+
+
+def test_the_bench_example_config_is_the_shipped_one_with_a_capacity() -> None:
+    shipped = (ROOT / "config.yaml").read_text(encoding="utf-8")
+    bench = (ROOT / "docs" / "examples" / "bench.yaml").read_text(encoding="utf-8")
+    model = "    sim-chat:     {ttft: 300ms, tpot: 20ms, output_tokens: 64"
+    body = shipped[shipped.index("global:"):].replace(model + "}", model + ", capacity: 4}")
+    assert bench.endswith(body)
