@@ -343,5 +343,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
             return 2
         simulator = simulator.model_copy(update={"listen": args.listen})
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(serve_forever(simulator, api_key=simulator.api_key))
+        asyncio.run(serve_forever(
+            simulator, api_key=simulator.api_key,
+            reload=(lambda: load_simulator(args.config_file)) if args.config_file else None))
     return 0

@@ -3,6 +3,7 @@ section is read; every problem is located, and no secret is shown."""
 
 from __future__ import annotations
 
+import signal
 import subprocess
 from pathlib import Path
 
@@ -87,3 +88,29 @@ def test_simulate_serves_a_file_holding_only_its_section(tmp_path: Path) -> None
                          capture_output=True, text=True, timeout=30)
     assert run.returncode == 1
     assert "simulator.models.sim-a.ttft" in run.stderr and "(line 2)" in run.stderr
+
+
+def test_sighup_reloads_the_file_and_a_bad_file_keeps_the_models(tmp_path: Path) -> None:
+    port = free_port()
+    path = write(tmp_path, f"simulator:\n  listen: 127.0.0.1:{port}\n  models: {{sim-a: {{}}}}\n")
+    log = tmp_path / "simulate.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen([*EXPORTER, "simulate", "--config.file", str(path)], cwd=ROOT,
+                                stdout=out, stderr=subprocess.STDOUT)
+    models = f"http://127.0.0.1:{port}/v1/models"
+    try:
+        wait_for(lambda: b"sim-a" in http_get(models, timeout=1.0), 30, "the simulator")
+        path.write_text(f"simulator:\n  listen: 127.0.0.1:{port}\n"
+                        "  models: {sim-a: {}, sim-b: {error_rate: 1}}\n")
+        proc.send_signal(signal.SIGHUP)
+        wait_for(lambda: b"sim-b" in http_get(models, timeout=1.0), 10, "sim-b after SIGHUP")
+        path.write_text("simulator:\n  models: {sim-c: {error_rate: 7}}\n")
+        proc.send_signal(signal.SIGHUP)
+        wait_for(lambda: b"simulator reload failed" in log.read_bytes(), 10, "the error logged")
+        served = http_get(models)
+        assert b"sim-b" in served and b"sim-c" not in served
+        assert proc.poll() is None
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    assert b"simulator.models.sim-c.error_rate" in log.read_bytes()
