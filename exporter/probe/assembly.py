@@ -133,9 +133,10 @@ def assemble(series: Series, attempt: Attempt, error: ProbeError | None, started
         usage = usage_of(attempt, n_tokens)
         price = series.price
         if price is not None:
+            rates = price.at(usage.prompt or 0)  # a long-context tier by the prompt's length
             cost = measure.cost(usage.prompt or 0, usage.completion or 0, usage.cached or 0,
-                                input_price=price.input, output_price=price.output,
-                                cached_price=price.cached_input)
+                                input_price=rates.input, output_price=rates.output,
+                                cached_price=rates.cached_input)
             currency = price.currency
     headers = attempt.headers
     clip = redactor.clip

@@ -34,6 +34,18 @@ def test_every_fragment_of_twelve_or_more_characters_is_removed(redact, start, l
         assert REDACTED in out
 
 
+@pytest.mark.parametrize("case", [str.lower, str.upper, str.swapcase, str.title])
+def test_a_key_in_another_letter_case_is_still_the_key(redact, case) -> None:
+    # A refusal that lists "supported values" is lower-cased before it becomes advice.
+    for text in (f"Supported values are: '{case(KEY)}'.", case(KEY[3:30]),
+                 quote(case(KEY), safe=""), json.dumps({"v": case(KEY)})):
+        out = redact(text)
+        assert not leaks(out, [KEY]) and REDACTED in out, (text, out)
+    assert not leaks(redact.net(f"<td>{case(KEY)}</td>"), [KEY])
+    short = Redactor(["Bearer abcdefgh"])  # pieces under FRAGMENT: found whole, any case
+    assert short("auth: BEARER ABCDEFGH!") == f"auth: {REDACTED}!"
+
+
 def test_pieces_shorter_than_a_fragment_and_other_text_survive(redact) -> None:
     short = KEY[-(FRAGMENT - 1):]
     text = f"model-name-170 chatcmpl-9Qx7ZkY2 {short} – ünïcode 1712345678.123"
