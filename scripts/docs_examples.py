@@ -49,7 +49,7 @@ class Example:
 
 EXAMPLES = {e.name: e for e in (
     Example("check-shipped", ("check", "--config.file", "config.yaml"),
-            {"config.yaml": "config.yaml"}, until="Prometheus series by family"),
+            {"config.yaml": "config.yaml"}, until="Prices (per 1M tokens)"),
     Example("check-bad", ("check", "--config.file", "bad.yaml"),
             {"bad.yaml": "docs/examples/bad.yaml"}, stderr=True),
     Example("probe-shipped", ("probe", "--config.file", "config.yaml"),
@@ -58,7 +58,7 @@ EXAMPLES = {e.name: e for e in (
             {"config.yaml": "docs/walkthrough/config.yaml"},
             env={"LITELLM_KEY": "sk-gateway-master"},
             writes={"anthropic.key": "sk-ant-walkthrough\n"},
-            until="Prometheus series by family"),
+            until="Prices (per 1M tokens)"),
     Example("bench-sweep", ("bench", "--config.file", "bench.yaml", "--target", "simulator",
                             "--model", "sim-chat", "--concurrency", "1,2,4,8", "--requests", "8",
                             "--slo", "ttft=500ms,tpot=50ms,e2e=10s", "--output", "run.json",

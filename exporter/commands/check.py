@@ -133,13 +133,13 @@ def print_plan(config: Config, plan: Plan, path: str, console: Console | None = 
     """The plan as tables, the notes and warnings, then `config OK`."""
     console = console or make_console()
     console.print(series_table(plan, f"{len(plan.series)} series in {cell(path)}: a day"))
+    console.print(keys_table(config))
     console.print(price_table(plan))
     unknown = sum(s.price is None for s in plan.series)
     console.print(f"price data: {plan.library.describe()}; {unknown:,} of {len(plan.series):,} "
                   "series have no known price (cost unknown, not counted).", soft_wrap=True)
     for note in plan.discovery_notes():
         console.print(cell(note), soft_wrap=True)
-    console.print(keys_table(config))
     console.print(family_table(plan))
     own = plan.own.classic
     everything = plan.probe_series + plan.own
