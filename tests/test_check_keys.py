@@ -72,9 +72,11 @@ def test_the_json_names_each_key_source_and_the_whitespace_stripped(config: Path
 
 
 def test_the_table_names_each_key_source_and_the_whitespace_stripped(config: Path) -> None:
-    out = check(config).stdout
+    lines = check(config).stdout.splitlines()
+    start = next(i for i, line in enumerate(lines) if "Keys (where" in line)
+    end = next(i for i in range(start, len(lines)) if lines[i].startswith("└"))
     rows = {line.split("│")[1].strip(): [cell.strip() for cell in line.split("│")[2:-1]]
-            for line in out.splitlines() if line.startswith("│")}
+            for line in lines[start:end] if line.startswith("│")}
     assert rows["from-env"] == ["openai-chat", "env GW_KEY", 'trailing "\\n"']
     assert rows["from-file"] == ["openai-chat", "file secrets/gw.key", 'trailing "\\r\\n"']
     assert rows["literal"] == ["anthropic-messages", "literal", 'leading " \\t"']
