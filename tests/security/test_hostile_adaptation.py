@@ -94,7 +94,9 @@ async def test_a_thinking_shape_switch_never_passes_the_ceiling(scripted_server,
     async with Prober() as prober:
         result = await prober.probe(series)
     assert result.result is Result.HTTP_4XX and result.cause is Cause.PARAMETER_REFUSED
-    assert "ceiling of 100" in result.reason and "budget_tokens" in result.reason
+    assert "ceiling of 100" in result.reason
+    assert "it takes a thinking budget, not a named effort: set reasoning.budget_tokens" \
+        in result.reason
     assert [limit_sent(r) for r in server.requests] == [100]  # never 16,484
 
 
