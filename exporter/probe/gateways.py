@@ -4,7 +4,7 @@ A gateway answers for itself before any provider is asked: a model name it does 
 key it does not know, a key or team that may not use the model, a spent budget. Its status
 says little (LiteLLM answers an unrouted model with 400, an unknown key without its database
 with 400, a missing key with 500), so the cause is read from its body, and the cause decides
-the result (`exporter.errors.GATEWAY_RESULTS`). The body is a server's: only its first bytes are
+the result (`exporter.errors.GATEWAY_RESULTS`). The body is a server's: only a short one is
 parsed, only short fields are read, and phrases are compared where the gateway puts them (at
 the start of its message), never searched for anywhere in the text, so an echo of our own
 request (a model name, a prompt) cannot pass for the gateway's words.
@@ -23,8 +23,8 @@ import orjson
 
 from exporter.errors import Cause
 
-# Only the start of a body is parsed (gateway errors are a few hundred bytes).
-MAX_BODY = 64 * 1024
+# A longer body is no gateway's own error (those are a few hundred bytes): never parsed here.
+MAX_BODY = 16 * 1024
 # Longest `type`/`code` read, and how far into a message a phrase may start (after LiteLLM's
 # route prefix, "/chat/completions: ", or OpenRouter's model name).
 MAX_FIELD = 64
@@ -76,9 +76,9 @@ _PHRASES: tuple[tuple[str, int, Cause], ...] = (
 
 def gateway_cause(status: int, body: bytes) -> Cause | None:
     """The cause a gateway's error body states (None: not one of the gateway errors known)."""
-    if status < 400 or not body:
+    if status < 400 or not body or len(body) > MAX_BODY:  # a gateway's own error is short
         return None
-    error = _error(body[:MAX_BODY])
+    error = _error(body)
     if error is None:
         return None
     kind, message = error
