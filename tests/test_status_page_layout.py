@@ -11,8 +11,8 @@ import pytest
 
 from exporter.errors import Cause, Result
 from exporter.result import ProbeResult, Timings, Usage
+from exporter.serve.pages import render_status_page
 from exporter.serve.results import Snapshot
-from exporter.serve.server import render_status_page
 from tests.e2e_support import chromium, page_layout
 
 pytestmark = pytest.mark.e2e

@@ -75,7 +75,7 @@ MAX_CONFIG_BYTES = 4 * 1024 * 1024
 MAX_KEY_BYTES = 64 * 1024
 MAX_IMAGE_BYTES = 20 * 1024 * 1024  # what OpenAI and Anthropic accept per image
 _IMAGE_SUFFIXES = frozenset({".png", ".jpg", ".jpeg", ".gif", ".webp"})
-_SECTIONS = ("global", "simulator", "probes", "targets")
+SECTIONS = ("global", "simulator", "probes", "targets")
 _KEY_CHARACTERS = re.compile(r"^[\x21-\x7e]+$")  # what an HTTP header carries safely
 Loc = tuple[int | str, ...]
 # pydantic's words for YAML users (a "tuple" or "instance of TargetConfig" means nothing there).
@@ -89,7 +89,7 @@ def _problem(loc: Loc, error: str) -> ConfigProblem:
     return ConfigProblem(format_location(loc), error, path=loc)
 
 
-def _validate(model: type[_Model], value: Any, loc: Loc,
+def validate_section(model: type[_Model], value: Any, loc: Loc,
               problems: list[ConfigProblem]) -> _Model | None:
     """One section through its pydantic model; its errors become located problems."""
     try:
@@ -253,7 +253,7 @@ def _build(data: dict[str, Any], env: Mapping[str, str], base_dir: Path, source:
            substituted: list[Substitution]) -> Config:
     if "global" in data and data["global"] is None:  # `global:` with everything commented out
         del data["global"]
-    problems += [_problem((str(key),), "unknown key") for key in data if key not in _SECTIONS]
+    problems += [_problem((str(key),), "unknown key") for key in data if key not in SECTIONS]
     raw_targets = data.get("targets")
     raw_targets = raw_targets if isinstance(raw_targets, list) else []
     # Named environment variables are checked up front, so they are reported even when
@@ -264,9 +264,9 @@ def _build(data: dict[str, Any], env: Mapping[str, str], base_dir: Path, source:
             problems.append(_problem(("targets", index, "api_key_env"),
                                      f"environment variable {name} is not set"))
 
-    global_ = _validate(GlobalConfig, data.get("global", {}), ("global",), problems)
+    global_ = validate_section(GlobalConfig, data.get("global", {}), ("global",), problems)
     simulator = (None if data.get("simulator") is None else
-                 _validate(SimulatorConfig, data["simulator"], ("simulator",), problems))
+                 validate_section(SimulatorConfig, data["simulator"], ("simulator",), problems))
     raw_probes = data.get("probes")
     probes: dict[str, ProbeConfig | None] = {}
     if not isinstance(raw_probes, dict):
@@ -276,13 +276,13 @@ def _build(data: dict[str, Any], env: Mapping[str, str], base_dir: Path, source:
     else:
         _check_probe_names(raw_probes, problems)
         for name, value in raw_probes.items():
-            probe = _validate(ProbeConfig, value, ("probes", name), problems)
+            probe = validate_section(ProbeConfig, value, ("probes", name), problems)
             probes[name] = probe and _check_image(probe, name, base_dir, problems)
     if not isinstance(data.get("targets"), list):
         problems.append(_problem(("targets",), "expected a list of targets"))
     elif not raw_targets:
         problems.append(_problem(("targets",), "define at least one target"))
-    targets = [_validate(TargetConfig, value, ("targets", index), problems)
+    targets = [validate_section(TargetConfig, value, ("targets", index), problems)
                for index, value in enumerate(raw_targets)]
 
     # Cross-field checks, on the sections as written, so they run even where validation failed.
@@ -499,8 +499,8 @@ def load_config(path: str | Path, *, env: Mapping[str, str] | None = None,
         ) from None
 
 
-def _load(path: Path, env: Mapping[str, str], shard: str | None,
-          redactor: Redactor | None) -> Config:
+def read_document(path: Path) -> tuple[bytes, YAMLDocument]:
+    """A config file's bytes and YAML document (bounded read, YAML limits), or `ConfigError`."""
     try:
         raw = read_limited(path, MAX_CONFIG_BYTES)
     except OSError as exc:
@@ -508,19 +508,24 @@ def _load(path: Path, env: Mapping[str, str], shard: str | None,
     except FileRefused as exc:
         raise ConfigError(f"cannot read config file {path}: {exc}") from None
     try:
-        document = parse_yaml(raw)
+        return raw, parse_yaml(raw)
     except FileRefused as exc:
         raise ConfigError(f"invalid YAML in {path}",
                           [ConfigProblem(where, why) for where, why in exc.problems]) from None
+
+
+def _load(path: Path, env: Mapping[str, str], shard: str | None,
+          redactor: Redactor | None) -> Config:
+    raw, document = read_document(path)
     reads: list[tuple[Path, bytes]] = []
     try:
         config = _parse(document.data, env, path.parent.resolve(), path, shard, reads, redactor)
     except ConfigError as exc:
-        raise ConfigError(exc.message, _with_lines(exc.details, document)) from None
+        raise ConfigError(exc.message, with_lines(exc.details, document)) from None
     return replace(config, digest=_digest(raw, reads))
 
 
-def _with_lines(problems: Sequence[ConfigProblem], document: YAMLDocument) -> list[ConfigProblem]:
+def with_lines(problems: Sequence[ConfigProblem], document: YAMLDocument) -> list[ConfigProblem]:
     """The problems with their lines, in the order of the file."""
     located = [replace(p, line=document.line_of(p.path)) if p.path and p.line is None else p
                for p in problems]
