@@ -51,6 +51,7 @@ _RUN = b"a" * FRAGMENT  # in the marked copy of a text: FRAGMENT secret characte
 _PROBE, _STRIDE = 6, 7  # _PROBE + _STRIDE - 1 <= FRAGMENT: every fragment holds a sample
 _REDACTED_BYTES = REDACTED.encode()
 _CLEAN_LIMIT = 100_000
+_CLEAN_RUN = 256  # longest run remembered as clean (ids, names); longer ones are rare
 # A percent-escape: decoded, a text may spell a key that no FRAGMENT-long piece of it shows
 # (`sk%2Dab%2Bcd…`, any mix of escaped and plain characters).
 _ESCAPE = re.compile(rb"%[0-9A-Fa-f]{2}")
@@ -225,6 +226,17 @@ class Redactor:
         text = self(text[:limit + self._index.longest + _CLIP_MARGIN])
         return text if len(text) <= limit else text[:limit - 1] + "…"
 
+    def words(self, text: str, limit: int) -> str:
+        """A server's words for people: whitespace squeezed, redacted, cut to `limit`. Only the
+        start of a long text is read (a 64 KiB body costs what 2 KiB do); a word cut where the
+        reading stops is dropped when it could be shown, so no piece of a key survives."""
+        need = limit + self._index.longest + _CLIP_MARGIN
+        head = text[:4 * need]
+        squeezed = " ".join(head.split())
+        if len(text) > len(head) and len(squeezed) <= need:
+            squeezed = squeezed.rpartition(" ")[0]
+        return self.clip(squeezed, limit)
+
     def tree(self, value: Any) -> Any:
         """A JSON-like value with every string in it (keys too) redacted."""
         if isinstance(value, str):
@@ -353,7 +365,8 @@ def _fragment_spans(data: bytes, index: _Index) -> list[tuple[int, int]]:
                     _add_spans(run, start, index.grams, spans)
                     break
             else:
-                clean.add(run)
+                if len(run) <= _CLEAN_RUN:  # bounded in bytes too: a server sends long runs
+                    clean.add(run)
         start = find(_RUN, end)
     return spans
 
@@ -423,6 +436,43 @@ def redacted_stdio() -> Iterator[None]:
 # Logging
 
 
+# Characters a log line must not carry raw: C0 and C1 controls (CR rewrites a terminal line,
+# ESC starts a colour or cursor sequence, BEL rings), DEL, bidi overrides and isolates (they
+# reorder what a reader sees), zero-width and line/paragraph separators.
+_CONTROLS = {*range(0x00, 0x20), 0x7F, *range(0x80, 0xA0), 0x061C, 0x200B, 0x200C, 0x200D,
+             0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A), 0x2028, 0x2029,
+             0x2060, 0xFEFF}
+_ESCAPES = {code: (f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
+            for code in _CONTROLS}
+_ESCAPES |= {0x09: "\\t", 0x0A: "\\n", 0x0D: "\\r"}
+
+
+class ControlEscaper:
+    """structlog processor, after redaction: control and bidi characters in every value
+    written as escapes (`\\x1b`, `\\u202e`), in every format. A line break stays where the
+    format escapes it itself (JSON, logfmt) and in console tracebacks, which are multi-line."""
+
+    def __init__(self, fmt: str) -> None:
+        keep = {0x0A, 0x09} if fmt == "json" else {0x0A} if fmt == "logfmt" else set()
+        self._table = {code: text for code, text in _ESCAPES.items() if code not in keep}
+        self._traceback = {code: text for code, text in self._table.items() if code != 0x0A}
+        self._console = fmt == "console"
+
+    def __call__(self, logger: Any, method: str, event: dict[str, Any]) -> dict[str, Any]:
+        return {key: self._escape(value, self._traceback if self._console
+                                  and key in ("exception", "stack") else self._table)
+                for key, value in event.items()}
+
+    def _escape(self, value: Any, table: dict[int, str]) -> Any:
+        if isinstance(value, str):
+            return value.translate(table)
+        if isinstance(value, Mapping):
+            return {self._escape(k, table): self._escape(v, table) for k, v in value.items()}
+        if isinstance(value, list | tuple):
+            return [self._escape(v, table) for v in value]
+        return value
+
+
 class _RedactingHandler(logging.StreamHandler[TextIO]):
     """The one stdlib handler: records rendered by our pipeline, written to our stream."""
 
@@ -475,9 +525,10 @@ def configure_logging(level: str = "info", fmt: str = "json", stream: TextIO | N
     threshold = LEVELS[level.lower()]
     renderer = _renderer(fmt)
     timestamper = structlog.processors.TimeStamper(fmt="iso", utc=True)
-    # Tracebacks become text first, so they are redacted like any other value.
-    tail = [structlog.processors.format_exc_info, REDACTOR.event_processor, renderer,
-            REDACTOR.line_processor]
+    # Tracebacks become text first, so they are redacted like any other value; then what a
+    # server's text could do to a terminal or a log parser is escaped.
+    tail = [structlog.processors.format_exc_info, REDACTOR.event_processor,
+            ControlEscaper(fmt), renderer, REDACTOR.line_processor]
     structlog.configure(
         processors=[structlog.contextvars.merge_contextvars, structlog.processors.add_log_level,
                     timestamper, *tail],

@@ -131,6 +131,10 @@ class Family(StrEnum):
     HTTP_CONNECTIONS = "http_connections"
     HTTP_CONNECTIONS_LIMIT = "http_connections_limit"
     HTTP_CONNECTIONS_CLOSED = "http_connections_closed"
+    PRICE_INFO = "price_info"
+    DISCOVERY_MODELS = "discovery_models"
+    DISCOVERY_REFRESHES = "discovery_refreshes"
+    DISCOVERY_LAST_SUCCESS = "discovery_last_success_timestamp_seconds"
     # /probe
     ONDEMAND_SUCCESS = "ondemand_success"
     ONDEMAND_RESULT = "ondemand_result"
@@ -306,6 +310,20 @@ FAMILIES: tuple[FamilySpec, ...] = (
           "room at the cap), rejected (at the cap, every connection busy), malformed (the "
           "request failed to parse; answered 400).", "reason",
           CloseReason),
+    FamilySpec(Family.PRICE_INFO, "llm_probe_price_info", _G, _E,
+               "1 per probed (target, model): where its price comes from (config, gateway, "
+               "library) and its currency; source=\"unknown\": no price, its cost is not "
+               "counted.", ("target", "model", "source", "currency")),
+    FamilySpec(Family.DISCOVERY_MODELS, "llm_probe_discovery_models", _G, _E,
+               "Models a discovering target probes from the gateway's last good list (after "
+               "include/exclude and the caps).", ("target",)),
+    FamilySpec(Family.DISCOVERY_REFRESHES, "llm_probe_discovery_refreshes", _C, _E,
+               "Model list refreshes by result (a probe's result values: success, timeout, "
+               "auth, http_5xx, stream for a malformed or oversized list...); a failed one "
+               "keeps the last good list.", ("target", "result")),
+    FamilySpec(Family.DISCOVERY_LAST_SUCCESS, "llm_probe_discovery_last_success_timestamp_seconds",
+               _G, _E, "Unix time of the target's last successful model list refresh.",
+               ("target",)),
     # -- /probe (one run, blackbox-style) --------------------------------------------------
     _spec(Family.ONDEMAND_SUCCESS, "llm_probe_ondemand_success", _G, _O,
           "Whether this probe succeeded (1/0)."),

@@ -297,6 +297,9 @@ def advice(refusal: Refusal, sent: Plan) -> str:
             return f"set reasoning.budget_tokens between {refusal.low} and {refusal.high}"
         return "change reasoning.budget_tokens (or set reasoning.effort instead)"
     if param is Param.THINKING:
+        if action is Action.SWITCH and refusal.knob is Knob.BUDGET:
+            return ("it takes a thinking budget, not a named effort: set "
+                    "reasoning.budget_tokens (the plan then counts it)")
         if action is Action.SWITCH:
             return "it takes no thinking budget: set reasoning.effort instead of budget_tokens"
         if sent.off:

@@ -504,9 +504,5 @@ def _with_message(refusal: Refusal, message: str) -> Refusal:
 
 
 def _clip(text: str) -> str:
-    """The server's words for people: redacted, whitespace squeezed, cut (only the start of a
-    long text is read; a word cut at MESSAGE_SCAN is dropped, so no piece of a key survives)."""
-    head = text[:MESSAGE_SCAN]
-    if len(text) > MESSAGE_SCAN:
-        head = head.rpartition(" ")[0]
-    return REDACTOR.clip(" ".join(REDACTOR(head).split()), MESSAGE_LIMIT)
+    """The server's words for people: redacted, whitespace squeezed, cut."""
+    return REDACTOR.words(text, MESSAGE_LIMIT)

@@ -188,6 +188,44 @@ async def handle(request: web.Request) -> web.StreamResponse:
     return await answer(request, padding + credential(request))
 
 
+# -- refusal bodies built to be slow to parse (tests/security/test_upstream_text.py,
+# benchmarks/hostile_upstream.py) -------------------------------------------------------------
+
+def fill(unit: str, size: int, head: str = "", tail: str = "") -> str:
+    """`head`, `unit` repeated to `size` characters, `tail`."""
+    return head + (unit * (size // max(1, len(unit)) + 1))[:size] + tail
+
+
+def openai_error(message: str) -> bytes:
+    """An OpenAI-style error body around `message`."""
+    return orjson.dumps({"error": {"message": message, "type": "invalid_request_error",
+                                   "param": None, "code": None}})
+
+
+# Each builds a body of about `size` characters aimed at one construct of the parser.
+REFUSALS: dict[str, Callable[[int], bytes]] = {
+    "a run of name characters (the 19 s freeze)": lambda n: fill("a", n).encode(),
+    "name characters then a near-sentence": lambda n: fill("a.b_", n, tail=": Extra").encode(),
+    "a rule's prefix over and over": lambda n: openai_error(fill(
+        "Unsupported value: 'temperature' does not support ", n)),
+    "a list that never ends": lambda n: openai_error(fill(
+        "'x', ", n, head="Unsupported value: 'reasoning_effort' does not support 'high' with "
+        "this model. Supported values are: ")),
+    "unclosed quotes": lambda n: openai_error(fill('"', n)),
+    "the python-repr message key again and again": lambda n: fill(
+        "'message': 'a", n, head="litellm.BadRequestError: X - {").encode(),
+    "braces that open wrapped bodies": lambda n: openai_error(fill("{", n)),
+    "digits for a minimum": lambda n: openai_error(
+        "Invalid 'max_output_tokens': integer below minimum value. Expected a value >= "
+        + fill("9", n)),
+    "validation errors by the thousand": lambda n: orjson.dumps({"detail": [
+        {"loc": ["body", "f"], "msg": "Extra inputs are not permitted", "type": "x"}]
+        * (n // 80)}),
+    "an echo of a request, plain text": lambda n: fill(
+        '"stream_options": {"include_usage": true}, ', n).encode(),
+}
+
+
 def make_app() -> web.Application:
     """The hostile server's application."""
     app = web.Application()

@@ -9,7 +9,6 @@ finish in under 10 ms of its own CPU time — and take at most ~linearly longer 
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 
@@ -24,8 +23,9 @@ from exporter.probe.checks import _strip_fence
 from exporter.probe.failures import error_text, parse_retry_after
 from exporter.protocols.base import served_value
 from exporter.providers.refusals import parse_refusal
+from tests.security.hostile import REFUSALS, fill, openai_error
 
-SIZE = 64 * 1024
+SIZE = 64 * 1024  # what the prober reads of an error body (ERROR_BODY_LIMIT)
 LIMIT = 0.010  # seconds of CPU per parse
 
 
@@ -37,40 +37,6 @@ def cpu_time(parse: Callable[[], object]) -> float:
         parse()
         best = min(best, time.thread_time() - started)
     return best
-
-
-def fill(unit: str, size: int, head: str = "", tail: str = "") -> str:
-    """`head`, `unit` repeated to `size` characters, `tail`."""
-    return head + (unit * (size // max(1, len(unit)) + 1))[:size] + tail
-
-
-def openai_error(message: str) -> bytes:
-    return json.dumps({"error": {"message": message, "type": "invalid_request_error",
-                                 "param": None, "code": None}}).encode()
-
-
-# Each builds a body of about `size` characters aimed at one construct of the parser.
-REFUSALS: dict[str, Callable[[int], bytes]] = {
-    "a run of name characters (the 19 s freeze)": lambda n: fill("a", n).encode(),
-    "name characters then a near-sentence": lambda n: fill("a.b_", n, tail=": Extra").encode(),
-    "a rule's prefix over and over": lambda n: openai_error(fill(
-        "Unsupported value: 'temperature' does not support ", n)),
-    "a list that never ends": lambda n: openai_error(fill(
-        "'x', ", n, head="Unsupported value: 'reasoning_effort' does not support 'high' with "
-        "this model. Supported values are: ")),
-    "unclosed quotes": lambda n: openai_error(fill('"', n)),
-    "the python-repr message key again and again": lambda n: fill(
-        "'message': 'a", n, head="litellm.BadRequestError: X - {").encode(),
-    "braces that open wrapped bodies": lambda n: openai_error(fill("{", n)),
-    "digits for a minimum": lambda n: openai_error(
-        "Invalid 'max_output_tokens': integer below minimum value. Expected a value >= "
-        + fill("9", n)),
-    "validation errors by the thousand": lambda n: json.dumps({"detail": [
-        {"loc": ["body", "f"], "msg": "Extra inputs are not permitted", "type": "x"}]
-        * (n // 80)}).encode(),
-    "an echo of a request, plain text": lambda n: fill(
-        '"stream_options": {"include_usage": true}, ', n).encode(),
-}
 
 
 def _linear(parse: Callable[[int], object]) -> None:
