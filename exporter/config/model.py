@@ -35,7 +35,7 @@ from exporter.exposition.families import Family, Objective, RatioObjective
 from exporter.log import REDACTED, Redactor
 from exporter.providers.gateway import GatewayModel
 from exporter.providers.prices import ModelPrice
-from exporter.providers.rules import lookup
+from exporter.providers.rules import lookup, quiet_default
 
 # ---------------------------------------------------------------------------------------------
 # The resolved config
@@ -186,9 +186,13 @@ def reasons(series: Series) -> bool:
     Another series that does reason shows it at its first probe that answers after its first
     token (`llm_probe_time_to_first_answer_seconds` appears then).
     """
-    if series.probe.reasoning is not None:
-        return series.probe.reasoning.effort is not Effort.NONE
-    return lookup(series.target.api, series.family_name).reasoning
+    probe = series.probe
+    if probe.reasoning is not None:
+        return probe.reasoning.effort is not Effort.NONE
+    family = lookup(series.target.api, series.family_name)
+    forced = bool(probe.tools) and probe.tool_choice not in (None, "auto", "none")
+    return family.reasoning and not quiet_default(series.target.api, family, bool(probe.tools),
+                                                  forced)
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,7 @@ from exporter.providers.rules import (
     control_of,
     effort_budget,
     lookup,
+    quiet_default,
 )
 
 # The names (compared without case and `_`) under which each parameter can sit in `params:`.
@@ -142,9 +143,9 @@ def plan(series: Series, tuning: Tuning = NO_TUNING) -> Plan:
         if knob is Knob.BUDGET:
             budget = asked if asked is not None else effort_budget(effort or Effort.MEDIUM,
                                                                    family.budget)
-    elif tuning.quiet or _quiet(api, family, tools, forced):
+    elif tuning.quiet or quiet_default(api, family, tools, forced):
         # The family thinks unasked, and what the probe sends needs thinking off: the
-        # exporter's default effort, never the user's (see `_quiet`).
+        # exporter's default effort, never the user's (see `rules.quiet_default`).
         knob, effort, off, quiet = Knob.LEVEL, Effort.NONE, True, True
     elif _show_default_thinking(family) and Param.SHOW_THOUGHTS not in tuning.omit:
         knob = Knob.LEVEL  # adaptive, no effort: the model's own default, made visible
@@ -159,20 +160,6 @@ def plan(series: Series, tuning: Tuning = NO_TUNING) -> Plan:
         temperature=probe.temperature, params=params,
         explicit=_explicit(series, params), api=api, tools=tools, forced_tool=forced,
         quiet=quiet, control=control)
-
-
-def _quiet(api: Api, family: Family, tools: bool, forced: bool) -> bool:
-    """Whether a probe that sets no `reasoning` must turn the family's default thinking off
-    for what it sends: function tools on Chat Completions (gpt-5.6, gpt-6: "use /v1/responses
-    or set reasoning_effort to 'none'"), a forced tool choice on Claude that thinks by default
-    ("Thinking may not be enabled when tool_choice forces tool use")."""
-    if not family.reasoning or family.has(Trait.NO_THINKING_OFF):
-        return False
-    if api is Api.OPENAI_CHAT and tools:
-        return family.has(Trait.CHAT_TOOLS_NEED_NO_EFFORT) and family.takes(Effort.NONE, api)
-    if api in (Api.ANTHROPIC_MESSAGES, Api.BEDROCK_CONVERSE) and forced:
-        return family.has(Trait.FORCED_TOOL_NEEDS_NO_THINKING)
-    return False
 
 
 def _show_default_thinking(family: Family) -> bool:

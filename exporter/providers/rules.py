@@ -53,7 +53,7 @@ __all__ = ["ANTHROPIC_DISPLAY", "ANTHROPIC_EFFORT", "ANTHROPIC_EFFORTS",
            "ANTHROPIC_THINKING_TYPES", "AZURE_FIRST_VERSION", "GEMINI_LEVEL", "GEMINI_LEVELS",
            "NOVA_EFFORT", "OLLAMA_THINK", "OPENAI_EFFORTS", "SAMPLING", "Budget", "Control",
            "Family", "Knob", "Param", "Trait", "Vendor", "control_of", "effort_budget",
-           "lookup", "segment"]
+           "lookup", "quiet_default", "segment"]
 
 E = Effort
 REVIEWED = "2026-12-05"  # the day the table was last compared with its sources
@@ -500,6 +500,20 @@ def lookup(api: Api, model: str) -> Family:
 def control_of(family: Family) -> Control:
     """The field a Bedrock family's reasoning control travels in."""
     return family.control or DEFAULT_CONTROL[family.vendor]
+
+
+def quiet_default(api: Api, family: Family, tools: bool, forced: bool) -> bool:
+    """Whether a probe that sets no `reasoning` must turn the family's default thinking off for
+    what it sends: function tools on Chat Completions (gpt-5.6, gpt-6: "use /v1/responses or
+    set reasoning_effort to 'none'"), a forced tool choice on a Claude that thinks by default
+    ("Thinking may not be enabled when tool_choice forces tool use")."""
+    if not family.reasoning or family.has(Trait.NO_THINKING_OFF):
+        return False
+    if api is Api.OPENAI_CHAT and tools:
+        return family.has(Trait.CHAT_TOOLS_NEED_NO_EFFORT) and family.takes(Effort.NONE, api)
+    if api in (Api.ANTHROPIC_MESSAGES, Api.BEDROCK_CONVERSE) and forced:
+        return family.has(Trait.FORCED_TOOL_NEEDS_NO_THINKING)
+    return False
 
 
 def effort_budget(effort: Effort, budget: Budget | None) -> int:
