@@ -159,16 +159,20 @@ async def test_a_combination_nothing_chosen_can_fix_fails_naming_the_fix(
     assert again.result is Result.HTTP_4XX and again.cause is cause
 
 
+@pytest.mark.parametrize(("probe", "family"), [
+    ({"reasoning": {"effort": "low"}}, "gpt-5-mini"),
+    ({"tools": TOOLS}, "gpt-5.6-terra"),  # the effort none the exporter sends with tools
+], ids=["the user's effort", "the exporter's none"])
 async def test_azure_without_reasoning_effort_is_told_about_its_api_version(
-        scripted_server) -> None:
+        scripted_server, probe: dict[str, Any], family: str) -> None:
     server = await scripted_server(Script(status=400, headers={
         "Content-Type": "application/json"}, steps=[(0, (
             b'{"error": {"code": null, "message": "Unrecognized request argument supplied: '
             b'reasoning_effort"}}'))]))
     series = parse_config({
-        "probes": {"p": {"prompt": "hi", "reasoning": {"effort": "low"}}},
+        "probes": {"p": {"prompt": "hi", **probe}},
         "targets": [{"name": "azure", "base_url": server.url, "models": ["prod-gpt5"],
-                     "model_family": {"prod-gpt5": "gpt-5-mini"}}]}, env={}).series[0]
+                     "model_family": {"prod-gpt5": family}}]}, env={}).series[0]
     async with Prober() as prober:
         result = await prober.probe(series)
     assert result.result is Result.HTTP_4XX and result.cause is Cause.PARAMETER_REFUSED

@@ -190,6 +190,9 @@ def _always_fails(refusal: Refusal, sent: Plan) -> bool:
     thinking off)."""
     if refusal.param in (Param.ENDPOINT, Param.API_VERSION):
         return True
+    if refusal.scope is Scope.API and refusal.param is Param.REASONING_EFFORT \
+            and sent.control is None and sent.knob is not None:
+        return True  # the endpoint (its api-version) does not know the field at all
     family = sent.family
     if refusal.with_ is Param.TOOLS:
         return refusal.action is not Action.OFF or family.has(Trait.CHAT_TOOLS_REFUSED) \
@@ -203,7 +206,8 @@ def _other_api(refusal: Refusal, sent: Plan) -> Api | None:
     """The API style the server (or, for a family known to refuse, the table) points to."""
     if refusal.api is not None:
         return refusal.api
-    if sent.quiet and sent.tools and sent.api is Api.OPENAI_CHAT:
+    if sent.quiet and sent.tools and sent.api is Api.OPENAI_CHAT \
+            and refusal.scope is Scope.MODEL:
         return Api.OPENAI_RESPONSES  # none refused after "use /v1/responses or set none"
     return None
 
