@@ -4,9 +4,13 @@ Every provider words its refusals differently: OpenAI (and Azure) name the param
 `error.param` with an `error.code`; Anthropic, Gemini, Bedrock and Ollama only in the message;
 LiteLLM wraps the upstream's message in its own, OpenRouter puts the upstream's body in
 `error.metadata.raw`, Bedrock prefixes Claude's message (sometimes its whole JSON body) with
-"The model returned the following errors: ". `parse_refusal` unwraps all of these and matches
-the message against the providers' own sentences (verbatim in the project's research notes,
-section 10), so what happens next (`exporter.probe.adapt`) never reads message text.
+"The model returned the following errors: ". `parse_refusal` unwraps all of these
+(`exporter.providers.errorbody`) and matches the message against the providers' own sentences
+(103 bodies as sent, each with its source, in tests/data/refusals), so what happens next
+(`exporter.probe.adapt`) never reads message text. A refusal says which parameter, what the
+server asks (`Action`), what the parameter was refused together with (`with_`: function tools,
+a forced tool choice), which API style the server points to (`api`), and whether the API in
+front of the model rather than the model refuses it (`scope`).
 
 A server's body is hostile input, read on the loop that stamps other probes' tokens: each
 message is cut to `MESSAGE_SCAN` characters before any pattern sees it, and every pattern runs
