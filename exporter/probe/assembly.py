@@ -17,7 +17,7 @@ from exporter.config import Expect, Series
 from exporter.errors import HTTPStatusError, ProbeError, Result
 from exporter.log import Redactor
 from exporter.probe.failures import REASON_LIMIT
-from exporter.probe.tokens import estimate_tokens
+from exporter.probe.tokens import estimate_tokens, heuristic_tokens
 from exporter.probe.transport import NetStamps
 from exporter.protocols import Embedding, StreamParser
 from exporter.protocols.reasoning import ceiling
@@ -70,15 +70,20 @@ def output_tokens(parser: StreamParser[Any]) -> tuple[int, TokenSource]:
     return estimate_tokens(text), TokenSource.ESTIMATE
 
 
+# Slack over what a request asked for: thinking a limit may not cover, a gateway's hidden system
+# prompt, tool schemas, images. It bounds what a claim can add to a probe's cost.
+USAGE_SLACK = 65_536
+
+
 def plausible(usage: Usage, cap: int, prompt_text: str) -> Usage:
-    """The server's counts, less those no honest server reports for this request: more output
-    than the stream may carry (4 × the output limit asked for + 64, where the prober cuts a
-    stream that ignores it) or a prompt many times what was sent (8 × its estimate + 16,384
-    for images and templates). A count left out is estimated; the cost cannot be inflated."""
+    """The server's counts, less those no honest server reports for this request: output over
+    8 × the limit asked for + USAGE_SLACK, or a prompt over 8 × a rough count of what was sent
+    + USAGE_SLACK. A count left out is estimated: a claim cannot inflate the cost."""
     completion, prompt = usage.completion, usage.prompt
-    if completion is not None and completion > 4 * cap + 64:
+    if completion is not None and completion > 8 * cap + USAGE_SLACK:
         completion = None
-    if prompt is not None and prompt > 8 * estimate_tokens(prompt_text) + 16_384:
+    if prompt is not None and prompt > USAGE_SLACK and (
+            prompt > 8 * heuristic_tokens(prompt_text) + USAGE_SLACK):
         prompt = None
     if (completion, prompt) == (usage.completion, usage.prompt):
         return usage

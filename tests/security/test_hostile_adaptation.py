@@ -12,6 +12,7 @@ import pytest
 
 from exporter.config import parse_config
 from exporter.errors import Cause, Result
+from exporter.probe.assembly import USAGE_SLACK
 from exporter.probe.prober import Prober
 from exporter.protocols.reasoning import ceiling
 from tests.conftest import Script, ok_stream
@@ -152,6 +153,6 @@ async def test_a_server_cannot_inflate_what_a_probe_costs(scripted_server, usage
     async with Prober() as prober:
         result = await prober.probe(cfg.series[0])
     assert result.result is Result.SUCCESS
-    assert result.cost is not None and result.cost < 0.001  # a few tokens' worth
-    assert (result.usage.completion or 0) <= 4 * 64 + 64
-    assert (result.usage.prompt or 0) < 20_000
+    assert result.cost is not None and result.cost < 0.2  # at most the slack's worth
+    assert (result.usage.completion or 0) <= 8 * 64 + USAGE_SLACK
+    assert (result.usage.prompt or 0) <= USAGE_SLACK
