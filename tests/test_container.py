@@ -65,13 +65,22 @@ def image(engine_name: str) -> str:
         pytest.skip("mmdebstrap is not installed (scripts/install-test-deps installs it): "
                     "it assembles the Debian base")
     env = {**os.environ, "BASE_IMAGE": "debian", "IMAGE": IMAGE}
+    before = _image_id(IMAGE)
     started = time.monotonic()
     build = subprocess.run(["make", "--no-print-directory", "-s", "image"], cwd=ROOT, env=env,
                            capture_output=True, text=True, timeout=1800, check=False)
     assert build.returncode == 0, build.stderr[-5000:]
     assert build.stdout.strip().splitlines()[-1] == IMAGE, build.stdout
     print(f"built {IMAGE} with {engine_name} in {time.monotonic() - started:.0f} s")
+    if before and before != _image_id(IMAGE):
+        # the previous build of the tag: each keeps a ~100 MB layer (the virtualenv)
+        engine("rmi", before, check=False)
     return IMAGE
+
+
+def _image_id(name: str) -> str | None:
+    found = engine("image", "inspect", "--format", "{{.Id}}", name, check=False)
+    return found.stdout.strip() or None if found.returncode == 0 else None
 
 
 @dataclass
