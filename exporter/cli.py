@@ -94,6 +94,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_common(check)
     check.add_argument("--output", choices=("table", "json"), default="table",
                        help="table (default) or json (for CI)")
+    check.add_argument("--discover", action="store_true",
+                       help="ask each discovering target's gateway for its models now (one "
+                            "GET /models each, with the target's key) and plan them")
     check.add_argument("--warn.series", dest="warn_series", type=int, default=None,
                        metavar="N", help="warn above N Prometheus series (default 10000)")
 
@@ -253,7 +256,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     if config is None:
         return 1
     return run_check(config, args.config_file, output=args.output,
-                     series_warning=args.warn_series)
+                     series_warning=args.warn_series, discover=args.discover)
 
 
 def _selection(args: argparse.Namespace) -> Selection:

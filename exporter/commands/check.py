@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import sys
 from collections.abc import Mapping
 
@@ -10,7 +11,14 @@ from rich.console import Console
 from rich.table import Table
 
 from exporter.commands.cells import cell, make_console
-from exporter.commands.plan import SERIES_WARNING, Count, Plan, make_plan
+from exporter.commands.plan import (
+    SERIES_WARNING,
+    Count,
+    Discovered,
+    Plan,
+    discover_now,
+    make_plan,
+)
 from exporter.config import Config, format_duration
 from exporter.log import REDACTOR
 
@@ -48,8 +56,34 @@ def series_table(plan: Plan, title: str) -> Table:
             _int(s.probes_per_day),
             _int(s.output_tokens_per_day) + (" ¹" if s.reasons else ""),
             _int(s.input_tokens_per_day),
-            "–" if cost is None or s.price is None else f"{cost:,.2f} {cell(s.price.currency)}",
+            "unknown" if cost is None or s.price is None
+            else f"{cost:,.2f} {cell(s.price.currency)}",
             _series(s.series, s.extra, plan.classic))
+    return table
+
+
+def price_table(plan: Plan) -> Table:
+    """Each probed model's price per 1M tokens and where it comes from."""
+    table = Table(title="Prices (per 1M tokens)")
+    for column in ("target", "model", "source", "input", "cached input", "output", "currency",
+                   "from"):
+        table.add_column(column, justify="right" if column in (
+            "input", "cached input", "output") else "left")
+    seen: set[tuple[str, str]] = set()
+    for s in plan.series:
+        if s.key[:2] in seen:
+            continue
+        seen.add(s.key[:2])
+        price = s.price
+        if price is None:
+            table.add_row(cell(s.key[0]), cell(s.key[1]), "unknown", "", "", "", "",
+                          "no cost counted: set targets[].prices")
+            continue
+        tiers = "".join(f"; > {t.above:,} prompt tokens: {t.rates.input:g} / "
+                        f"{t.rates.output:g}" for t in price.tiers)
+        table.add_row(cell(s.key[0]), cell(s.key[1]), price.source.value, f"{price.input:g}",
+                      "" if price.cached_input is None else f"{price.cached_input:g}",
+                      f"{price.output:g}", cell(price.currency), cell(price.origin + tiers))
     return table
 
 
@@ -80,6 +114,12 @@ def print_plan(config: Config, plan: Plan, path: str, console: Console | None = 
     """The plan as tables, the notes and warnings, then `config OK`."""
     console = console or make_console()
     console.print(series_table(plan, f"{len(plan.series)} series in {cell(path)}: a day"))
+    console.print(price_table(plan))
+    unknown = sum(s.price is None for s in plan.series)
+    console.print(f"price data: {plan.library.describe()}; {unknown:,} of {len(plan.series):,} "
+                  "series have no known price (cost unknown, not counted).", soft_wrap=True)
+    for note in plan.discovery_notes():
+        console.print(cell(note), soft_wrap=True)
     console.print(family_table(plan))
     own = plan.own.classic
     everything = plan.probe_series + plan.own
@@ -114,10 +154,16 @@ def print_plan_json(plan: Plan, path: str) -> None:
 
 
 def run_check(config: Config, path: str, *, output: str = "table",
-              series_warning: int | None = None) -> int:
-    """The `check` command on a loaded config: print the plan; exit 0 (warnings included)."""
+              series_warning: int | None = None, discover: bool = False) -> int:
+    """The `check` command on a loaded config: print the plan; exit 0 (warnings included).
+
+    Discovering targets are asked for their models only with `discover` (a request with the
+    target's key); otherwise the plan says their models come at run time."""
+    found: list[Discovered] = []
+    if discover and config.discovering:
+        config, found = asyncio.run(discover_now(config))
     plan = make_plan(config, series_warning=SERIES_WARNING if series_warning is None
-                     else series_warning)
+                     else series_warning, discovered=found)
     if output == "json":
         print_plan_json(plan, path)
     else:

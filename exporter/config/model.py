@@ -11,13 +11,28 @@ from typing import Any, cast
 
 from exporter.apis import Api
 from exporter.config.network import TLS, Proxy
-from exporter.config.probe import ProbeConfig
+from exporter.config.probe import ProbeConfig, SloConfig
 from exporter.config.reasoning import Effort, merge_patches
-from exporter.config.schema import AwsSigV4Config, GlobalConfig, Price, RawConfig, SimulatorConfig
-from exporter.config.secrets import header_secrets, is_secret, redacted_url, url_secrets
+from exporter.config.schema import (
+    AwsSigV4Config,
+    DiscoverConfig,
+    GlobalConfig,
+    Price,
+    RawConfig,
+    SimulatorConfig,
+)
+from exporter.config.secrets import (
+    header_secrets,
+    is_secret,
+    params_secrets,
+    redacted_url,
+    url_secrets,
+)
 from exporter.config.types import Secret
 from exporter.exposition.families import Family, Objective, RatioObjective
 from exporter.log import REDACTED, Redactor
+from exporter.providers.gateway import GatewayModel
+from exporter.providers.prices import ModelPrice
 from exporter.providers.rules import lookup
 
 # ---------------------------------------------------------------------------------------------
@@ -51,6 +66,11 @@ class Target:
     aws_sigv4: AwsSigV4Config | None = None  # sign requests (instead of an API key)
     params: Mapping[str, Any] = field(default_factory=dict)  # extra body fields (`params:`)
     model_family: Mapping[str, str] = field(default_factory=dict)  # model → hosted family
+    # Probes of one model (`models: [{name, probes}]`); others run the target's `probes`.
+    model_probes: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    discover: DiscoverConfig | None = None  # probe what the gateway lists
+    slo: SloConfig = field(default_factory=SloConfig)
+    model_slo: Mapping[str, SloConfig] = field(default_factory=dict)
 
     @property
     def route(self) -> str:
@@ -81,6 +101,9 @@ class Series:
     timeout: float
     jitter: float
     slo: Objectives = field(default_factory=Objectives)
+    price: ModelPrice | None = None  # None: unknown, no cost is counted
+    gateway: GatewayModel | None = None  # what the gateway says of the model (discovery)
+    discovered: bool = False  # listed by the gateway, not by `models:`
 
     @property
     def key(self) -> SeriesKey:
@@ -98,11 +121,6 @@ class Series:
         """The extra body fields: the target's `params`, then the probe's (which win); a
         patch (`null` removes a field) to apply to the body."""
         return merge_patches(self.target.params, self.probe.params)
-
-    @property
-    def price(self) -> Price | None:
-        """The configured price of this model, if any."""
-        return self.target.prices.get(self.model)
 
     def stable_fraction(self) -> float:
         """A fraction in [0, 1) fixed by the series key; spreads start times across restarts."""
@@ -138,11 +156,23 @@ class Config:
     files: tuple[Path, ...] = ()  # key and TLS files the config read (a reload re-reads them)
     digest: str = ""  # sha256 over the config file and those files, as loaded
     interpolated_secrets: tuple[str, ...] = field(default=(), repr=False)  # `${*_KEY}` values
+    # Where state that outlives a restart is kept: global.state_dir, else a private directory
+    # per config file; None for a config given as data (nothing is kept then).
+    state_dir: Path | None = None
+    shard: str | None = None  # "i/n" in force (--shard or global.shard)
+    # Series per target that discovery found but `global.max_series` or `discover.max_models`
+    # left out (target → how many models).
+    trimmed: Mapping[str, int] = field(default_factory=dict)
+
+    @property
+    def discovering(self) -> tuple[Target, ...]:
+        """The targets that discover their models."""
+        return tuple(t for t in self.targets if t.discover is not None)
 
     def secrets(self) -> list[str]:
         """Every secret value in this config, for redaction: API keys, secret-looking headers,
-        query parameters and URL credentials (and the forms they travel in), the simulator's
-        key."""
+        query parameters, `params` fields and URL credentials (and the forms they travel in),
+        every `${VAR}` in `params`, the simulator's key."""
         found = [t.api_key.reveal() for t in self.targets if t.api_key]
         for target in self.targets:
             for name, value in target.headers.items():
@@ -150,8 +180,11 @@ class Config:
                 found += header_secrets(name, value)
             found += [value for name, value in target.query.items() if is_secret(name, value, ())]
             found += url_secrets(target.base_url + (target.path or ""))
+            found += params_secrets(target.params)
             if target.proxy is not None:
                 found += target.proxy.secrets()
+        for probe in self.probes.values():
+            found += params_secrets(probe.params)
         if self.simulator is not None and self.simulator.api_key:
             found.append(self.simulator.api_key)
         return found + list(self.interpolated_secrets)

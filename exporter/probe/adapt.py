@@ -7,6 +7,9 @@ changes: the probe retries at once and every later probe sends the working reque
 once, shown on the status page and in `/config`, exported as `llm_probe_adapted_parameters`).
 A refusal of a value the user set (`temperature`, `reasoning`, `max_tokens`, anything in
 `params:`) is never adapted: the probe fails, naming the parameter and what to set instead.
+Nor is one whose adapted request would ask for more output than the probe's ceiling
+(`reasoning.ceiling`, what `check` plans): a server cannot make a probe spend more than its
+plan says — the probe fails saying what the server asked for.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from typing import Any
 from exporter.config import Series, Target
 from exporter.config.reasoning import key_names, mentions, squash
 from exporter.log import get_logger
-from exporter.protocols.reasoning import NO_TUNING, PARAM_NAMES, Plan, Tuning, plan
+from exporter.protocols.reasoning import NO_TUNING, PARAM_NAMES, Plan, Tuning, ceiling, plan
 from exporter.providers.refusals import Action, Refusal, parse_refusal
 from exporter.providers.rules import Knob, Param
 
@@ -113,6 +116,12 @@ class Adaptations:
         if adapted is None:
             return Verdict()
         tuning, change = adapted
+        asked, limit = plan(series, tuning).cap, ceiling(series)
+        if asked > limit:
+            return Verdict(reason=f"HTTP {status}: {series.model} refuses {_what(refusal)}; "
+                                  f"adapting would send an output limit of {asked} tokens, "
+                                  f"above this probe's ceiling of {limit}: "
+                                  f"{advice(refusal, sent)} (server: {refusal.message})")
         if entry is None:
             entry = self._learnt[(series.target.name, series.model)] = _Learnt(series.target)
         entry.tuning = tuning
@@ -184,6 +193,9 @@ def advice(refusal: Refusal, sent: Plan) -> str:
             return f"set reasoning.budget_tokens between {refusal.low} and {refusal.high}"
         return "change reasoning.budget_tokens (or set reasoning.effort instead)"
     if param is Param.THINKING:
+        if action is Action.SWITCH and refusal.knob is Knob.BUDGET:
+            return ("it takes a thinking budget, not a named effort: set "
+                    "reasoning.budget_tokens (the plan then counts it)")
         if action is Action.SWITCH:
             return "it takes no thinking budget: set reasoning.effort instead of budget_tokens"
         if sent.off:

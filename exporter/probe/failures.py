@@ -74,8 +74,7 @@ def error_text(body: bytes, redactor: Redactor = REDACTOR) -> str:
             message = error
     if not message:
         message = body.decode("utf-8", "replace")
-    # Redacted before whitespace is squeezed (and before the cut): nothing may reshape a key.
-    return redactor.clip(" ".join(redactor(str(message)).split()), REASON_LIMIT)
+    return redactor.words(str(message), REASON_LIMIT)
 
 
 def request_error(exc: Exception, proxy: Proxy | None = None) -> ProbeError | None:

@@ -19,7 +19,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 from yarl import URL
 
 from exporter import measure
-from exporter.config import Case, ProbeKind, Series
+from exporter.config import Case, ProbeKind, Secret, Series, Target
 from exporter.errors import (
     Cause,
     CheckFailed,
@@ -138,6 +138,22 @@ class Prober:
         if self._session is not None:
             await self._session.close()
             self._session = None
+
+    @property
+    def clock(self) -> Clock:
+        """The monotonic clock requests are stamped on."""
+        return self._clock
+
+    async def started_session(self) -> aiohttp.ClientSession:
+        """The shared session, opened if need be (discovery's requests use it too)."""
+        if self._session is None:
+            await self.start()
+        assert self._session is not None
+        return self._session
+
+    def key_of(self, target: Target) -> Secret | None:
+        """The key a request to `target` sends now (its key file re-read if it changed)."""
+        return self._keys.key(target)
 
     def _protocol(self, series: Series) -> ApiProtocol:
         api = series.target.api

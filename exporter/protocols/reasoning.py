@@ -134,6 +134,24 @@ def plan(series: Series, tuning: Tuning = NO_TUNING) -> Plan:
         explicit=_explicit(series, params))
 
 
+def ceiling(series: Series) -> int:
+    """The most output tokens one request of `series` may ask for: what `check` plans, and
+    what run-time adaptation never passes.
+
+    It is the limit the table's request sends; for a family the table does not know, the
+    largest of the shapes its vendor's models take (the server picks); and where the probe
+    gives its own `budget_tokens`, `max_tokens` plus that budget (each model takes what it
+    takes)."""
+    sent = plan(series)
+    limit = sent.cap
+    if not sent.family.known and series.probe.reasoning is not None:
+        limit = max(plan(series, Tuning(knob=knob)).cap for knob in knobs_of(sent.family))
+    reasoning = series.probe.reasoning
+    if reasoning is not None and reasoning.budget_tokens is not None:
+        limit = max(limit, series.probe.max_tokens + reasoning.budget_tokens)
+    return limit
+
+
 def _explicit(series: Series, params: Mapping[str, Any]) -> frozenset[Param]:
     """The parameters whose values the user chose: in the probe, or anywhere in `params:`."""
     probe = series.probe

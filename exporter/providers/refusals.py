@@ -7,6 +7,14 @@ LiteLLM wraps the upstream's message in its own, OpenRouter puts the upstream's 
 "The model returned the following errors: ". `parse_refusal` unwraps all of these and matches
 the message against the providers' own sentences (verbatim in the project's research notes,
 section 10), so what happens next (`exporter.probe.adapt`) never reads message text.
+
+A server's body is hostile input, read on the loop that stamps other probes' tokens: each
+message is cut to `MESSAGE_SCAN` characters before any pattern sees it, and every pattern runs
+in linear time (bounded repeats, no nested or adjacent unbounded quantifiers; a name written
+before its sentence is found from the sentence backwards). A parameter is named only by the
+provider's structured fields (`param`, a validation error's `loc`) or by the error's own
+sentence, never because the body mentions it: a server that echoes the request mentions every
+field it was sent. Numbers are range-checked before they can reach a request.
 """
 
 from __future__ import annotations
@@ -24,7 +32,10 @@ from exporter.log import REDACTOR
 from exporter.providers.rules import Knob, Param
 
 MESSAGE_LIMIT = 300  # characters of the server's message kept (after redaction)
+MESSAGE_SCAN = 2048  # characters of a message the patterns read: the providers' sentences fit
 MAX_UNWRAP = 3  # gateways inside gateways
+MAX_VALUE = 10_000_000  # the largest token count a server may name (probes.*.max_tokens' bound)
+MAX_CHOICES, MAX_CHOICE = 16, 64  # "supported values": how many, and how long each
 BEDROCK_PREFIX = "The model returned the following errors: "
 
 
@@ -86,30 +97,69 @@ def param_of(name: str) -> Param:
 
 
 def _values(text: str) -> tuple[str, ...]:
-    """`'a', 'b', and 'c'` (or `"a", "b"`, or `a, b`) → ('a', 'b', 'c')."""
-    quoted = re.findall(r"'([^']+)'|\"([^\"]+)\"", text)
-    if quoted:
-        return tuple((a or b).lower() for a, b in quoted)
-    return tuple(part.strip(" .`").lower() for part in re.split(r",|\bor\b|\band\b", text)
-                 if part.strip(" .`"))
+    """`'a', 'b', and 'c'` (or `"a", "b"`, or `a, b`) → ('a', 'b', 'c'): each redacted before
+    it is lower-cased (a server may list the key), at most MAX_CHOICES of MAX_CHOICE characters."""
+    quoted = re.findall(r"'([^']{1,200})'|\"([^\"]{1,200})\"", text)
+    parts = ([a or b for a, b in quoted] if quoted
+             else [part.strip(" .`") for part in re.split(r",|\bor\b|\band\b", text)])
+    return tuple(REDACTOR(part)[:MAX_CHOICE].lower() for part in parts if part)[:MAX_CHOICES]
 
 
-def _number(text: str) -> int | float | str:
+def _number(text: str) -> int | float | str | None:
+    """A value the server named: a number within ±MAX_VALUE (None beyond it), else its text."""
     try:
         value = float(text)
     except ValueError:
-        return text.strip()
+        return text.strip()[:MAX_CHOICE]
+    if not abs(value) <= MAX_VALUE:  # also NaN
+        return None
     return int(value) if value.is_integer() else value
 
 
+def _count(text: str | None) -> int | None:
+    """A token count the server named, when it is one a request may carry (else None)."""
+    if not text:
+        return None
+    value = int(text)
+    return value if -1 <= value <= MAX_VALUE else None
+
+
 Build = Callable[[re.Match[str], str | None], Refusal | None]
-_RULES: list[tuple[re.Pattern[str], Build]] = []
+Rule = Callable[[str, str | None], Refusal | None]  # (sentence, structured param) → refusal
+_RULES: list[Rule] = []
 
 
 def _rule(pattern: str) -> Callable[[Build], Build]:
+    """Register `build` for the first match of `pattern` (linear: see the module docstring)."""
     def register(build: Build) -> Build:
-        _RULES.append((re.compile(pattern, re.IGNORECASE), build))
+        search = re.compile(pattern, re.IGNORECASE).search
+
+        def rule(text: str, param: str | None) -> Refusal | None:
+            m = search(text)
+            return None if m is None else build(m, param)
+        _RULES.append(rule)
         return build
+    return register
+
+
+def _name_before(sentence: str) -> Callable[[Callable[[str], Refusal | None]], Rule]:
+    """Register a rule for "<name><sentence>": the sentence is found with `str.find` and the
+    name read backwards from it, so a long run of name characters costs one pass, not its
+    square."""
+    folded = sentence.lower()
+    name_end = re.compile(r"[\w.]{1,100}$")
+
+    def register(build: Callable[[str], Refusal | None]) -> Rule:
+        def rule(text: str, param: str | None) -> Refusal | None:
+            at = text.lower().find(folded)
+            while at >= 0:
+                m = name_end.search(text, max(0, at - 100), at)
+                if m is not None:
+                    return build(m.group())
+                at = text.lower().find(folded, at + 1)
+            return None
+        _RULES.append(rule)
+        return rule
     return register
 
 
@@ -119,47 +169,49 @@ def _named(m: re.Match[str], action: Action, **fields: Any) -> Refusal:
 
 
 # -- OpenAI and Azure (sections 1-3 of the notes) ----------------------------------------------
-@_rule(r"Unsupported parameter: '(?P<p>[\w.\[\]]+)'\. In the Responses API, this parameter "
-       r"has moved to '(?P<q>[\w.]+)'")
+@_rule(r"Unsupported parameter: '(?P<p>[\w.\[\]]{1,100})'\. In the Responses API, this "
+       r"parameter has moved to '(?P<q>[\w.]{1,100})'")
 def _moved(m: re.Match[str], param: str | None) -> Refusal:
     return _named(m, Action.RENAME, to=param_of(m.group("q")), to_name=m.group("q"))
 
 
-@_rule(r"Unsupported parameter: '(?P<p>[\w.\[\]]+)' is not supported with this model\.\s*"
-       r"Use '(?P<q>[\w.]+)' instead")
+@_rule(r"Unsupported parameter: '(?P<p>[\w.\[\]]{1,100})' is not supported with this "
+       r"model\.\s{0,8}Use '(?P<q>[\w.]{1,100})' instead")
 def _use_instead(m: re.Match[str], param: str | None) -> Refusal:
     return _named(m, Action.RENAME, to=param_of(m.group("q")), to_name=m.group("q"))
 
 
-@_rule(r"Unsupported parameter: '(?P<p>[\w.\[\]]+)' is not supported with this model")
+@_rule(r"Unsupported parameter: '(?P<p>[\w.\[\]]{1,100})' is not supported with this model")
 def _unsupported_parameter(m: re.Match[str], param: str | None) -> Refusal:
     return _named(m, Action.DROP)
 
 
-@_rule(r"Unsupported value: '(?P<p>[\w.\[\]]+)' does not support (?P<got>.+?) with this "
-       r"model\. Only the default \((?P<v>[^)]*)\) value is supported")
+@_rule(r"Unsupported value: '(?P<p>[\w.\[\]]{1,100})' does not support "
+       r"(?P<got>[^\n]{1,200}?) with this model\. Only the default \((?P<v>[^)]{0,100})\) "
+       r"value is supported")
 def _only_default(m: re.Match[str], param: str | None) -> Refusal:
     if param_of(m.group("p")) is Param.OTHER:  # stream, messages[0].role: nothing to adapt
         return _named(m, Action.UNSUPPORTED, value=m.group("got"))
     return _named(m, Action.SET, value=_number(m.group("v")))
 
 
-@_rule(r"Unsupported value: '(?P<p>[\w.\[\]]+)' does not support (?P<got>.+?) with this "
-       r"model\. Supported values are: (?P<list>.+?)\.?$")
+@_rule(r"Unsupported value: '(?P<p>[\w.\[\]]{1,100})' does not support "
+       r"(?P<got>[^\n]{1,200}?) with this model\. Supported values are: (?P<list>[^\n]{1,500})")
 def _supported_values(m: re.Match[str], param: str | None) -> Refusal:
     return _named(m, Action.CHOOSE, value=m.group("got").strip("'"),
                   choices=_values(m.group("list")))
 
 
-@_rule(r"Unsupported value: '(?P<got>[^']+)' is not supported with the '[^']+' model\. "
-       r"Supported values are: (?P<list>.+?)\.?$")
+@_rule(r"Unsupported value: '(?P<got>[^']{1,200})' is not supported with the '[^']{1,200}' "
+       r"model\. Supported values are: (?P<list>[^\n]{1,500})")
 def _model_values(m: re.Match[str], param: str | None) -> Refusal:
     name = param or "reasoning.effort"
     return Refusal(param_of(name), Action.CHOOSE, name, "", value=m.group("got"),
                    choices=_values(m.group("list")))
 
 
-@_rule(r"Invalid value: '(?P<got>[^']*)'\. Supported values are: (?P<list>.+?)\.?$")
+@_rule(r"Invalid value: '(?P<got>[^']{0,200})'\. Supported values are: "
+       r"(?P<list>[^\n]{1,500})")
 def _invalid_value(m: re.Match[str], param: str | None) -> Refusal | None:
     if param is None:
         return None
@@ -167,14 +219,14 @@ def _invalid_value(m: re.Match[str], param: str | None) -> Refusal | None:
                    choices=_values(m.group("list")))
 
 
-@_rule(r"Invalid '(?P<p>[\w.]+)': integer below minimum value\. Expected a value >= "
-       r"(?P<m>\d+)")
+@_rule(r"Invalid '(?P<p>[\w.]{1,100})': integer below minimum value\. Expected a value >= "
+       r"(?P<m>\d{1,30})")
 def _below_minimum(m: re.Match[str], param: str | None) -> Refusal:
-    return _named(m, Action.RAISE, value=int(m.group("m")))
+    return _named(m, Action.RAISE, value=_count(m.group("m")))
 
 
-@_rule(r"(?:Unrecognized request argument(?: supplied)?|Unknown parameter):?\s*'?"
-       r"(?P<p>[\w.]+)'?")
+@_rule(r"(?:Unrecognized request argument(?: supplied)?|Unknown parameter):?\s{0,8}'?"
+       r"(?P<p>[\w.]{1,100})'?")
 def _unknown_argument(m: re.Match[str], param: str | None) -> Refusal:
     if param_of(m.group("p")) is Param.MAX_COMPLETION_TOKENS:  # an Azure api-version before it
         return _named(m, Action.RENAME, to=Param.MAX_TOKENS, to_name="max_tokens")
@@ -193,9 +245,9 @@ def _no_adaptive(m: re.Match[str], param: str | None) -> Refusal:
 
 
 @_rule(r"(?P<p>thinking\.(?:enabled\.)?budget_tokens): Input should be greater than or equal "
-       r"to (?P<m>\d+)")
+       r"to (?P<m>\d{1,30})")
 def _budget_minimum(m: re.Match[str], param: str | None) -> Refusal:
-    return _named(m, Action.RAISE, value=int(m.group("m")))
+    return _named(m, Action.RAISE, value=_count(m.group("m")))
 
 
 @_rule(r"`?(?P<p>max_tokens)`? must be greater than `?thinking\.budget_tokens`?")
@@ -229,15 +281,28 @@ def _no_effort(m: re.Match[str], param: str | None) -> Refusal:
     return Refusal(Param.REASONING_EFFORT, Action.DROP, "output_config.effort", "")
 
 
-@_rule(r"(?P<p>[\w.]+): Extra inputs are not permitted")
-def _extra_input(m: re.Match[str], param: str | None) -> Refusal:
+@_rule(r"'loc': \('body', '(?P<p>[\w.]{1,100})'\), 'msg': 'Extra inputs are not permitted'")
+def _extra_field(m: re.Match[str], param: str | None) -> Refusal:
+    # FastAPI/pydantic validation errors as a Python repr (vLLM before stream_options).
     return _named(m, Action.DROP)
 
 
-@_rule(r"The maximum tokens you requested exceeds the model limit of (?P<m>\d+)")
+@_name_before(": Extra inputs are not permitted")
+def _extra_input(name: str) -> Refusal:
+    return Refusal(param_of(name), Action.DROP, name, "")
+
+
+@_rule(r"'?(?P<p>stream_options)'? (?:is|are) not (?:supported|permitted|allowed)")
+def _no_stream_options(m: re.Match[str], param: str | None) -> Refusal:
+    return _named(m, Action.DROP)
+
+
+@_rule(r"The maximum tokens you requested exceeds the model limit of (?P<m>\d{1,30})")
 def _over_model_limit(m: re.Match[str], param: str | None) -> Refusal:
     # Some texts make the limit exclusive ("lower than 4096"): one below is always accepted.
-    return Refusal(Param.MAX_TOKENS, Action.LOWER, "maxTokens", "", value=int(m.group("m")) - 1)
+    limit = _count(m.group("m"))
+    return Refusal(Param.MAX_TOKENS, Action.LOWER, "maxTokens", "",
+                   value=None if limit is None else limit - 1)
 
 
 # -- Gemini, section 5 ---------------------------------------------------------------------------
@@ -246,7 +311,7 @@ def _budget_and_level(m: re.Match[str], param: str | None) -> Refusal:
     return Refusal(Param.THINKING_BUDGET, Action.DROP, "thinkingBudget", "")
 
 
-@_rule(r"thinking[_ ]level (?P<got>[A-Za-z]+) is not supported (?:for|by) this model")
+@_rule(r"thinking[_ ]level (?P<got>[A-Za-z]{1,40}) is not supported (?:for|by) this model")
 def _level_not_here(m: re.Match[str], param: str | None) -> Refusal:
     return Refusal(Param.REASONING_EFFORT, Action.CHOOSE, "thinkingLevel", "",
                    value=m.group("got").lower())
@@ -263,20 +328,19 @@ def _cannot_stop_thinking(m: re.Match[str], param: str | None) -> Refusal:
     return Refusal(Param.THINKING, Action.UNSUPPORTED, "thinkingBudget", "", value=0)
 
 
-@_rule(r"thinking budget \(?(?P<got>-?\d+)\)? is invalid\.(?: Please choose a value between "
-       r"(?P<lo>\d+) and (?P<hi>\d+))?")
+@_rule(r"thinking budget \(?(?P<got>-?\d{1,30})\)? is invalid\.(?: Please choose a value "
+       r"between (?P<lo>\d{1,30}) and (?P<hi>\d{1,30}))?")
 def _budget_range(m: re.Match[str], param: str | None) -> Refusal:
     low, high = m.group("lo"), m.group("hi")
     return Refusal(Param.THINKING_BUDGET, Action.RANGE, "thinkingBudget", "",
-                   value=int(m.group("got")), low=int(low) if low else None,
-                   high=int(high) if high else None)
+                   value=_count(m.group("got")), low=_count(low), high=_count(high))
 
 
-@_rule(r"thinking_budget is out of range; supported values are integers from (?P<lo>\d+) to "
-       r"(?P<hi>\d+)")
+@_rule(r"thinking_budget is out of range; supported values are integers from "
+       r"(?P<lo>\d{1,30}) to (?P<hi>\d{1,30})")
 def _budget_out_of_range(m: re.Match[str], param: str | None) -> Refusal:
     return Refusal(Param.THINKING_BUDGET, Action.RANGE, "thinking_budget", "",
-                   low=int(m.group("lo")), high=int(m.group("hi")))
+                   low=_count(m.group("lo")), high=_count(m.group("hi")))
 
 
 @_rule(r"include_thoughts is only enabled when thinking is enabled")
@@ -285,13 +349,13 @@ def _thoughts_need_thinking(m: re.Match[str], param: str | None) -> Refusal:
 
 
 @_rule(r"thinking is not supported by this model|Thinking is not enabled for|"
-       r"thinking_config is not supported|\"[^\"]+\" does not support thinking")
+       r"thinking_config is not supported|\"[^\"]{1,200}\" does not support thinking")
 def _no_thinking(m: re.Match[str], param: str | None) -> Refusal:
     return Refusal(Param.THINKING, Action.UNSUPPORTED, "thinking", "")
 
 
 # -- Ollama, section 7 ---------------------------------------------------------------------------
-@_rule(r"invalid think value: \"(?P<got>[^\"]+)\" \(must be (?P<list>[^)]+)\)")
+@_rule(r"invalid think value: \"(?P<got>[^\"]{1,100})\" \(must be (?P<list>[^)]{1,300})\)")
 def _think_value(m: re.Match[str], param: str | None) -> Refusal:
     return Refusal(Param.REASONING_EFFORT, Action.CHOOSE, "think", "", value=m.group("got"),
                    choices=tuple(v for v in _values(m.group("list")) if v not in ("true",
@@ -299,7 +363,8 @@ def _think_value(m: re.Match[str], param: str | None) -> Refusal:
 
 
 # -- LiteLLM's own checks, section 8 -------------------------------------------------------------
-@_rule(r"UnsupportedParamsError: \S+ does not support parameters: \[(?P<list>[^\]]*)\]")
+@_rule(r"UnsupportedParamsError: \S{1,200} does not support parameters: "
+       r"\[(?P<list>[^\]]{0,500})\]")
 def _litellm_params(m: re.Match[str], param: str | None) -> Refusal | None:
     names = _values(m.group("list"))
     if not names:
@@ -307,7 +372,8 @@ def _litellm_params(m: re.Match[str], param: str | None) -> Refusal | None:
     return Refusal(param_of(names[0]), Action.DROP, names[0], "")
 
 
-@_rule(r"(?:don't|doesn't) support (?P<p>temperature)=[\d.]+.*?Only temperature=1")
+@_rule(r"(?:don't|doesn't) support (?P<p>temperature)=[\d.]{1,20}[^\n]{0,300}?"
+       r"Only temperature=1")
 def _litellm_temperature(m: re.Match[str], param: str | None) -> Refusal:
     return _named(m, Action.SET, value=1)
 
@@ -322,21 +388,15 @@ def parse_refusal(status: int, body: bytes,
         found = _match(message, param, code)
         if found is not None:
             return found
-    # Servers that refuse `stream_options` in words of their own (vLLM, old gateways).
-    if b"stream_options" in body:
-        return Refusal(Param.STREAM_OPTIONS, Action.DROP, "stream_options",
-                       _clip(body.decode("utf-8", "replace")))
     return None
 
 
 def _match(message: str, param: str | None, code: str | None) -> Refusal | None:
-    text = message.removeprefix(BEDROCK_PREFIX).strip()
-    for pattern, build in _RULES:
-        m = pattern.search(text)
-        if m is not None:
-            found = build(m, param)
-            if found is not None:
-                return _with_message(found, message)
+    text = message.removeprefix(BEDROCK_PREFIX).strip()[:MESSAGE_SCAN]
+    for rule in _RULES:
+        found = rule(text, param)
+        if found is not None:
+            return _with_message(found, message)
     # OpenAI named the parameter but in words not seen yet: its code says enough.
     if param and code == "unsupported_parameter":
         return _with_message(Refusal(param_of(param), Action.DROP, param, ""), message)
@@ -348,7 +408,8 @@ def _with_message(refusal: Refusal, message: str) -> Refusal:
 
 
 def _clip(text: str) -> str:
-    return REDACTOR.clip(" ".join(REDACTOR(text).split()), MESSAGE_LIMIT)
+    """The server's words for people: redacted, whitespace squeezed, cut."""
+    return REDACTOR.words(text, MESSAGE_LIMIT)
 
 
 def _load(body: bytes | str) -> Any:
@@ -367,6 +428,8 @@ def _messages(data: Any, depth: int) -> list[tuple[str, str | None, str | None]]
         return [(data, None, None), *_wrapped(data, depth)]
     if not isinstance(data, Mapping):
         return []
+    if isinstance(data.get("detail"), list):  # FastAPI/pydantic: [{loc, msg, type}, …]
+        return _validation_errors(data["detail"])
     error = data.get("error", data)
     if isinstance(error, str):  # Ollama: {"error": "…"}
         return [(error, None, None), *_wrapped(error, depth)]
@@ -386,6 +449,19 @@ def _messages(data: Any, depth: int) -> list[tuple[str, str | None, str | None]]
     return found
 
 
+def _validation_errors(details: list[Any]) -> list[tuple[str, str | None, str | None]]:
+    """A validation error's entries as "field: message", the field from its structured `loc`
+    (the first few entries: one is enough to adapt)."""
+    found: list[tuple[str, str | None, str | None]] = []
+    for entry in details[:MAX_CHOICES]:
+        if not isinstance(entry, Mapping) or not isinstance(entry.get("msg"), str):
+            continue
+        loc = [str(part) for part in entry.get("loc") or () if isinstance(part, str | int)]
+        field = ".".join(loc[1:] if loc[:1] == ["body"] else loc)[:100]
+        found.append((f"{field}: {entry['msg']}" if field else entry["msg"], None, None))
+    return found
+
+
 def _wrapped(message: str, depth: int) -> list[tuple[str, str | None, str | None]]:
     """An upstream error body inside a message (Bedrock's Claude JSON, LiteLLM's
     `XException - {…}`)."""
@@ -398,6 +474,25 @@ def _wrapped(message: str, depth: int) -> list[tuple[str, str | None, str | None
     inner = text[start:]
     data = _load(inner)
     if isinstance(data, str):  # a Python repr (LiteLLM): its message is still plain text
-        m = re.search(r"['\"]message['\"]:\s*['\"](?P<m>.+?)['\"],\s*['\"]type['\"]", inner)
-        return [(m.group("m"), None, None)] if m else []
+        return _repr_message(inner[:MESSAGE_SCAN])
     return _messages(data, depth - 1)
+
+
+def _repr_message(text: str) -> list[tuple[str, str | None, str | None]]:
+    """The `'message': '…', 'type'` of a Python dict's repr (found with `find`, not a pattern
+    that would scan the rest of the text from every quote)."""
+    for quote in ("'", '"'):
+        key = f"{quote}message{quote}:"
+        at = text.find(key)
+        if at < 0:
+            continue
+        start = at + len(key)
+        while start < len(text) and text[start] == " ":
+            start += 1
+        opening = text[start:start + 1]
+        if opening not in ("'", '"'):
+            continue
+        end = text.find(f"{opening}, {quote}type{quote}", start + 1)
+        if end > start + 1:
+            return [(text[start + 1:end], None, None)]
+    return []

@@ -35,6 +35,7 @@ from exporter.exposition.metrics import ExporterMetrics
 from exporter.log import REDACTOR, get_logger
 from exporter.record import SCHEMA_VERSION, Record, RecordJSON
 from exporter.result import ProbeResult
+from exporter.serve.discovery import Discovery, discovery_html, price_table
 from exporter.serve.listener import (
     ConnectionGuard,
     GuardedSite,
@@ -114,6 +115,7 @@ class ServerState:
     # The request parameters adapted after servers refused them (`/config` shows them).
     adaptations: Callable[[], list[dict[str, str]]] | None = None
     loop_lag_recent: float = 0.0  # worst event-loop lag over the last minute (seconds)
+    discovery: Discovery | None = None  # the discovering targets' model lists
     loop: asyncio.AbstractEventLoop | None = None  # the probing loop (set by start_server)
     reloads: Coalescer = field(default_factory=Coalescer)
     renders: SharedRenders = field(default_factory=SharedRenders)
@@ -431,7 +433,12 @@ def _state_info(state: ServerState) -> dict[str, Any]:
     return {"version": __version__, "ready": state.ready,
             "config_reload_error": state.last_reload_error or None,
             "in_flight": state.scheduler.in_flight, "tasks": len(asyncio.all_tasks(state.loop)),
-            "event_loop_lag_max_seconds": state.loop_lag_recent}
+            "event_loop_lag_max_seconds": state.loop_lag_recent,
+            "budget_problem": (state.scheduler.budget.problem or None
+                               if state.scheduler.budget is not None else None),
+            "discovery": state.discovery.describe(time.time()) if state.discovery else [],
+            "unpriced": sorted({s.key for s in state.config.series if s.price is None}
+                               if state.config else ())}
 
 
 async def results_handler(request: web.Request) -> web.Response:
@@ -451,6 +458,9 @@ async def config_handler(request: web.Request) -> web.Response:
     data = redacted(state.config)
     if state.adaptations is not None:
         data["adapted_parameters"] = state.adaptations()
+    data["prices"] = price_table(state.config)
+    if state.discovery is not None:
+        data["discovery"] = state.discovery.describe(time.time())
     data = REDACTOR.tree(data)
     if request.query.get("format") == "json":
         return web.Response(text=REDACTOR.net(orjson.dumps(data).decode()),
@@ -509,6 +519,7 @@ def render_status_page(snapshot: Snapshot, info: dict[str, Any], now: float) -> 
         return html.escape(redact(text))
 
     rows = []
+    unpriced = {tuple(key) for key in info.get("unpriced", ())}
     for (target, model, probe), r in snapshot.latest.items():
         served, fingerprint = snapshot.served.get((target, model, probe), ("", ""))
         names = (f"<tr><td>{esc(target)}</td><td>{esc(model)}</td><td>{esc(probe)}</td>"
@@ -521,7 +532,8 @@ def render_status_page(snapshot: Snapshot, info: dict[str, Any], now: float) -> 
         tokens = f"{r.usage.prompt or 0}/{r.output_tokens}" + (
             " (est.)" if r.token_source.value == "estimate" else "")
         efficiency = "–" if r.token_efficiency is None else f"{r.token_efficiency:.0%}"
-        cost = f"{r.cost:.6f} {esc(r.currency or '')}" if r.cost is not None else "–"
+        cost = f"{r.cost:.6f} {esc(r.currency or '')}" if r.cost is not None else (
+            "unknown price" if (target, model, probe) in unpriced else "–")
         tps = "–" if t.tps is None else f"{t.tps:.1f}"
         rows.append(
             f'{names}<td class="{css}">{esc(r.result.value)}</td>'
@@ -540,6 +552,10 @@ def render_status_page(snapshot: Snapshot, info: dict[str, Any], now: float) -> 
     if info.get("config_reload_error"):
         warning = ('<div class="warn">The last config reload failed; the previous config is '
                    f"still running:<pre>{esc(info['config_reload_error'])}</pre></div>")
+    if info.get("budget_problem"):
+        warning += ('<div class="warn">Probes are stopped: the spend record of global.budget '
+                    f"cannot be used ({esc(info['budget_problem'])}). Fix or remove it, then "
+                    "reload.</div>")
     lag = info.get("event_loop_lag_max_seconds") or 0.0
     if lag > LOOP_LAG_WARNING:
         warning += ('<div class="warn">The event loop woke up to '
@@ -552,7 +568,7 @@ def render_status_page(snapshot: Snapshot, info: dict[str, Any], now: float) -> 
 <p><a href="/metrics">/metrics</a> · <a href="/api/v1/results">/api/v1/results</a> ·
 <a href="/config">/config</a> · {len(snapshot.latest)} series ·
 {info.get('in_flight', 0)} in flight</p>
-{warning}
+{warning}{discovery_html(info.get("discovery", []), esc)}
 <h2>Series</h2>
 <table id="series"><thead><tr><th>target</th><th>model</th><th>probe</th>
 <th title="what the server says answered (model, system_fingerprint)">served by</th><th>result</th>
