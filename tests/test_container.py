@@ -162,17 +162,24 @@ def test_it_serves_successful_probes_of_the_simulator_out_of_the_box(
     assert "llm_probe_ttft_seconds_bucket{" in text
 
 
-def test_it_runs_as_its_own_user_on_a_read_only_root(container: Container) -> None:
+def test_it_runs_as_its_own_user_on_a_read_only_root_with_state_on_the_volume(
+        container: Container) -> None:
     status = container.exec("cat", "/proc/1/status", check=True).stdout
     uids = next(line.split()[1:] for line in status.splitlines() if line.startswith("Uid:"))
     assert set(uids) == {str(UID)}
     refused = container.exec("touch", "/etc/llm-probe-exporter/written", user="0")  # even root
     assert refused.returncode != 0 and "Read-only file system" in refused.stderr
-    # The state volume (the default state directory) is the exporter's and writable.
-    assert container.exec("touch", f"{STATE}/.probe", check=True).returncode == 0
-    assert container.exec("rm", f"{STATE}/.probe", check=True).returncode == 0
+    # The state volume is the exporter's, and the default state directory is in it
+    # (XDG_STATE_HOME): the spend record of the priced simulator model lands there.
     assert container.exec("stat", "-c", "%u %a", STATE, check=True).stdout.split() == [
         str(UID), "700"]
+
+    def record() -> str:
+        found = container.exec("find", STATE, "-name", "budget.json", check=True).stdout
+        return found.strip()
+
+    path = wait_for(record, timeout=60, what=f"the spend record under {STATE}")
+    assert path.startswith(f"{STATE}/llm-probe-exporter/config-"), path
 
 
 def test_its_health_check_passes_inside_the_container(container: Container,
