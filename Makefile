@@ -3,7 +3,8 @@
 # `make check` is the quick loop (lint, types, the tests that need nothing built or installed from
 # apt: under 3 minutes); `make dist` builds the sdist and wheel into dist/; `make image` builds the
 # container image with docker or podman (scripts/build-image).
-# `make generate` renders mixin/ into every generated file (rules, alerts, dashboards, their copies).
+# `make generate` renders mixin/ into every generated file (rules, alerts, dashboards, their copies)
+# and writes the command outputs the docs show (scripts/docs_examples.py).
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
@@ -37,6 +38,7 @@ image:
 
 generate: setup
 	$(BIN)/python mixin/generate.py
+	$(BIN)/python scripts/docs_examples.py
 
 test-deps: setup
 	@bash scripts/install-test-deps

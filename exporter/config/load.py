@@ -30,7 +30,7 @@ from exporter.apis import Api
 from exporter.config.errors import ConfigError, ConfigProblem, format_location
 from exporter.config.expand import bucket_edges, plan_series, shard_series
 from exporter.config.interpolate import Scrubber, Substitution, interpolate
-from exporter.config.model import Config, Target
+from exporter.config.model import Config, KeyKind, KeySource, Target
 from exporter.config.network import (
     AWS_EXTRA_MISSING,
     MAX_TLS_FILE_BYTES,
@@ -111,20 +111,21 @@ def _validate(model: type[_Model], value: Any, loc: Loc,
 
 def _resolve_key(raw: Mapping[str, Any], index: int, env: Mapping[str, str], base: Path,
                  problems: list[ConfigProblem],
-                 reads: list[tuple[Path, bytes]]) -> tuple[Secret | None, str]:
-    """Read the API key from the environment, a file or the config; strip stray whitespace.
+                 reads: list[tuple[Path, bytes]]) -> tuple[Secret | None, KeySource]:
+    """Read the API key from the environment, a file or the config; strip stray whitespace
+    (and say which).
 
     Works on the target as written, so a key problem is reported next to schema problems.
     """
     where = ("targets", index)
     env_name, file_name, inline = (raw.get(k) for k in ("api_key_env", "api_key_file", "api_key"))
     if isinstance(env_name, str) and env_name:
+        source = KeySource(KeyKind.ENV, env_name)
         value = env.get(env_name)
         if value is None:  # reported before validation
-            return None, f"env:{env_name}"
-        source = f"env:{env_name}"
+            return None, source
     elif isinstance(file_name, str) and file_name:
-        source = f"file:{file_name}"
+        source = KeySource(KeyKind.FILE, file_name)
         path = key_file_path(file_name, base)
         try:
             content = read_limited(path, MAX_KEY_BYTES)
@@ -141,18 +142,18 @@ def _resolve_key(raw: Mapping[str, Any], index: int, env: Mapping[str, str], bas
             return None, source
         reads.append((path, content))
     elif isinstance(inline, str) and inline:
-        value, source = inline, "inline"
+        value, source = inline, KeySource(KeyKind.LITERAL)
     else:
-        return None, "none"
+        return None, KeySource()
     try:
         key = clean_key(value)
     except ValueError as exc:
         problems.append(_problem(where, f"the API key from {source} {exc}"))
         return None, source
-    if key != value:
-        # The most common cause of a 401: a trailing newline from `echo` or a secret file.
-        source += " (whitespace stripped)"
-    return Secret(key), source
+    # The most common cause of a 401: a trailing newline from `echo` or a secret file.
+    start = value.index(key)
+    return Secret(key), replace(source, leading=value[:start],
+                                trailing=value[start + len(key):])
 
 
 def clean_key(value: str) -> str:
@@ -291,11 +292,11 @@ def _build(data: dict[str, Any], env: Mapping[str, str], base_dir: Path, source:
     interval_floor = 0.0 if raw_global.get("allow_short_intervals") is True else MIN_INTERVAL
     _check_interval(raw_global, ("global",), interval_floor, problems)
     names: dict[str, int] = {}
-    keys: list[tuple[Secret | None, str]] = []
+    keys: list[tuple[Secret | None, KeySource]] = []
     paths: list[tuple[Proxy | None, TLS] | None] = []
     for index, (raw, target) in enumerate(zip(raw_targets, targets, strict=True)):
         if not isinstance(raw, dict):
-            keys.append((None, "none"))
+            keys.append((None, KeySource()))
             paths.append(None)
             continue
         name = raw.get("name")
@@ -327,8 +328,8 @@ def _build(data: dict[str, Any], env: Mapping[str, str], base_dir: Path, source:
         assert target is not None and path is not None  # or a problem was reported
         proxy, tls = path
         if target.aws_sigv4 is not None:
-            key_source = f"aws_sigv4:{target.aws_sigv4.region}" + (
-                f" (profile {target.aws_sigv4.profile})" if target.aws_sigv4.profile else "")
+            key_source = KeySource(KeyKind.AWS_SIGV4, target.aws_sigv4.region + (
+                f" (profile {target.aws_sigv4.profile})" if target.aws_sigv4.profile else ""))
         base_url, in_url = split_query(target.base_url)  # its query goes after the API path
         built.append(Target(
             name=target.name, api=target.api, base_url=base_url, api_key=key,
@@ -338,7 +339,7 @@ def _build(data: dict[str, Any], env: Mapping[str, str], base_dir: Path, source:
             interval=target.interval or global_.interval,
             timeout=target.timeout or global_.timeout,
             jitter=global_.jitter if target.jitter is None else target.jitter,
-            prices=dict(target.prices), key_source=key_source,
+            prices=dict(target.prices), key_from=key_source,
             key_file=key_file_path(target.api_key_file, base_dir)
             if target.api_key_file else None,
             proxy=proxy, tls=tls, aws_sigv4=target.aws_sigv4,

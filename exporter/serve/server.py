@@ -493,12 +493,14 @@ def _ago(now: float, then: float) -> str:
 _STYLE = """
 body{font-family:system-ui,sans-serif;margin:1.5rem;color:#1f2328}
 h1{font-size:1.3rem}h2{font-size:1.05rem;margin-top:1.6rem}
-table{border-collapse:collapse;font-size:.85rem}
-th,td{padding:.25rem .6rem;border-bottom:1px solid #d0d7de;text-align:left;white-space:nowrap}
+table{border-collapse:collapse;font-size:.85rem;width:100%}
+th,td{padding:.25rem .45rem;border-bottom:1px solid #d0d7de;text-align:left;vertical-align:top}
+th{font-size:.8rem}td{overflow-wrap:break-word}td.series{min-width:10rem;max-width:22rem}
+td.num,td.ok,td.bad,td.none,td.at{white-space:nowrap}
 td.num{text-align:right;font-variant-numeric:tabular-nums}
 .ok{color:#1a7f37;font-weight:600}.bad{color:#cf222e;font-weight:600}.none{color:#656d76}
 .warn{background:#fff8c5;border:1px solid #d4a72c;padding:.5rem .8rem;margin:.5rem 0}
-.reason{white-space:normal;max-width:40rem}.fp{color:#656d76;font-size:.75rem}
+.reason{min-width:12rem;max-width:40rem}.fp{color:#656d76;font-size:.75rem}
 """
 
 
@@ -522,8 +524,12 @@ def render_status_page(snapshot: Snapshot, info: dict[str, Any], now: float) -> 
     unpriced = {tuple(key) for key in info.get("unpriced", ())}
     for (target, model, probe), r in snapshot.latest.items():
         served, fingerprint = snapshot.served.get((target, model, probe), ("", ""))
-        names = (f"<tr><td>{esc(target)}</td><td>{esc(model)}</td><td>{esc(probe)}</td>"
-                 f'<td>{esc(served)}<br><span class="fp">{esc(fingerprint)}</span></td>')
+        # One cell, a line each: the page stays readable at 1,280 px with long names.
+        by = (f'<br><span class="fp" title="what the server says answered (model, '
+              f'system_fingerprint)">served by {esc(served)} {esc(fingerprint)}</span>'
+              if served or fingerprint else "")
+        names = (f'<tr><td class="series"><b>{esc(target)}</b><br>{esc(model)}<br>'
+                 f'<span class="fp">{esc(probe)}</span>{by}</td>')
         if r is None:
             rows.append(names + '<td class="none">pending</td>' + "<td></td>" * 10 + "</tr>")
             continue
@@ -532,19 +538,20 @@ def render_status_page(snapshot: Snapshot, info: dict[str, Any], now: float) -> 
         tokens = f"{r.usage.prompt or 0}/{r.output_tokens}" + (
             " (est.)" if r.token_source.value == "estimate" else "")
         efficiency = "–" if r.token_efficiency is None else f"{r.token_efficiency:.0%}"
-        cost = f"{r.cost:.6f} {esc(r.currency or '')}" if r.cost is not None else (
+        cost = f"{r.cost:.6f}<br>{esc(r.currency or '')}" if r.cost is not None else (
             "unknown price" if (target, model, probe) in unpriced else "–")
         tps = "–" if t.tps is None else f"{t.tps:.1f}"
         rows.append(
             f'{names}<td class="{css}">{esc(r.result.value)}</td>'
-            f"<td>{_ago(now, r.finished_at)}</td>"
+            f'<td class="at">{_ago(now, r.finished_at)}</td>'
             f'<td class="num">{_ms(t.ttft)}</td><td class="num">{_ms(t.time_to_first_answer)}</td>'
             f'<td class="num">{_ms(t.tpot)}</td><td class="num">{tps}</td>'
             f'<td class="num">{_ms(t.duration)}</td><td class="num">{tokens}</td>'
             f'<td class="num">{efficiency}</td>'
             f'<td class="num">{cost}</td><td class="reason">{esc(_reason(r))}</td></tr>')
     failures = "".join(
-        f"<tr><td>{_ago(now, r.finished_at)}</td><td>{esc(r.target)}</td><td>{esc(r.model)}</td>"
+        f'<tr><td class="at">{_ago(now, r.finished_at)}</td><td>{esc(r.target)}</td>'
+        f"<td>{esc(r.model)}</td>"
         f'<td>{esc(r.probe)}</td><td class="bad">{esc(r.result.value)}</td>'
         f'<td class="reason">{esc(r.reason)}</td></tr>'
         for r in snapshot.failures)
@@ -570,8 +577,7 @@ def render_status_page(snapshot: Snapshot, info: dict[str, Any], now: float) -> 
 {info.get('in_flight', 0)} in flight</p>
 {warning}{discovery_html(info.get("discovery", []), esc)}
 <h2>Series</h2>
-<table id="series"><thead><tr><th>target</th><th>model</th><th>probe</th>
-<th title="what the server says answered (model, system_fingerprint)">served by</th><th>result</th>
+<table id="series"><thead><tr><th>target / model / probe</th><th>result</th>
 <th>last run</th><th>TTFT</th><th>first answer</th><th>TPOT</th><th>tokens/s</th><th>E2E</th>
 <th>tokens in/out</th><th>efficiency</th><th>cost</th><th>reason</th></tr></thead>
 <tbody>{''.join(rows)}</tbody></table>
