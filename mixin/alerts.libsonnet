@@ -146,8 +146,9 @@ local p = import 'lib/promql.libsonnet';
     alert('LLMProbeLatencyBudgetBurn', burnExpr(metric, sel, pairs), '0m', severity,
           '%s is slow: its %s error budget burns {{ $value | humanize }}x too fast.' % [series, objective],
           selectorOf(key, ['objective="%s"' % objective])
-          + '%s burns its %s latency error budget (at most %s of its successful probes may be slower than its objective) %s as fast as allowed over the last ' % [series, objective, allowed, x]
-          + burnWindows(metric, pairs) + ': ' + cost + '.',
+          + '%s burns its %s latency error budget %s as fast as its objective allows over the last ' % [series, objective, x]
+          + burnWindows(metric, pairs)
+          + ', where at most %s of its successful probes may be slower than the objective: ' % allowed + cost + '.',
           { objective: objective }),
 
   local latencyHigh(objective) =
