@@ -197,7 +197,8 @@ def burn_truth(most: float) -> Truth:
             return f"burn {burn}x is not in ({LEAST_FACTOR}, {most}]"
         if abs(per_hour - burn / 720) > burn / 720 * 0.001 + 5e-5:
             return f"{per_hour:.4%} per hour is not {burn}x / 720 hours"
-        if abs(lasts - 2592000 / burn) > 1.5:
+        # The burn is printed with 4 significant digits, the duration from the exact value.
+        if abs(lasts - 2592000 / burn) > 2592000 / burn * 0.001 + 1:
             return f"the budget lasts {lasts} s, not 30 days / {burn}"
         return _series_named(n)
     return check
