@@ -119,7 +119,7 @@ def _young(fleet: Fleet) -> Any:
 
     def check(view: View) -> list[str]:
         entry = next(s for s in SCENARIOS if s.name == "young-short-outage")
-        entry.note = seen.after(view.start) + "; nothing paged"
+        entry.note = seen.after(view.start) + f"; {len(view.pages)} alert(s) paged"
         return [] if seen.failures >= 2 else [f"only {seen.failures} probes failed"]
     return act, check
 
@@ -139,10 +139,12 @@ def _page_notes(view: View, seen: Outage, target: str) -> tuple[str, list[str]]:
         problems.append(f"the shipped routing sent {len(grouped['page'])} page notifications")
     starts = ", ".join(f"{n.labels['severity']} +{n.starts_at - view.start:.1f} s"
                        for n in sorted(view.pages, key=lambda n: n.starts_at))
-    note = (f"{seen.after(view.start)}; started: {starts}; fast pair held "
-            f"+{min(fast or [0]) - view.start:.0f}..+{max(fast or [0]) - view.start:.0f} s, the "
-            f"slow pair alone until +{max(slow or [0]) - view.start:.0f} s; shipped routing: "
-            f"{len(grouped['page'])} page, {len(grouped['ticket'])} ticket notification(s)")
+    def span(times: list[float]) -> str:
+        return (f"+{min(times) - view.start:.0f}..+{max(times) - view.start:.0f} s" if times
+                else "never")
+    note = (f"{seen.after(view.start)}; started: {starts}; fast pair held {span(fast)}, the "
+            f"slow pair alone {span(slow)}; shipped routing: {len(grouped['page'])} page, "
+            f"{len(grouped['ticket'])} ticket notification(s)")
     return note, problems
 
 
