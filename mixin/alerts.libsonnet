@@ -12,10 +12,11 @@ local p = import 'lib/promql.libsonnet';
   local series = std.join('/', ['{{ $labels.%s }}' % l for l in cfg.seriesLabels]),
   local instance = '{{ $labels.instance }}',
 
-  local alert(name, expr, forDuration, severity, summary, description, labels={}) = {
+  local alert(name, expr, forDuration, severity, summary, description, labels={}, keepFiringFor=null) = {
     alert: name,
     expr: expr,
     'for': forDuration,
+    [if keepFiringFor != null then 'keep_firing_for']: keepFiringFor,
     labels: { severity: severity } + labels,
     annotations: {
       summary: summary,
@@ -136,7 +137,8 @@ local p = import 'lib/promql.libsonnet';
           '%s fails too often: its availability error budget burns {{ $value | humanize }}x too fast.' % series,
           selectorOf(key)
           + '%s burns its availability error budget %s as fast as its objective allows over the last ' % [series, x]
-          + burnWindows(metric, pairs) + ': ' + cost + '.'),
+          + burnWindows(metric, pairs) + ': ' + cost + '.',
+          keepFiringFor=cfg.burnKeepFiringFor),
 
   local latencyBurn(objective, severity) =
     local pairs = pairsOf(severity);
@@ -149,7 +151,7 @@ local p = import 'lib/promql.libsonnet';
           + '%s burns its %s latency error budget %s as fast as its objective allows over the last ' % [series, objective, x]
           + burnWindows(metric, pairs)
           + ', where at most %s of its successful probes may be slower than the objective: ' % allowed + cost + '.',
-          { objective: objective }),
+          { objective: objective }, cfg.burnKeepFiringFor),
 
   local latencyHigh(objective) =
     local q = cfg.latencyTargets[objective];
@@ -291,7 +293,7 @@ local p = import 'lib/promql.libsonnet';
             lf['for'], 'warning',
             '{{ $labels.target }}/{{ $labels.model }} fails from %s {{ $labels.%s }} while another %s is fine.' % [region, region, region],
             '{{ $value | humanizePercentage }} of the probes the last %s holds for {{ $labels.target }}/{{ $labels.model }} from %s {{ $labels.%s }} failed, while at least one other %s failed at most %s of its probes.'
-            % [lf.window, region, region, region, p.num(100 * lf.ratio) + '%']),
+            % [lf.window, region, region, region, p.num(100 * lf.ratio) + '%'], keepFiringFor=lf.keepFiringFor),
       alert('LLMProbeGlobalFailure',
             |||
               min by (%(k)s) %(f)s > %(t)s
@@ -301,7 +303,7 @@ local p = import 'lib/promql.libsonnet';
             lf['for'], 'critical',
             '{{ $labels.target }}/{{ $labels.model }} fails in every %s.' % region,
             'In every %s that probes {{ $labels.target }}/{{ $labels.model }} (%s or more), at least {{ $value | humanizePercentage }} of the probes the last %s holds failed.'
-            % [region, p.num(lf.minLocations), lf.window]),
+            % [region, p.num(lf.minLocations), lf.window], keepFiringFor=lf.keepFiringFor),
     ] + [
       alert('LLMProbeCostOverBudget',
             'target_currency:llm_probe_cost:increase1d{currency="%s"} > %s'

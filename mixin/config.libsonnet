@@ -38,6 +38,10 @@
     // alert and one notification. No `for`: the short window is the filter, and a `for` would
     // start a page after the failures it is about have stopped.
     sloPeriod: '30d',
+    // Without a `for`, a burn rate that hovers at a factor (its window sliding over discrete
+    // probes) would resolve and fire again, a notification each time: the alert keeps firing
+    // this long after its last pair stopped holding (Prometheus >= 2.42). It never delays a start.
+    burnKeepFiringFor: '5m',
     burnRates: [
       { long: '1h', short: '5m', factor: 14.4, severity: 'critical' },  // 2% of the budget in 1h
       { long: '6h', short: '30m', factor: 6, severity: 'critical' },  // 5% in 6h
@@ -77,7 +81,7 @@
     // every one of at least `minLocations`. `regionLabel` is the global.labels key naming a
     // location. No `for`: the failed share only rises while probes fail.
     regionLabel: 'location',
-    locationFailure: { ratio: 0.5, window: '10m', 'for': '0m', minLocations: 2 },
+    locationFailure: { ratio: 0.5, window: '10m', 'for': '0m', keepFiringFor: '5m', minLocations: 2 },
 
     // Efficiency and quality layers (token efficiency, cost per success and per correct answer,
     // accuracy, estimated-token share) over this window.

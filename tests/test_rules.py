@@ -123,6 +123,7 @@ def test_availability_burn_rates_are_multiwindow_multi_burn_rate() -> None:
     burns = []
     for rule in _alerts("LLMProbeAvailabilityBudgetBurn"):
         assert rule["for"] == "0m", rule
+        assert rule["keep_firing_for"] == "5m", rule  # one page for a rate hovering at a factor
         assert set(rule["labels"]) == {"severity"}, rule["labels"]
         assert "llm_probe_availability_budget_burn:rate" in rule["expr"]
         burns.append((rule["labels"]["severity"], _pairs(rule)))
