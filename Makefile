@@ -2,7 +2,8 @@
 # Both set up what they need on a fresh machine (a virtualenv, and for tests Prometheus/Chromium).
 # `make check` is the quick loop (lint, types, the tests that need nothing built or installed from
 # apt: under 3 minutes); `make dist` builds the sdist and wheel into dist/.
-# `make generate` renders mixin/ into every generated file (rules, alerts, dashboards, their copies).
+# `make generate` renders mixin/ into every generated file (rules, alerts, dashboards, their copies)
+# and writes the command outputs the docs show (scripts/docs_examples.py).
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
@@ -22,6 +23,7 @@ run: setup
 
 generate: setup
 	$(BIN)/python mixin/generate.py
+	$(BIN)/python scripts/docs_examples.py
 
 test-deps: setup
 	@bash scripts/install-test-deps

@@ -1,9 +1,10 @@
 """Logging set-up and secret redaction: no API key reaches anything the exporter writes.
 
 `Redactor` knows every secret of the loaded config and removes it from text — whole, in its
-URL-, HTML- and JSON-escaped forms, and any fragment of 12 or more characters (a server that echoes
-a key cut at some length must not leak the rest), also where percent-escapes break a key into
-pieces (any mix of escaped and plain characters, as an HTTP client puts a query on the wire).
+URL-, HTML- and JSON-escaped forms, and any fragment of 12 or more characters (a server that
+echoes a key cut at some length must not leak the rest), in any letter case (a key lower-cased
+on its way to a message is still the key), also where percent-escapes break a key into pieces
+(any mix of escaped and plain characters, as an HTTP client puts a query on the wire).
 Secrets in use (the config's, and those `hold` keeps for an owner: AWS credentials, a key file's
 key) are never forgotten; only retired ones are, oldest first. `Redactor.clip` redacts *then*
 shortens, for every place that cuts text.
@@ -50,6 +51,7 @@ _RUN = b"a" * FRAGMENT  # in the marked copy of a text: FRAGMENT secret characte
 _PROBE, _STRIDE = 6, 7  # _PROBE + _STRIDE - 1 <= FRAGMENT: every fragment holds a sample
 _REDACTED_BYTES = REDACTED.encode()
 _CLEAN_LIMIT = 100_000
+_CLEAN_RUN = 256  # longest run remembered as clean (ids, names); longer ones are rare
 # A percent-escape: decoded, a text may spell a key that no FRAGMENT-long piece of it shows
 # (`sk%2Dab%2Bcd…`, any mix of escaped and plain characters).
 _ESCAPE = re.compile(rb"%[0-9A-Fa-f]{2}")
@@ -77,14 +79,16 @@ def _variants(secret: str) -> set[str]:
 @dataclass(frozen=True, slots=True)
 class _Index:
     """What one set of secrets compiles to; replaced whole, so readers in threads never see a
-    half-updated index. Fragments are searched in UTF-8 bytes, where C-speed `translate` and
-    `find` locate the runs of secret characters; Python looks only inside those runs."""
+    half-updated index. Everything is searched in UTF-8 bytes with ASCII letters folded to lower
+    case (a key lower-cased or upper-cased by whoever wrote it is still the key), where C-speed
+    `lower`, `translate` and `find` locate the runs of secret characters; Python looks only
+    inside those runs."""
 
-    whole: tuple[str, ...] = ()  # longest first, so a key containing another goes whole
-    short: tuple[str, ...] = ()  # those the fragment search cannot find on its own
+    whole: tuple[bytes, ...] = ()  # folded, longest first, so a key containing another goes whole
+    short: tuple[bytes, ...] = ()  # those the fragment search cannot find on its own
     grams: frozenset[bytes] = frozenset()  # every FRAGMENT-long substring of every secret piece
     probes: frozenset[bytes] = frozenset()  # every _PROBE-long one, for a quick first look
-    marks: bytes | None = None  # translate table: a secret's bytes → "a", every other → " "
+    marks: bytes | None = None  # translate table: a secret's bytes (either case) → "a", else " "
     shortest: int = 1 << 30  # no text shorter than this can hold anything to redact
     longest: int = 0
     # Runs of secret characters known to hold no fragment: ids, numbers and names come back on
@@ -99,22 +103,28 @@ class _Index:
         for secret in secrets:
             if len(secret) >= MIN_SECRET:
                 whole |= _variants(secret)
-        pieces = {p.encode("utf-8", "surrogatepass")
+        pieces = {p.encode("utf-8", "surrogatepass").lower()
                   for s in whole for p in s.split() if len(p) >= FRAGMENT}
         marks = None
         if pieces:
             table = bytearray(b" " * 256)
             for byte in set(b"".join(pieces)):
-                table[byte] = ord("a")
+                table[byte] = table[bytes([byte]).upper()[0]] = ord("a")
             marks = bytes(table)
         shortest = min(map(len, whole), default=1 << 30)
-        ordered = tuple(sorted(whole, key=len, reverse=True))
-        return cls(ordered, tuple(s for s in ordered
-                                  if min(map(len, s.split()), default=0) < FRAGMENT),
+        ordered = sorted(whole, key=len, reverse=True)
+        return cls(tuple(_fold(s) for s in ordered),
+                   tuple(_fold(s) for s in ordered
+                         if min(map(len, s.split()), default=0) < FRAGMENT),
                    _substrings(pieces, FRAGMENT),
                    _substrings(pieces, _PROBE), marks,
                    min(shortest, FRAGMENT) if pieces else shortest,
                    max(map(len, whole), default=0))
+
+
+def _fold(text: str) -> bytes:
+    """`text` as UTF-8 bytes with ASCII letters in lower case (the same length as unfolded)."""
+    return text.encode("utf-8", "surrogatepass").lower()
 
 
 def _substrings(pieces: Iterable[bytes], size: int) -> frozenset[bytes]:
@@ -216,6 +226,17 @@ class Redactor:
         text = self(text[:limit + self._index.longest + _CLIP_MARGIN])
         return text if len(text) <= limit else text[:limit - 1] + "…"
 
+    def words(self, text: str, limit: int) -> str:
+        """A server's words for people: whitespace squeezed, redacted, cut to `limit`. Only the
+        start of a long text is read (a 64 KiB body costs what 2 KiB do); a word cut where the
+        reading stops is dropped when it could be shown, so no piece of a key survives."""
+        need = limit + self._index.longest + _CLIP_MARGIN
+        head = text[:4 * need]
+        squeezed = " ".join(head.split())
+        if len(text) > len(head) and len(squeezed) <= need:
+            squeezed = squeezed.rpartition(" ")[0]
+        return self.clip(squeezed, limit)
+
     def tree(self, value: Any) -> Any:
         """A JSON-like value with every string in it (keys too) redacted."""
         if isinstance(value, str):
@@ -246,43 +267,57 @@ def _usable(secrets: Iterable[str]) -> tuple[str, ...]:
 
 
 def _redact(text: str, index: _Index, *, fragments: bool) -> str:
-    """URL passwords, whole secrets and (with `fragments`) every fragment, redacted."""
+    """URL passwords, whole secrets and (with `fragments`) every fragment, redacted, in any
+    letter case. Every stretch to remove is found first, on the same bytes, then replaced in
+    one pass: a piece redacted early can never split a stretch found later."""
     if "@" in text:
         text = _URL_PASSWORD.sub(rf"\1:{REDACTED}@", text)
     if len(text) < index.shortest:
         return text
-    # Whole secrets first; with the fragment search, only those it would miss (a piece shorter
-    # than FRAGMENT: "Bearer", short keys), as it removes every other one anyway.
-    for secret in index.short if fragments else index.whole:
-        if secret in text:
-            text = text.replace(secret, REDACTED)
+    data = text.encode("utf-8", "surrogatepass")
+    # Whole secrets; with the fragment search, only those it would miss (a piece shorter than
+    # FRAGMENT: "Bearer", short keys), as it finds every other one anyway.
+    needles = index.short if fragments else index.whole
+    spans = _needle_spans(data.lower(), needles) if needles else []
     if fragments and index.marks is not None:
-        if "%" in text:  # decoded first: redacting a raw piece first would split the stretch
-            text = _remove_escaped(text, index)
-        text = _remove_fragments(text, index)
-    return text
+        if b"%" in data:
+            spans += _escaped_spans(data, index)
+        spans += _fragment_spans(data, index)
+    if not spans:
+        return text
+    parts: list[bytes] = []
+    last = 0
+    for first, stop in _merged(sorted(spans)):
+        parts += (data[last:first], _REDACTED_BYTES)
+        last = stop
+    parts.append(data[last:])
+    return b"".join(parts).decode("utf-8", "replace")
 
 
-def _remove_escaped(text: str, index: _Index) -> str:
-    """`text` with every stretch that, percent-decoded, holds a FRAGMENT-long piece of a secret
-    (or a whole short one) replaced; everything else left as written.
+def _needle_spans(folded: bytes, needles: Iterable[bytes]) -> list[tuple[int, int]]:
+    """The spans of every occurrence of every (folded) needle in `folded`."""
+    spans: list[tuple[int, int]] = []
+    for needle in needles:
+        at = folded.find(needle)
+        while at >= 0:
+            spans.append((at, at + len(needle)))
+            at = folded.find(needle, at + 1)
+    return spans
+
+
+def _escaped_spans(data: bytes, index: _Index) -> list[tuple[int, int]]:
+    """The spans of `data` that, percent-decoded, hold a FRAGMENT-long piece of a secret (or a
+    whole short one), any mix of escaped and plain characters.
 
     The whole text is decoded at once (linear: a regular expression finds the escapes); only when
     a piece is found are the escapes located again to map it back."""
-    data = text.encode("utf-8", "surrogatepass")
     # (Not unquote_to_bytes: a '%' that starts no escape costs it an exception each.)
     decoded = _ESCAPE.sub(lambda m: _UNESCAPED[m[0]], data)
     if len(decoded) == len(data):
-        return text  # no escape in it
-    spans = _fragment_spans(decoded, index)
-    for secret in index.short:
-        needle = secret.encode("utf-8", "surrogatepass")
-        at = decoded.find(needle)
-        while at >= 0:
-            spans.append((at, at + len(needle)))
-            at = decoded.find(needle, at + 1)
-    if not spans:
-        return text
+        return []  # no escape in it
+    found = _fragment_spans(decoded, index) + _needle_spans(decoded.lower(), index.short)
+    if not found:
+        return []
     # Escape k starts at data[escapes[k]] and decodes to decoded[escapes[k] - 2k].
     escapes = [m.start() for m in _ESCAPE.finditer(data)]
     landed = [at - 2 * k for k, at in enumerate(escapes)]
@@ -293,13 +328,7 @@ def _remove_escaped(text: str, index: _Index) -> str:
             return escapes[k] + (3 if end else 0)
         return offset + 2 * (k + 1) + (1 if end else 0)
 
-    parts: list[bytes] = []
-    last = 0
-    for first, stop in _merged((raw(a, False), raw(b - 1, True)) for a, b in sorted(spans)):
-        parts += (data[last:first], _REDACTED_BYTES)
-        last = stop
-    parts.append(data[last:])
-    return b"".join(parts).decode("utf-8", "replace")
+    return [(raw(a, False), raw(b - 1, True)) for a, b in found]
 
 
 def _merged(spans: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -313,23 +342,9 @@ def _merged(spans: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
     return out
 
 
-def _remove_fragments(text: str, index: _Index) -> str:
-    """Replace every stretch of `text` made of FRAGMENT-long pieces of a secret."""
-    data = text.encode("utf-8", "surrogatepass")
-    spans = _fragment_spans(data, index)
-    if not spans:
-        return text
-    parts: list[bytes] = []
-    last = 0
-    for first, end in spans:
-        parts += (data[last:first], _REDACTED_BYTES)
-        last = end
-    parts.append(data[last:])
-    return b"".join(parts).decode("utf-8", "replace")
-
-
 def _fragment_spans(data: bytes, index: _Index) -> list[tuple[int, int]]:
-    """The (start, end) byte spans of `data` made of FRAGMENT-long pieces of a secret, in order."""
+    """The (start, end) byte spans of `data` made of FRAGMENT-long pieces of a secret, in order,
+    in any letter case."""
     assert index.marks is not None
     find = data.translate(index.marks).find
     probes, size, clean = index.probes, len(data), index.clean
@@ -341,7 +356,7 @@ def _fragment_spans(data: bytes, index: _Index) -> list[tuple[int, int]]:
         end = find(b" ", start)
         if end < 0:
             end = size
-        run = data[start:end]
+        run = data[start:end].lower()
         if run not in clean:
             # Any FRAGMENT-long window holds a whole _PROBE-long piece at a multiple of
             # _STRIDE, so sampling there finds every fragment; most runs stop at the sample.
@@ -350,7 +365,8 @@ def _fragment_spans(data: bytes, index: _Index) -> list[tuple[int, int]]:
                     _add_spans(run, start, index.grams, spans)
                     break
             else:
-                clean.add(run)
+                if len(run) <= _CLEAN_RUN:  # bounded in bytes too: a server sends long runs
+                    clean.add(run)
         start = find(_RUN, end)
     return spans
 
@@ -420,6 +436,43 @@ def redacted_stdio() -> Iterator[None]:
 # Logging
 
 
+# Characters a log line must not carry raw: C0 and C1 controls (CR rewrites a terminal line,
+# ESC starts a colour or cursor sequence, BEL rings), DEL, bidi overrides and isolates (they
+# reorder what a reader sees), zero-width and line/paragraph separators.
+_CONTROLS = {*range(0x00, 0x20), 0x7F, *range(0x80, 0xA0), 0x061C, 0x200B, 0x200C, 0x200D,
+             0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A), 0x2028, 0x2029,
+             0x2060, 0xFEFF}
+_ESCAPES = {code: (f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
+            for code in _CONTROLS}
+_ESCAPES |= {0x09: "\\t", 0x0A: "\\n", 0x0D: "\\r"}
+
+
+class ControlEscaper:
+    """structlog processor, after redaction: control and bidi characters in every value
+    written as escapes (`\\x1b`, `\\u202e`), in every format. A line break stays where the
+    format escapes it itself (JSON, logfmt) and in console tracebacks, which are multi-line."""
+
+    def __init__(self, fmt: str) -> None:
+        keep = {0x0A, 0x09} if fmt == "json" else {0x0A} if fmt == "logfmt" else set()
+        self._table = {code: text for code, text in _ESCAPES.items() if code not in keep}
+        self._traceback = {code: text for code, text in self._table.items() if code != 0x0A}
+        self._console = fmt == "console"
+
+    def __call__(self, logger: Any, method: str, event: dict[str, Any]) -> dict[str, Any]:
+        return {key: self._escape(value, self._traceback if self._console
+                                  and key in ("exception", "stack") else self._table)
+                for key, value in event.items()}
+
+    def _escape(self, value: Any, table: dict[int, str]) -> Any:
+        if isinstance(value, str):
+            return value.translate(table)
+        if isinstance(value, Mapping):
+            return {self._escape(k, table): self._escape(v, table) for k, v in value.items()}
+        if isinstance(value, list | tuple):
+            return [self._escape(v, table) for v in value]
+        return value
+
+
 class _RedactingHandler(logging.StreamHandler[TextIO]):
     """The one stdlib handler: records rendered by our pipeline, written to our stream."""
 
@@ -472,9 +525,10 @@ def configure_logging(level: str = "info", fmt: str = "json", stream: TextIO | N
     threshold = LEVELS[level.lower()]
     renderer = _renderer(fmt)
     timestamper = structlog.processors.TimeStamper(fmt="iso", utc=True)
-    # Tracebacks become text first, so they are redacted like any other value.
-    tail = [structlog.processors.format_exc_info, REDACTOR.event_processor, renderer,
-            REDACTOR.line_processor]
+    # Tracebacks become text first, so they are redacted like any other value; then what a
+    # server's text could do to a terminal or a log parser is escaped.
+    tail = [structlog.processors.format_exc_info, REDACTOR.event_processor,
+            ControlEscaper(fmt), renderer, REDACTOR.line_processor]
     structlog.configure(
         processors=[structlog.contextvars.merge_contextvars, structlog.processors.add_log_level,
                     timestamper, *tail],

@@ -117,6 +117,13 @@ def test_hostile_smoke() -> None:
     assert "wrong password → " in out and "reload → " in out
 
 
+@pytest.mark.slow
+def test_hostile_upstream_smoke() -> None:
+    out = run_benchmark("hostile_upstream")
+    assert "| quiet (normal answers) " in out and "| hostile refusals " in out
+    assert "refusal bodies of 64 KiB" in out and " 0 refusal bodies" not in out
+
+
 # ---------------------------------------------------------------------------------------------
 # Reading each tool's per-request export (shapes taken from real runs of each version)
 

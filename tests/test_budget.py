@@ -47,7 +47,8 @@ def test_budget_survives_restart_same_day_only(tmp_path) -> None:
     first = Budget(config, wall_clock=Clock(DAY1 + 100))
     first.add(1.5, "USD")
     first.save()
-    assert json.loads(path.read_text()) == {"day": utc_day(DAY1), "currency": "USD",
+    assert json.loads(path.read_text()) == {"format": "llm-probe-exporter/budget/v1",
+                                            "day": utc_day(DAY1), "currency": "USD",
                                             "spent": 1.5}
     assert list(path.parent.iterdir()) == [path]  # no temp files left
     same_day = Budget(config, wall_clock=Clock(DAY1 + 5000))

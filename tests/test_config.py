@@ -16,8 +16,9 @@ from exporter.config import (
     reuse_unchanged,
     sources_digest,
 )
+from exporter.errors import Result
 from exporter.exposition.families import Family, RatioObjective
-from tests.conftest import make_config
+from tests.conftest import make_config, ok_stream, probe_once
 
 ROOT = Path(__file__).resolve().parent.parent
 INVALID = Path(__file__).parent / "testdata" / "invalid"
@@ -116,8 +117,12 @@ INVALID_CASES = {
         "'high', 'xhigh' or 'max'",
         "probes.off_with_budget.reasoning: `effort: none` turns thinking off; drop "
         "`budget_tokens`",
-        "probes.stream.params: stream is set by the exporter (a probe reads a stream); "
-        "remove it",
+        "probes.stream.params: `stream` (a probe reads a stream): set by the exporter; "
+        "remove it from params",
+        "probes.owned.params: `model` (the target's `models:` name it), `messages` (the "
+        "probe's prompt, messages or cases), `n` (a probe reads one answer), "
+        "`maxOutputTokens` (set the probe's `max_tokens`): set by the exporter; remove it "
+        "from params",
         "probes.embed: `kind: embedding` sends only `input`; drop reasoning",
         "targets[0].models[0]: probe 'budget_only' gives only reasoning.budget_tokens, but "
         "gpt-5-mini on openai-chat takes a named effort, not a budget: set reasoning.effort too",
@@ -431,3 +436,34 @@ def test_too_many_distinct_objectives_are_an_error() -> None:
         parse_config(data, env={})
     assert "global.buckets.ttft: 125 edges with the objectives (slo:) added; at most 100" \
         in str(info.value)
+
+
+@pytest.mark.parametrize(("target", "error"), [
+    ({"base_url": "https://u:p4ssw0rd-1@api.example/v1", "api_key": "sk-123456789"},
+     "targets[0]: base_url carries credentials (user:password@) and an API key (api_key_env, "
+     "api_key_file, api_key) is set too: keep one"),
+    ({"base_url": "https://u:p4ssw0rd-1@api.example/v1",
+      "headers": {"Authorization": "Bearer x"}},
+     "targets[0]: base_url carries credentials (user:password@) and an Authorization header "
+     "is set too: keep one"),
+    ({"base_url": "https://api.example/v1?api-version=1", "query": {"api-version": "2"}},
+     "targets[0]: query parameter 'api-version' is set twice (base_url's query and `query:`): "
+     "keep one"),
+])
+def test_a_base_url_says_what_else_cannot_go_with_it(target, error) -> None:
+    with pytest.raises(ConfigError) as caught:
+        make_config(target=target)
+    assert error in str(caught.value.details[0])
+    assert "p4ssw0rd" not in str(caught.value.details[0])
+
+
+async def test_a_base_url_query_goes_after_the_api_path(scripted_server) -> None:
+    # Azure's deployment URL with its api-version, as users paste it.
+    server = await scripted_server(ok_stream(["Hi"]))
+    result, _ = await probe_once(server, target={
+        "base_url": server.url.replace("/v1", "/openai/deployments/d?api-version=2024-10-21"),
+        "query": {"x-trace": "1"}})
+    assert result.result is Result.SUCCESS, result.reason
+    (request,) = server.requests
+    assert request["path"] == "/openai/deployments/d/chat/completions"
+    assert request["query"] == {"api-version": "2024-10-21", "x-trace": "1"}

@@ -530,9 +530,10 @@ def test_the_budget_state_outlives_the_pod(manifests: list[dict[str, Any]]) -> N
     spec = workload["spec"]["template"]["spec"]
     (container,) = spec["containers"]
     mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
-    budget = _config(manifests).global_.budget
-    assert budget is not None and budget.state_file is not None
-    assert Path(budget.state_file).parent == Path(mounts["state"])
+    config = _config(manifests)
+    budget = config.global_.budget
+    assert budget is not None and budget.state_file is None  # budget.json in global.state_dir
+    assert config.state_dir == Path(mounts["state"])
     if workload["kind"] == "Deployment":
         volumes = {v["name"]: v for v in spec["volumes"]}
         claim = volumes["state"]["persistentVolumeClaim"]["claimName"]

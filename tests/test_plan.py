@@ -29,12 +29,13 @@ from exporter.commands.plan import (
     make_plan,
     probe_cost,
 )
-from exporter.config import ConfigError, Price, load_config, parse_config
+from exporter.config import ConfigError, load_config, parse_config
 from exporter.errors import Result
 from exporter.exposition.children import phases
 from exporter.exposition.families import BY_KEY, Family, Scope, families
 from exporter.exposition.metrics import ExporterMetrics
 from exporter.probe.tokens import estimate_tokens
+from exporter.providers.prices import ModelPrice
 from exporter.result import Phase, ProbeResult, ServerPhase, Timings, TokenSource, Usage
 from tests.conftest import make_config
 from tests.protodecode import decode, metrics_pb2
@@ -50,11 +51,11 @@ PROBE_NAMES = {spec.name + ("_total" if spec.type == "counter" else ""): spec.ke
 
 @pytest.mark.parametrize(
     ("interval", "max_tokens", "prompt", "price", "per_day", "output", "cost"), [
-        (60.0, 256, 30, Price(input=1.0, output=3.0), 1440, 368_640, 1440 * 798e-6),
-        (300.0, 1024, 100, Price(input=0.15, output=0.6), 288, 294_912, 288 * 629.4e-6),
-        (3600.0, 0, 8, Price(input=0.02, output=0.0), 24, 0, 24 * 0.16e-6),  # an embedding
+        (60.0, 256, 30, ModelPrice(input=1.0, output=3.0), 1440, 368_640, 1440 * 798e-6),
+        (300.0, 1024, 100, ModelPrice(input=0.15, output=0.6), 288, 294_912, 288 * 629.4e-6),
+        (3600.0, 0, 8, ModelPrice(input=0.02, output=0.0), 24, 0, 24 * 0.16e-6),  # an embedding
         (0.5, 64, 10, None, 172_800, 11_059_200, None),
-        (5.0, 256, 29, Price(input=0.15, output=0.6, currency="CNY"), 17_280, 4_423_680,
+        (5.0, 256, 29, ModelPrice(input=0.15, output=0.6, currency="CNY"), 17_280, 4_423_680,
          17_280 * 157.95e-6),
     ])
 def test_probes_tokens_and_cost_per_day(interval, max_tokens, prompt, price, per_day, output,

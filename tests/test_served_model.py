@@ -12,14 +12,14 @@ from prometheus_client import CollectorRegistry
 
 from exporter.config import SimulatedModel, SimulatorConfig, parse_config
 from exporter.errors import Result
-from exporter.exposition.metrics import ExporterMetrics
+from exporter.exposition.metrics import MAX_SERVED_VALUES, OTHER_SERVED, ExporterMetrics
 from exporter.log import Redactor
 from exporter.probe.prober import Prober
 from exporter.protocols.base import served_value
 from exporter.record import Record
 from exporter.result import ProbeResult
+from exporter.serve.pages import render_status_page
 from exporter.serve.results import ResultStore
-from exporter.serve.server import render_status_page
 from exporter.simulator import Simulator, start_simulator
 from tests.conftest import make_config
 
@@ -127,6 +127,33 @@ def test_metrics_keep_one_info_series_and_count_model_changes() -> None:
     assert 'llm_probe_served_model_info{model="m",probe="short",served_model="snap-2",' \
            'system_fingerprint="",target="t"} 1.0' in text
     assert b"snap-2" in metrics.render_protobuf()
+
+
+def test_a_server_naming_a_new_model_each_time_creates_a_few_series_a_day() -> None:
+    # Issue 31: a new served model and fingerprint per probe was a new series per probe.
+    registry = CollectorRegistry()
+    metrics = ExporterMetrics(registry, make_config(), process_metrics=False)
+    labels = {"target": "t", "model": "m", "probe": "short"}
+    day = 20_000 * 86_400.0
+    shown: set[tuple[str, str]] = set()
+    for i in range(1000):
+        result = _result(f"snap-{i}", f"fp_{i}")
+        metrics.record(ProbeResult(*result.key, result.result, served_model=f"snap-{i}",
+                                   system_fingerprint=f"fp_{i}", finished_at=day + i * 60))
+        shown |= {(s.labels["served_model"], s.labels["system_fingerprint"])
+                  for f in registry.collect() if f.name == "llm_probe_served_model_info"
+                  for s in f.samples}
+    models = {model for model, _ in shown}
+    assert len(models) == MAX_SERVED_VALUES + 1 and OTHER_SERVED in models
+    assert len(shown) <= 2 * (MAX_SERVED_VALUES + 1)
+    # Every change is still counted: 999 changes of the model the server named.
+    assert registry.get_sample_value("llm_probe_served_model_changes_total", labels) == 999
+    # A new UTC day shows new names again.
+    metrics.record(ProbeResult("t", "m", "short", Result.SUCCESS, served_model="snap-next",
+                               system_fingerprint="fp_next", finished_at=day + 86_400))
+    assert [(s.labels["served_model"], s.labels["system_fingerprint"])
+            for f in registry.collect() if f.name == "llm_probe_served_model_info"
+            for s in f.samples] == [("snap-next", "fp_next")]
 
 
 def test_consecutive_results_count_the_latest_run_of_one_result() -> None:

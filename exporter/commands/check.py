@@ -2,15 +2,24 @@
 
 from __future__ import annotations
 
+import asyncio
 import sys
 from collections.abc import Mapping
+from typing import Any
 
 import orjson
 from rich.console import Console
 from rich.table import Table
 
 from exporter.commands.cells import cell, make_console
-from exporter.commands.plan import SERIES_WARNING, Count, Plan, make_plan
+from exporter.commands.plan import (
+    SERIES_WARNING,
+    Count,
+    Discovered,
+    Plan,
+    discover_now,
+    make_plan,
+)
 from exporter.config import Config, format_duration
 from exporter.log import REDACTOR
 
@@ -48,8 +57,34 @@ def series_table(plan: Plan, title: str) -> Table:
             _int(s.probes_per_day),
             _int(s.output_tokens_per_day) + (" ¹" if s.reasons else ""),
             _int(s.input_tokens_per_day),
-            "–" if cost is None or s.price is None else f"{cost:,.2f} {cell(s.price.currency)}",
+            "unknown" if cost is None or s.price is None
+            else f"{cost:,.2f} {cell(s.price.currency)}",
             _series(s.series, s.extra, plan.classic))
+    return table
+
+
+def price_table(plan: Plan) -> Table:
+    """Each probed model's price per 1M tokens and where it comes from."""
+    table = Table(title="Prices (per 1M tokens)")
+    for column in ("target", "model", "source", "input", "cached input", "output", "currency",
+                   "from"):
+        table.add_column(column, justify="right" if column in (
+            "input", "cached input", "output") else "left")
+    seen: set[tuple[str, str]] = set()
+    for s in plan.series:
+        if s.key[:2] in seen:
+            continue
+        seen.add(s.key[:2])
+        price = s.price
+        if price is None:
+            table.add_row(cell(s.key[0]), cell(s.key[1]), "unknown", "", "", "", "",
+                          "no cost counted: set targets[].prices")
+            continue
+        tiers = "".join(f"; > {t.above:,} prompt tokens: {t.rates.input:g} / "
+                        f"{t.rates.output:g}" for t in price.tiers)
+        table.add_row(cell(s.key[0]), cell(s.key[1]), price.source.value, f"{price.input:g}",
+                      "" if price.cached_input is None else f"{price.cached_input:g}",
+                      f"{price.output:g}", cell(price.currency), cell(price.origin + tiers))
     return table
 
 
@@ -76,10 +111,35 @@ def family_table(plan: Plan) -> Table:
     return table
 
 
+def keys_table(config: Config) -> Table:
+    """Per target: where its key comes from and the whitespace stripped (never the key)."""
+    table = Table(title="Keys (where each target's key comes from)")
+    for column in ("target", "api", "key from", "whitespace stripped"):
+        table.add_column(column)
+    for target in config.targets:
+        key = target.key_from
+        table.add_row(cell(target.name), target.api.value, cell(key.where()),
+                      cell(key.stripped()) or "–")
+    return table
+
+
+def targets_json(config: Config) -> list[dict[str, Any]]:
+    """`check --output json`'s `targets[]`: name, api and `key` (source, name, stripped)."""
+    return [{"name": t.name, "api": t.api.value, "key": t.key_from.to_json()}
+            for t in config.targets]
+
+
 def print_plan(config: Config, plan: Plan, path: str, console: Console | None = None) -> None:
     """The plan as tables, the notes and warnings, then `config OK`."""
     console = console or make_console()
     console.print(series_table(plan, f"{len(plan.series)} series in {cell(path)}: a day"))
+    console.print(keys_table(config))
+    console.print(price_table(plan))
+    unknown = sum(s.price is None for s in plan.series)
+    console.print(f"price data: {plan.library.describe()}; {unknown:,} of {len(plan.series):,} "
+                  "series have no known price (cost unknown, not counted).", soft_wrap=True)
+    for note in plan.discovery_notes():
+        console.print(cell(note), soft_wrap=True)
     console.print(family_table(plan))
     own = plan.own.classic
     everything = plan.probe_series + plan.own
@@ -106,20 +166,27 @@ def print_plan(config: Config, plan: Plan, path: str, console: Console | None = 
     console.print("config OK")
 
 
-def print_plan_json(plan: Plan, path: str) -> None:
+def print_plan_json(config: Config, plan: Plan, path: str) -> None:
     """The plan as one JSON document on stdout (redacted as a whole, a second net)."""
-    text = orjson.dumps({"config": path, **plan.to_json()},
+    document = {"config": path, **plan.to_json(), "targets": REDACTOR.tree(targets_json(config))}
+    text = orjson.dumps(document,
                         option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS).decode()
     sys.stdout.write(REDACTOR.net(text) + "\n")
 
 
 def run_check(config: Config, path: str, *, output: str = "table",
-              series_warning: int | None = None) -> int:
-    """The `check` command on a loaded config: print the plan; exit 0 (warnings included)."""
+              series_warning: int | None = None, discover: bool = False) -> int:
+    """The `check` command on a loaded config: print the plan; exit 0 (warnings included).
+
+    Discovering targets are asked for their models only with `discover` (a request with the
+    target's key); otherwise the plan says their models come at run time."""
+    found: list[Discovered] = []
+    if discover and config.discovering:
+        config, found = asyncio.run(discover_now(config))
     plan = make_plan(config, series_warning=SERIES_WARNING if series_warning is None
-                     else series_warning)
+                     else series_warning, discovered=found)
     if output == "json":
-        print_plan_json(plan, path)
+        print_plan_json(config, plan, path)
     else:
         print_plan(config, plan, path)
     return 0

@@ -24,7 +24,15 @@ from typing import Any
 
 import orjson
 
-from exporter.config import Config, Price, ProbeConfig, ProbeKind, Series
+from exporter.config import (
+    Config,
+    ProbeConfig,
+    ProbeKind,
+    Series,
+    Target,
+    expand,
+    format_duration,
+)
 from exporter.config.model import reasons
 from exporter.exposition.children import at_load, later, samples, served_families
 from exporter.exposition.families import (
@@ -36,10 +44,14 @@ from exporter.exposition.families import (
     Shape,
     families,
 )
+from exporter.probe.discovery import DiscoveryFailed, fetch_catalog
+from exporter.probe.prober import Prober
 from exporter.probe.tokens import estimate_tokens
 from exporter.protocols.advice import reasoning_advice
 from exporter.protocols.base import embedding_input, make_prompt
-from exporter.protocols.reasoning import plan as request_plan
+from exporter.protocols.reasoning import ceiling
+from exporter.providers.gateway import Catalog
+from exporter.providers.prices import LibraryInfo, ModelPrice, library_info
 
 SECONDS_PER_DAY = 86_400
 # Active series past which `check` warns: managed Prometheus offerings bill by active series,
@@ -60,6 +72,7 @@ class WarningKind(StrEnum):
     UNPRICED = "unpriced"  # a budget is set but some series have no price
     SERIES_OVER_LIMIT = "series_over_limit"  # more Prometheus series than the threshold
     REASONING = "reasoning"  # a probe may spend its limit thinking, or sends a refused value
+    DISCOVERY = "discovery"  # a gateway lists more models than its cap, or none could be read
 
 
 @dataclass(frozen=True)
@@ -98,7 +111,7 @@ class SeriesPlan:
     max_tokens: int  # output tokens per probe at most (0: an embedding)
     input_tokens: int  # per probe, estimated
     reasons: bool
-    price: Price | None
+    price: ModelPrice | None  # None: unknown
     families: Mapping[Family, Count]  # from the config's load
     later: Mapping[Family, Count]  # may appear on first need
 
@@ -139,11 +152,13 @@ class SeriesPlan:
         return sum(self.later.values(), Count())
 
 
-def probe_cost(price: Price | None, input_tokens: int, output_tokens: int) -> float | None:
-    """The cost of one probe at a price (per 1M tokens); input at the uncached price."""
+def probe_cost(price: ModelPrice | None, input_tokens: int, output_tokens: int) -> float | None:
+    """The cost of one probe at a price (per 1M tokens); input at the uncached price, both at
+    the tier the prompt falls in."""
     if price is None:
         return None
-    return (input_tokens * price.input + output_tokens * price.output) / 1e6
+    rates = price.at(input_tokens)
+    return (input_tokens * rates.input + output_tokens * rates.output) / 1e6
 
 
 def input_tokens(probe: ProbeConfig) -> int:
@@ -168,11 +183,12 @@ def input_tokens(probe: ProbeConfig) -> int:
 
 
 def output_tokens(series: Series) -> int:
-    """The output tokens of one probe at most: the output limit its request sends (`max_tokens`,
-    plus the thinking budget where one is sent); an embedding generates none."""
+    """The output tokens of one probe at most: the output limit its request may send
+    (`max_tokens`, plus the thinking budget where one may be sent: `reasoning.ceiling`); an
+    embedding generates none."""
     if series.probe.kind is ProbeKind.EMBEDDING:
         return 0
-    return request_plan(series).cap
+    return ceiling(series)
 
 
 def plan_series(series: Series, specs: Mapping[Family, FamilySpec],
@@ -197,11 +213,60 @@ def own_series(config: Config) -> Count:
             continue
         if spec.type is MetricType.HISTOGRAM:
             total += len(config.buckets.get(spec.key) or spec.buckets) + 3
-        elif spec.key in (Family.BUDGET_SPENT, Family.BUDGET_LIMIT):
+        elif spec.key in (Family.BUDGET_SPENT, Family.BUDGET_LIMIT, Family.BUDGET_RECORD_OK):
             total += config.global_.budget is not None
+        elif spec.key is Family.PRICE_INFO:
+            total += len({(s.target.name, s.model) for s in config.series})
+        elif spec.key in (Family.DISCOVERY_MODELS, Family.DISCOVERY_REFRESHES,
+                          Family.DISCOVERY_LAST_SUCCESS):
+            total += len(config.discovering)  # (refreshes: one result, success, when well)
         else:
             total += len(spec.values) or 1
     return Count(total, total)
+
+
+# A gateway listing more models than this makes `check --discover` warn, whatever the caps.
+DISCOVERY_WARNING = 200
+
+
+@dataclass(frozen=True)
+class Discovered:
+    """What `check --discover` learnt of one target: its list, or why there is none."""
+
+    target: str
+    listed: int | None = None  # entries the gateway sent
+    models: int = 0  # models its series probe (after filters and caps)
+    trimmed: int = 0  # matching models left out by discover.max_models / global.max_series
+    refused: int = 0  # names refused
+    error: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        """As JSON."""
+        return dataclasses.asdict(self)
+
+
+async def discover_now(config: Config) -> tuple[Config, list[Discovered]]:
+    """Ask every discovering target for its models once (`check --discover`): the config with
+    their series, and what each answered."""
+    catalogs: dict[str, Catalog] = {}
+    failed: dict[str, str] = {}
+    async with Prober() as prober:
+        for target in config.discovering:
+            try:
+                catalogs[target.name], _ = await fetch_catalog(prober, target)
+            except DiscoveryFailed as exc:
+                failed[target.name] = f"{exc.result.value}: {exc.reason}"
+    expanded = expand(config, catalogs)
+    found = []
+    for target in config.discovering:
+        catalog = catalogs.get(target.name)
+        models = {s.model for s in expanded.series
+                  if s.target.name == target.name and s.discovered}
+        found.append(Discovered(target.name, catalog.listed if catalog else None,
+                                len(models), expanded.trimmed.get(target.name, 0),
+                                catalog.refused if catalog else 0,
+                                failed.get(target.name, "")))
+    return expanded, found
 
 
 @dataclass(frozen=True)
@@ -224,6 +289,28 @@ class Plan:
     budget_limit: float | None
     budget_currency: str | None
     warnings: tuple[PlanWarning, ...]
+    library: LibraryInfo = dataclasses.field(default_factory=library_info)
+    discovering: tuple[tuple[str, str], ...] = ()  # (target, how it discovers)
+    discovered: tuple[Discovered, ...] = ()  # with `check --discover`
+
+    def discovery_notes(self) -> list[str]:
+        """What the plan leaves to run time, or what discovery found now."""
+        found = {d.target: d for d in self.discovered}
+        notes = []
+        for target, how in self.discovering:
+            seen = found.get(target)
+            if seen is None:
+                notes.append(f"{target}: {how}; its models are listed at run time (not in "
+                             "this plan): `check --discover` asks the gateway now")
+            elif seen.error:
+                notes.append(f"{target}: discovery failed ({seen.error}); the daemon retries")
+            else:
+                notes.append(f"{target}: the gateway lists {seen.listed:,} models; "
+                             f"{seen.models:,} of them probed (in this plan)"
+                             + (f", {seen.trimmed:,} left out by the caps" if seen.trimmed
+                                else "")
+                             + (f", {seen.refused:,} names refused" if seen.refused else ""))
+        return notes
 
     def total(self, field: str) -> float:
         """The sum of one per-series figure over every series."""
@@ -273,6 +360,7 @@ class Plan:
                 "output_tokens_per_day": s.output_tokens_per_day,
                 "input_tokens_per_day": s.input_tokens_per_day, "reasons": s.reasons,
                 "currency": s.price.currency if s.price else None,
+                "price": s.price.to_json() if s.price else "unknown",
                 "cost_per_day": s.cost_per_day,
                 "prometheus_series": {**s.series.to_json(), "later": s.extra.to_json()},
             } for s in self.series],
@@ -293,14 +381,20 @@ class Plan:
                 "later": self.by_family(extra=True).get(family, Count()).to_json(),
             } for family, count in self.by_family().items()],
             "native_histograms": {"classic": self.classic},
+            "price_library": self.library.to_json(),
+            "discovery": [{"target": target, "how": how,
+                           "now": next((d.to_json() for d in self.discovered
+                                        if d.target == target), None)}
+                          for target, how in self.discovering],
             "budget": None if self.budget_limit is None else {
                 "max_cost_per_day": self.budget_limit, "currency": self.budget_currency},
             "warnings": [{"kind": w.kind.value, "message": w.message} for w in self.warnings],
         }
 
 
-def make_plan(config: Config, *, series_warning: int = SERIES_WARNING) -> Plan:
-    """The plan of a loaded config."""
+def make_plan(config: Config, *, series_warning: int = SERIES_WARNING,
+              discovered: Iterable[Discovered] = ()) -> Plan:
+    """The plan of a loaded config (`discovered`: what `check --discover` found)."""
     shapes = config.global_.shapes
     specs = {spec.key: spec for spec in served_families(config)}
     prompts: dict[int, int] = {}  # by probe object: thousands of series share a few probes
@@ -311,9 +405,33 @@ def make_plan(config: Config, *, series_warning: int = SERIES_WARNING) -> Plan:
     budget = config.global_.budget
     draft = Plan(series, shapes, specs, config.global_.native_histograms.classic,
                  own_series(config), budget.max_cost_per_day if budget else None,
-                 budget.currency if budget else None, ())
+                 budget.currency if budget else None, (),
+                 discovering=tuple((t.name, _how(t)) for t in config.discovering),
+                 discovered=tuple(discovered))
     advice = [PlanWarning(WarningKind.REASONING, str(a)) for a in reasoning_advice(config.series)]
-    return dataclasses.replace(draft, warnings=(*_warnings(draft, series_warning), *advice))
+    return dataclasses.replace(draft, warnings=(*_warnings(draft, series_warning), *advice,
+                                                *_discovery_warnings(draft.discovered)))
+
+
+def _how(target: Target) -> str:
+    rules = target.discover
+    assert rules is not None
+    return (f"discovers GET {target.base_url}/models every {format_duration(rules.refresh)}, "
+            f"at most {rules.max_models} models")
+
+
+def _discovery_warnings(found: Iterable[Discovered]) -> Iterable[PlanWarning]:
+    for seen in found:
+        if seen.error:
+            yield PlanWarning(WarningKind.DISCOVERY, f"{seen.target}: no model list: "
+                                                     f"{seen.error}")
+        elif seen.trimmed or (seen.listed or 0) > DISCOVERY_WARNING:
+            yield PlanWarning(WarningKind.DISCOVERY, (
+                f"{seen.target}: the gateway lists {seen.listed:,} models; {seen.trimmed:,} "
+                "that match are left out by discover.max_models or global.max_series: "
+                "narrow discover.include / exclude") if seen.trimmed else (
+                f"{seen.target}: the gateway lists {seen.listed:,} models: narrow "
+                "discover.include / exclude"))
 
 
 def _warnings(plan: Plan, series_warning: int) -> Iterable[PlanWarning]:

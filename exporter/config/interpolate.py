@@ -28,11 +28,14 @@ class Substitution:
 
     name: str
     value: str
+    loc: tuple[int | str, ...] = ()  # where in the document it was substituted
 
     @property
     def secret(self) -> bool:
-        """Whether the variable is named like a credential (`*_KEY`, `*TOKEN*`, …)."""
-        return secret_name(self.name)
+        """Whether the value is treated as a secret: the variable is named like a credential
+        (`*_KEY`, `*TOKEN*`, …), or it went into a request body's `params` (a body field named
+        anything may carry a token; the config cannot tell)."""
+        return secret_name(self.name) or in_params(self.loc)
 
 
 def interpolate(node: Any, loc: Loc, env: Mapping[str, str], problems: list[ConfigProblem],
@@ -46,7 +49,7 @@ def interpolate(node: Any, loc: Loc, env: Mapping[str, str], problems: list[Conf
         def substitute(match: re.Match[str]) -> str:
             name, default = match.group(1), match.group(2)
             if name in env:
-                done.append(Substitution(name, env[name]))
+                done.append(Substitution(name, env[name], loc))
                 return env[name]
             if default is not None:
                 return default
@@ -59,6 +62,11 @@ def interpolate(node: Any, loc: Loc, env: Mapping[str, str], problems: list[Conf
     if isinstance(node, list):
         return [interpolate(v, (*loc, i), env, problems, done) for i, v in enumerate(node)]
     return node
+
+
+def in_params(loc: Loc) -> bool:
+    """Whether a document location is inside a probe's or a target's `params`."""
+    return len(loc) > 2 and loc[0] in ("probes", "targets") and loc[2] == "params"
 
 
 class Scrubber:

@@ -28,8 +28,9 @@ from pydantic import (
 
 from exporter.apis import Api
 from exporter.config.errors import ConfigError, ConfigProblem, format_location
+from exporter.config.expand import bucket_edges, plan_series, shard_series
 from exporter.config.interpolate import Scrubber, Substitution, interpolate
-from exporter.config.model import Config, Objectives, Series, Target
+from exporter.config.model import Config, KeyKind, KeySource, Target
 from exporter.config.network import (
     AWS_EXTRA_MISSING,
     MAX_TLS_FILE_BYTES,
@@ -40,38 +41,41 @@ from exporter.config.network import (
     build_tls,
     resolve_proxy,
 )
-from exporter.config.probe import ProbeConfig, SloConfig
+from exporter.config.probe import ProbeConfig
 from exporter.config.rules_check import reasoning_problems
-from exporter.config.schema import CONTROL, GlobalConfig, SimulatorConfig, TargetConfig
+from exporter.config.schema import (
+    CONTROL,
+    MIN_REFRESH,
+    GlobalConfig,
+    SimulatorConfig,
+    TargetConfig,
+)
 from exporter.config.secrets import document_secrets
-from exporter.config.shard import in_shard, parse_shard
+from exporter.config.shard import parse_shard
 from exporter.config.types import (
-    MAX_BUCKETS,
     MAX_PROBE_NAME,
     MIN_INTERVAL,
     Secret,
     format_duration,
     parse_duration,
 )
-from exporter.exposition.families import (
-    BY_KEY,
-    OBJECTIVE_FAMILY,
-    Family,
-    Objective,
-    RatioObjective,
-    bucket_families,
-)
+from exporter.config.urls import split_query
 from exporter.files import FileRefused, YAMLDocument, parse_yaml, read_limited
 from exporter.log import REDACTOR, Redactor
+from exporter.state import default_state_dir
 
 # ---------------------------------------------------------------------------------------------
 # Loading
+
+# API styles whose servers list models at GET {base_url}/models (OpenAI's shape; Anthropic's).
+DISCOVERABLE = (Api.OPENAI_CHAT, Api.OPENAI_COMPLETIONS, Api.OPENAI_RESPONSES,
+                Api.ANTHROPIC_MESSAGES)
 
 MAX_CONFIG_BYTES = 4 * 1024 * 1024
 MAX_KEY_BYTES = 64 * 1024
 MAX_IMAGE_BYTES = 20 * 1024 * 1024  # what OpenAI and Anthropic accept per image
 _IMAGE_SUFFIXES = frozenset({".png", ".jpg", ".jpeg", ".gif", ".webp"})
-_SECTIONS = ("global", "simulator", "probes", "targets")
+SECTIONS = ("global", "simulator", "probes", "targets")
 _KEY_CHARACTERS = re.compile(r"^[\x21-\x7e]+$")  # what an HTTP header carries safely
 Loc = tuple[int | str, ...]
 # pydantic's words for YAML users (a "tuple" or "instance of TargetConfig" means nothing there).
@@ -85,7 +89,7 @@ def _problem(loc: Loc, error: str) -> ConfigProblem:
     return ConfigProblem(format_location(loc), error, path=loc)
 
 
-def _validate(model: type[_Model], value: Any, loc: Loc,
+def validate_section(model: type[_Model], value: Any, loc: Loc,
               problems: list[ConfigProblem]) -> _Model | None:
     """One section through its pydantic model; its errors become located problems."""
     try:
@@ -107,20 +111,21 @@ def _validate(model: type[_Model], value: Any, loc: Loc,
 
 def _resolve_key(raw: Mapping[str, Any], index: int, env: Mapping[str, str], base: Path,
                  problems: list[ConfigProblem],
-                 reads: list[tuple[Path, bytes]]) -> tuple[Secret | None, str]:
-    """Read the API key from the environment, a file or the config; strip stray whitespace.
+                 reads: list[tuple[Path, bytes]]) -> tuple[Secret | None, KeySource]:
+    """Read the API key from the environment, a file or the config; strip stray whitespace
+    (and say which).
 
     Works on the target as written, so a key problem is reported next to schema problems.
     """
     where = ("targets", index)
     env_name, file_name, inline = (raw.get(k) for k in ("api_key_env", "api_key_file", "api_key"))
     if isinstance(env_name, str) and env_name:
+        source = KeySource(KeyKind.ENV, env_name)
         value = env.get(env_name)
         if value is None:  # reported before validation
-            return None, f"env:{env_name}"
-        source = f"env:{env_name}"
+            return None, source
     elif isinstance(file_name, str) and file_name:
-        source = f"file:{file_name}"
+        source = KeySource(KeyKind.FILE, file_name)
         path = key_file_path(file_name, base)
         try:
             content = read_limited(path, MAX_KEY_BYTES)
@@ -137,18 +142,18 @@ def _resolve_key(raw: Mapping[str, Any], index: int, env: Mapping[str, str], bas
             return None, source
         reads.append((path, content))
     elif isinstance(inline, str) and inline:
-        value, source = inline, "inline"
+        value, source = inline, KeySource(KeyKind.LITERAL)
     else:
-        return None, "none"
+        return None, KeySource()
     try:
         key = clean_key(value)
     except ValueError as exc:
         problems.append(_problem(where, f"the API key from {source} {exc}"))
         return None, source
-    if key != value:
-        # The most common cause of a 401: a trailing newline from `echo` or a secret file.
-        source += " (whitespace stripped)"
-    return Secret(key), source
+    # The most common cause of a 401: a trailing newline from `echo` or a secret file.
+    start = value.index(key)
+    return Secret(key), replace(source, leading=value[:start],
+                                trailing=value[start + len(key):])
 
 
 def clean_key(value: str) -> str:
@@ -248,7 +253,7 @@ def _build(data: dict[str, Any], env: Mapping[str, str], base_dir: Path, source:
            substituted: list[Substitution]) -> Config:
     if "global" in data and data["global"] is None:  # `global:` with everything commented out
         del data["global"]
-    problems += [_problem((str(key),), "unknown key") for key in data if key not in _SECTIONS]
+    problems += [_problem((str(key),), "unknown key") for key in data if key not in SECTIONS]
     raw_targets = data.get("targets")
     raw_targets = raw_targets if isinstance(raw_targets, list) else []
     # Named environment variables are checked up front, so they are reported even when
@@ -259,9 +264,9 @@ def _build(data: dict[str, Any], env: Mapping[str, str], base_dir: Path, source:
             problems.append(_problem(("targets", index, "api_key_env"),
                                      f"environment variable {name} is not set"))
 
-    global_ = _validate(GlobalConfig, data.get("global", {}), ("global",), problems)
+    global_ = validate_section(GlobalConfig, data.get("global", {}), ("global",), problems)
     simulator = (None if data.get("simulator") is None else
-                 _validate(SimulatorConfig, data["simulator"], ("simulator",), problems))
+                 validate_section(SimulatorConfig, data["simulator"], ("simulator",), problems))
     raw_probes = data.get("probes")
     probes: dict[str, ProbeConfig | None] = {}
     if not isinstance(raw_probes, dict):
@@ -271,13 +276,13 @@ def _build(data: dict[str, Any], env: Mapping[str, str], base_dir: Path, source:
     else:
         _check_probe_names(raw_probes, problems)
         for name, value in raw_probes.items():
-            probe = _validate(ProbeConfig, value, ("probes", name), problems)
+            probe = validate_section(ProbeConfig, value, ("probes", name), problems)
             probes[name] = probe and _check_image(probe, name, base_dir, problems)
     if not isinstance(data.get("targets"), list):
         problems.append(_problem(("targets",), "expected a list of targets"))
     elif not raw_targets:
         problems.append(_problem(("targets",), "define at least one target"))
-    targets = [_validate(TargetConfig, value, ("targets", index), problems)
+    targets = [validate_section(TargetConfig, value, ("targets", index), problems)
                for index, value in enumerate(raw_targets)]
 
     # Cross-field checks, on the sections as written, so they run even where validation failed.
@@ -287,11 +292,11 @@ def _build(data: dict[str, Any], env: Mapping[str, str], base_dir: Path, source:
     interval_floor = 0.0 if raw_global.get("allow_short_intervals") is True else MIN_INTERVAL
     _check_interval(raw_global, ("global",), interval_floor, problems)
     names: dict[str, int] = {}
-    keys: list[tuple[Secret | None, str]] = []
+    keys: list[tuple[Secret | None, KeySource]] = []
     paths: list[tuple[Proxy | None, TLS] | None] = []
     for index, (raw, target) in enumerate(zip(raw_targets, targets, strict=True)):
         if not isinstance(raw, dict):
-            keys.append((None, "none"))
+            keys.append((None, KeySource()))
             paths.append(None)
             continue
         name = raw.get("name")
@@ -307,6 +312,7 @@ def _build(data: dict[str, Any], env: Mapping[str, str], base_dir: Path, source:
                     ("targets", index, "probes", j),
                     f"unknown probe {probe_name!r} (defined: {', '.join(probes)})"))
         _check_interval(raw, ("targets", index), interval_floor, problems)
+        _check_refresh(raw, ("targets", index), interval_floor > 0, problems)
         keys.append(_resolve_key(raw, index, env, base_dir, problems, reads))
         if target is not None:
             _check_target(target, index, probes, problems)
@@ -318,34 +324,30 @@ def _build(data: dict[str, Any], env: Mapping[str, str], base_dir: Path, source:
 
     resolved_probes = {name: probe for name, probe in probes.items() if probe is not None}
     built = []
-    written: dict[str, TargetConfig] = {}
     for target, (key, key_source), path in zip(targets, keys, paths, strict=True):
         assert target is not None and path is not None  # or a problem was reported
-        written[target.name] = target
         proxy, tls = path
         if target.aws_sigv4 is not None:
-            key_source = f"aws_sigv4:{target.aws_sigv4.region}" + (
-                f" (profile {target.aws_sigv4.profile})" if target.aws_sigv4.profile else "")
+            key_source = KeySource(KeyKind.AWS_SIGV4, target.aws_sigv4.region + (
+                f" (profile {target.aws_sigv4.profile})" if target.aws_sigv4.profile else ""))
+        base_url, in_url = split_query(target.base_url)  # its query goes after the API path
         built.append(Target(
-            name=target.name, api=target.api, base_url=target.base_url, api_key=key,
-            headers=dict(target.headers), query=dict(target.query), path=target.path,
-            models=target.models, probes=target.probes or tuple(resolved_probes),
+            name=target.name, api=target.api, base_url=base_url, api_key=key,
+            headers=dict(target.headers), query={**dict(in_url), **target.query},
+            path=target.path,
+            models=target.model_names, probes=target.probes or tuple(resolved_probes),
             interval=target.interval or global_.interval,
             timeout=target.timeout or global_.timeout,
             jitter=global_.jitter if target.jitter is None else target.jitter,
-            prices=dict(target.prices), key_source=key_source,
+            prices=dict(target.prices), key_from=key_source,
             key_file=key_file_path(target.api_key_file, base_dir)
             if target.api_key_file else None,
             proxy=proxy, tls=tls, aws_sigv4=target.aws_sigv4,
-            params=dict(target.params), model_family=dict(target.model_family),
+            params=dict(target.params), model_family=target.families,
+            model_probes={e.name: e.probes for e in target.entries if e.probes},
+            discover=target.discover, slo=target.slo, model_slo=dict(target.model_slo),
         ))
-    series = tuple(
-        Series(target=t, model=m, probe_name=p, probe=resolved_probes[p],
-               interval=t.interval, timeout=t.timeout, jitter=t.jitter,
-               slo=objectives(global_.slo, written[t.name].slo, resolved_probes[p].slo,
-                              written[t.name].model_slo.get(m)))
-        for t in built for m in t.models for p in t.probes
-    )
+    series, _ = plan_series(global_, resolved_probes, built, {})
     if len(series) > global_.max_series:
         raise ConfigError("invalid config", [ConfigProblem(
             "targets", f"{len(series)} series (targets × models × probes) exceed "
@@ -353,60 +355,22 @@ def _build(data: dict[str, Any], env: Mapping[str, str], base_dir: Path, source:
     # From every series, before sharding: all replicas of a sharded fleet share the edges.
     buckets = bucket_edges(global_.buckets, series)
     shard = shard or global_.shard
+    series = shard_series(series, shard)
     if shard is not None:
-        index, count = parse_shard(shard)
-        series = tuple(s for s in series if in_shard(s.key, index, count))
+        count = parse_shard(shard)[1]
         budget = global_.budget
         if budget is not None and not budget.per_shard and count > 1:
             # n replicas of one config must not spend n budgets.
             global_ = global_.model_copy(update={"budget": budget.model_copy(
                 update={"max_cost_per_day": budget.max_cost_per_day / count})})
+    state_dir = (base_dir / global_.state_dir if global_.state_dir is not None
+                 else default_state_dir(source) if source is not None else None)
     return Config(global_=global_, simulator=simulator, probes=resolved_probes,
                   targets=tuple(built), series=series, buckets=buckets, source=source,
+                  state_dir=state_dir,
                   raw=data, files=tuple(path for path, _ in reads),
                   interpolated_secrets=tuple(dict.fromkeys(s.value for s in substituted
-                                                           if s.secret)))
-
-
-def objectives(*levels: SloConfig | None) -> Objectives:
-    """A series' objectives from its `slo:` levels, least specific first (later ones win)."""
-    latency: dict[Objective, float] = {}
-    ratio: dict[RatioObjective, float] = {}
-    for level in levels:
-        if level is None:
-            continue
-        for objective in Objective:
-            seconds = getattr(level, objective.value)
-            if seconds is not None:
-                latency[objective] = seconds
-        if level.availability is not None:
-            ratio[RatioObjective.AVAILABILITY] = level.availability
-    return Objectives({o: latency[o] for o in Objective if o in latency}, ratio)
-
-
-def bucket_edges(overrides: Mapping[Family, Sequence[float]],
-                 series: Iterable[Series]) -> dict[Family, tuple[float, ...]]:
-    """Every histogram's edges: its defaults or `global.buckets`, plus every latency objective
-    of the config, so each objective is an `le` edge of every series (sums by `le` stay exact).
-
-    Raises ConfigError when objectives push a histogram past MAX_BUCKETS edges.
-    """
-    edges = {family: set(overrides.get(family, BY_KEY[family].buckets))
-             for family in bucket_families()}
-    for item in series:
-        for objective, seconds in item.slo.latency.items():
-            edges[OBJECTIVE_FAMILY[objective]].add(seconds)
-    too_many = [_problem(("global", "buckets", family.value),
-                         f"{len(values)} edges with the objectives (slo:) added; at most "
-                         f"{MAX_BUCKETS}: use fewer distinct objective values")
-                for family, values in edges.items() if len(values) > MAX_BUCKETS]
-    if too_many:
-        raise ConfigError("invalid config", too_many)
-    if Family.TIME_TO_FIRST_ANSWER not in overrides:
-        # TTFT's kind of latency, on TTFT's edges: where a series has no time to first answer
-        # (it does not reason) its TTFT stands in, and sums by `le` stay exact.
-        edges[Family.TIME_TO_FIRST_ANSWER] = set(edges[Family.TTFT])
-    return {family: tuple(sorted(values)) for family, values in edges.items()}
+                                                           if s.secret)), shard=shard)
 
 
 def _check_interval(section: Mapping[str, Any], loc: Loc, floor: float,
@@ -420,6 +384,23 @@ def _check_interval(section: Mapping[str, Any], loc: Loc, floor: float,
         problems.append(_problem((*loc, "interval"), f"{format_duration(seconds)} is shorter "
                                  f"than {format_duration(MIN_INTERVAL)} (a typo for minutes?); "
                                  "set global.allow_short_intervals: true if you mean it"))
+
+
+def _check_refresh(section: Mapping[str, Any], loc: Loc, enforce: bool,
+                   problems: list[ConfigProblem]) -> None:
+    """A discovery refresh under MIN_REFRESH without `global.allow_short_intervals`."""
+    discover = section.get("discover")
+    if not enforce or not isinstance(discover, dict) or "refresh" not in discover:
+        return
+    try:
+        seconds = parse_duration(discover["refresh"])
+    except ValueError:
+        return
+    if 0 < seconds < MIN_REFRESH:
+        problems.append(_problem((*loc, "discover", "refresh"), f"{format_duration(seconds)} "
+                                 f"is shorter than {format_duration(MIN_REFRESH)}: every refresh "
+                                 "lists the gateway's models; set "
+                                 "global.allow_short_intervals: true if you mean it"))
 
 
 def _check_target(target: TargetConfig, index: int, probes: Mapping[str, ProbeConfig | None],
@@ -440,16 +421,42 @@ def _check_target(target: TargetConfig, index: int, probes: Mapping[str, ProbeCo
             problems.append(_problem(loc, f"probe {probe_name!r} sets `tool_choice: none`, "
                                           "which bedrock-converse does not have (leave out "
                                           "`tools` instead)"))
-    for model in target.prices:
-        if model not in target.models:
-            problems.append(_problem((*where, "prices", model),
-                                     "price for a model this target does not probe"))
-    for model in target.model_slo:
-        if model not in target.models:
-            problems.append(_problem((*where, "model_slo", model),
-                                     "objectives for a model this target does not probe"))
+    for j, entry in enumerate(target.entries):
+        for k, probe_name in enumerate(entry.probes or ()):
+            loc = (*where, "models", j, "probes", k)
+            if probe_name not in probes:
+                if probes:
+                    problems.append(_problem(loc, f"unknown probe {probe_name!r} (defined: "
+                                                  f"{', '.join(probes)})"))
+                continue
+            probe = probes[probe_name]
+            for feature in sorted(probe.features - target.api.features if probe else ()):
+                problems.append(_problem(loc, f"probe {probe_name!r} uses {feature.value}, "
+                                              f"which {target.api.value} does not have"))
+    # With discovery, prices and objectives may name models the gateway will list.
+    if target.discover is None:
+        for model in target.prices:
+            if model not in target.model_names:
+                problems.append(_problem((*where, "prices", model),
+                                         "price for a model this target does not probe"))
+        for model in target.model_slo:
+            if model not in target.model_names:
+                problems.append(_problem((*where, "model_slo", model),
+                                         "objectives for a model this target does not probe"))
+    if target.discover is not None:
+        problems += _discover_problems(target, where)
     problems += [_problem(loc, message)
                  for loc, message in reasoning_problems(target, where, probes)]
+
+
+def _discover_problems(target: TargetConfig, where: Loc) -> list[ConfigProblem]:
+    """What keeps a target from discovering its models."""
+    if target.api not in DISCOVERABLE:
+        able = ", ".join(api.value for api in DISCOVERABLE)
+        return [_problem((*where, "discover"), f"{target.api.value} lists no models at "
+                         f"GET {{base_url}}/models in a shape discovery reads ({able} do); "
+                         "list the models (models:)")]
+    return []
 
 
 def _resolve_network(target: TargetConfig, index: int, env: Mapping[str, str], base: Path,
@@ -492,8 +499,8 @@ def load_config(path: str | Path, *, env: Mapping[str, str] | None = None,
         ) from None
 
 
-def _load(path: Path, env: Mapping[str, str], shard: str | None,
-          redactor: Redactor | None) -> Config:
+def read_document(path: Path) -> tuple[bytes, YAMLDocument]:
+    """A config file's bytes and YAML document (bounded read, YAML limits), or `ConfigError`."""
     try:
         raw = read_limited(path, MAX_CONFIG_BYTES)
     except OSError as exc:
@@ -501,19 +508,24 @@ def _load(path: Path, env: Mapping[str, str], shard: str | None,
     except FileRefused as exc:
         raise ConfigError(f"cannot read config file {path}: {exc}") from None
     try:
-        document = parse_yaml(raw)
+        return raw, parse_yaml(raw)
     except FileRefused as exc:
         raise ConfigError(f"invalid YAML in {path}",
                           [ConfigProblem(where, why) for where, why in exc.problems]) from None
+
+
+def _load(path: Path, env: Mapping[str, str], shard: str | None,
+          redactor: Redactor | None) -> Config:
+    raw, document = read_document(path)
     reads: list[tuple[Path, bytes]] = []
     try:
         config = _parse(document.data, env, path.parent.resolve(), path, shard, reads, redactor)
     except ConfigError as exc:
-        raise ConfigError(exc.message, _with_lines(exc.details, document)) from None
+        raise ConfigError(exc.message, with_lines(exc.details, document)) from None
     return replace(config, digest=_digest(raw, reads))
 
 
-def _with_lines(problems: Sequence[ConfigProblem], document: YAMLDocument) -> list[ConfigProblem]:
+def with_lines(problems: Sequence[ConfigProblem], document: YAMLDocument) -> list[ConfigProblem]:
     """The problems with their lines, in the order of the file."""
     located = [replace(p, line=document.line_of(p.path)) if p.path and p.line is None else p
                for p in problems]

@@ -4,27 +4,88 @@ and its redacted view for `/config` and bench files."""
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 from typing import Any, cast
 
 from exporter.apis import Api
 from exporter.config.network import TLS, Proxy
-from exporter.config.probe import ProbeConfig
+from exporter.config.probe import ProbeConfig, SloConfig
 from exporter.config.reasoning import Effort, merge_patches
-from exporter.config.schema import AwsSigV4Config, GlobalConfig, Price, RawConfig, SimulatorConfig
-from exporter.config.secrets import header_secrets, is_secret, redacted_url, url_secrets
+from exporter.config.schema import (
+    AwsSigV4Config,
+    DiscoverConfig,
+    GlobalConfig,
+    Price,
+    RawConfig,
+    SimulatorConfig,
+)
+from exporter.config.secrets import (
+    header_secrets,
+    is_secret,
+    params_secrets,
+    redacted_url,
+    url_secrets,
+)
 from exporter.config.types import Secret
 from exporter.exposition.families import Family, Objective, RatioObjective
 from exporter.log import REDACTED, Redactor
-from exporter.providers.rules import lookup
+from exporter.providers.gateway import GatewayModel
+from exporter.providers.prices import ModelPrice
+from exporter.providers.rules import lookup, quiet_default
 
 # ---------------------------------------------------------------------------------------------
 # The resolved config
 
 
 SeriesKey = tuple[str, str, str]  # (target, model, probe): one probe series
+
+
+class KeyKind(StrEnum):
+    """Where a target's credentials come from."""
+
+    ENV = "env"              # api_key_env: a variable's name
+    FILE = "file"            # api_key_file: a path (re-read when it changes)
+    LITERAL = "literal"      # api_key: written in the config (or put there by ${VAR})
+    NONE = "none"            # no key is sent
+    AWS_SIGV4 = "aws_sigv4"  # requests are signed: the AWS credential chain
+
+
+@dataclass(frozen=True)
+class KeySource:
+    """Where a key comes from and the whitespace stripped around it — never the key."""
+
+    kind: KeyKind = KeyKind.NONE
+    name: str = ""  # the variable, the file as written, or the AWS region (and profile)
+    leading: str = ""   # whitespace removed before the key
+    trailing: str = ""  # … and after it (a newline from `echo` into a secret file)
+
+    def where(self) -> str:
+        """For people: `env OPENAI_API_KEY`, `file /run/secrets/key`, `literal`, `none`."""
+        return f"{self.kind.value} {self.name}" if self.name else self.kind.value
+
+    def stripped(self) -> str:
+        """The whitespace stripped, escaped (`trailing "\\n"`), or "" for none."""
+        parts = [f"{side} {_escaped(text)}" for side, text in
+                 (("leading", self.leading), ("trailing", self.trailing)) if text]
+        return " and ".join(parts)
+
+    def to_json(self) -> dict[str, Any]:
+        """`check --output json`'s `key`: source, name, stripped {leading, trailing}."""
+        return {"source": self.kind.value, "name": self.name,
+                "stripped": {"leading": self.leading, "trailing": self.trailing}}
+
+    def __str__(self) -> str:
+        where = f"{self.kind.value}:{self.name}" if self.name else self.kind.value
+        return f"{where} (whitespace stripped: {self.stripped()})" if self.stripped() else where
+
+
+def _escaped(text: str) -> str:
+    """Whitespace as a quoted string with escapes a reader can see (`"\\r\\n"`, `" "`)."""
+    return json.dumps(text)
 
 
 @dataclass(frozen=True)
@@ -44,13 +105,23 @@ class Target:
     timeout: float
     jitter: float
     prices: Mapping[str, Price]
-    key_source: str
+    key_from: KeySource
     key_file: Path | None = None  # api_key_file, re-read when it changes (a refreshed token)
     proxy: Proxy | None = None  # None: direct
     tls: TLS = field(default_factory=TLS)
     aws_sigv4: AwsSigV4Config | None = None  # sign requests (instead of an API key)
     params: Mapping[str, Any] = field(default_factory=dict)  # extra body fields (`params:`)
     model_family: Mapping[str, str] = field(default_factory=dict)  # model → hosted family
+    # Probes of one model (`models: [{name, probes}]`); others run the target's `probes`.
+    model_probes: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    discover: DiscoverConfig | None = None  # probe what the gateway lists
+    slo: SloConfig = field(default_factory=SloConfig)
+    model_slo: Mapping[str, SloConfig] = field(default_factory=dict)
+
+    @property
+    def key_source(self) -> str:
+        """Where the key comes from, in one line (hints, `/config`)."""
+        return str(self.key_from)
 
     @property
     def route(self) -> str:
@@ -81,6 +152,9 @@ class Series:
     timeout: float
     jitter: float
     slo: Objectives = field(default_factory=Objectives)
+    price: ModelPrice | None = None  # None: unknown, no cost is counted
+    gateway: GatewayModel | None = None  # what the gateway says of the model (discovery)
+    discovered: bool = False  # listed by the gateway, not by `models:`
 
     @property
     def key(self) -> SeriesKey:
@@ -99,11 +173,6 @@ class Series:
         patch (`null` removes a field) to apply to the body."""
         return merge_patches(self.target.params, self.probe.params)
 
-    @property
-    def price(self) -> Price | None:
-        """The configured price of this model, if any."""
-        return self.target.prices.get(self.model)
-
     def stable_fraction(self) -> float:
         """A fraction in [0, 1) fixed by the series key; spreads start times across restarts."""
         digest = hashlib.sha256("\x00".join(self.key).encode()).digest()
@@ -117,9 +186,13 @@ def reasons(series: Series) -> bool:
     Another series that does reason shows it at its first probe that answers after its first
     token (`llm_probe_time_to_first_answer_seconds` appears then).
     """
-    if series.probe.reasoning is not None:
-        return series.probe.reasoning.effort is not Effort.NONE
-    return lookup(series.target.api, series.family_name).reasoning
+    probe = series.probe
+    if probe.reasoning is not None:
+        return probe.reasoning.effort is not Effort.NONE
+    family = lookup(series.target.api, series.family_name)
+    forced = bool(probe.tools) and probe.tool_choice not in (None, "auto", "none")
+    return family.reasoning and not quiet_default(series.target.api, family, bool(probe.tools),
+                                                  forced)
 
 
 @dataclass(frozen=True)
@@ -138,11 +211,23 @@ class Config:
     files: tuple[Path, ...] = ()  # key and TLS files the config read (a reload re-reads them)
     digest: str = ""  # sha256 over the config file and those files, as loaded
     interpolated_secrets: tuple[str, ...] = field(default=(), repr=False)  # `${*_KEY}` values
+    # Where state that outlives a restart is kept: global.state_dir, else a private directory
+    # per config file; None for a config given as data (nothing is kept then).
+    state_dir: Path | None = None
+    shard: str | None = None  # "i/n" in force (--shard or global.shard)
+    # Series per target that discovery found but `global.max_series` or `discover.max_models`
+    # left out (target → how many models).
+    trimmed: Mapping[str, int] = field(default_factory=dict)
+
+    @property
+    def discovering(self) -> tuple[Target, ...]:
+        """The targets that discover their models."""
+        return tuple(t for t in self.targets if t.discover is not None)
 
     def secrets(self) -> list[str]:
         """Every secret value in this config, for redaction: API keys, secret-looking headers,
-        query parameters and URL credentials (and the forms they travel in), the simulator's
-        key."""
+        query parameters, `params` fields and URL credentials (and the forms they travel in),
+        every `${VAR}` in `params`, the simulator's key."""
         found = [t.api_key.reveal() for t in self.targets if t.api_key]
         for target in self.targets:
             for name, value in target.headers.items():
@@ -150,8 +235,11 @@ class Config:
                 found += header_secrets(name, value)
             found += [value for name, value in target.query.items() if is_secret(name, value, ())]
             found += url_secrets(target.base_url + (target.path or ""))
+            found += params_secrets(target.params)
             if target.proxy is not None:
                 found += target.proxy.secrets()
+        for probe in self.probes.values():
+            found += params_secrets(probe.params)
         if self.simulator is not None and self.simulator.api_key:
             found.append(self.simulator.api_key)
         return found + list(self.interpolated_secrets)

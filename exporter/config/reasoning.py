@@ -17,9 +17,24 @@ from pydantic import AfterValidator, Field, model_validator
 
 from exporter.config.types import StrictModel
 
-# The probe needs a stream back; a body field that turns it off breaks every run.
-RESERVED_PARAMS = frozenset({"stream"})
 MAX_PARAMS_DEPTH = 16
+# Body fields the exporter owns, compared squashed (see `squash`): what is asked and of which
+# model (the labels and prices say so), that one answer is streamed back, and how long it may be
+# (the output limit `check` plans and adaptation bounds). At the top level of the body:
+_OWNED = {
+    "model": "the target's `models:` name it", "modelid": "the target's `models:` name it",
+    "messages": "the probe's prompt, messages or cases", "input": "the probe's prompt or input",
+    "contents": "the probe's prompt", "prompt": "the probe's prompt",
+    "system": "the probe's `system`", "systeminstruction": "the probe's `system`",
+    "instructions": "the probe's `system`",
+    "stream": "a probe reads a stream", "n": "a probe reads one answer",
+}
+# ... and at any depth (Gemini's generationConfig, Bedrock's inferenceConfig, Ollama's options):
+_OWNED_ANYWHERE = {
+    "maxtokens": "set the probe's `max_tokens`", "maxcompletiontokens":
+    "set the probe's `max_tokens`", "maxoutputtokens": "set the probe's `max_tokens`",
+    "numpredict": "set the probe's `max_tokens`", "candidatecount": "a probe reads one answer",
+}
 
 
 class Effort(StrEnum):
@@ -77,13 +92,29 @@ def _json_value(value: Any, depth: int, where: str) -> None:
 
 
 def check_params(params: dict[str, Any]) -> dict[str, Any]:
-    """`params` when it is a JSON object that leaves the fields the probe needs alone."""
+    """`params` when it is a JSON object that leaves the fields the exporter owns alone."""
     _json_value(params, 0, "")
-    reserved = sorted(RESERVED_PARAMS & set(params))
-    if reserved:
-        raise ValueError(f"{', '.join(reserved)} is set by the exporter (a probe reads a "
-                         "stream); remove it")
+    owned = [f"`{key}` ({_OWNED[squash(key)]})" for key in params if squash(key) in _OWNED]
+    owned += [f"`{key}` ({_OWNED_ANYWHERE[squash(key)]})" for key in _all_keys(params)
+              if squash(key) in _OWNED_ANYWHERE]
+    if owned:
+        raise ValueError(f"{', '.join(dict.fromkeys(owned))}: set by the exporter; remove it "
+                         "from params")
     return params
+
+
+def _all_keys(params: Mapping[str, Any]) -> list[str]:
+    """Every key of `params` at any depth, as written."""
+    found: list[str] = []
+    stack: list[Any] = [params]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, Mapping):
+            found += [str(key) for key in value]
+            stack.extend(value.values())
+        elif isinstance(value, list):
+            stack.extend(value)
+    return found
 
 
 Params = Annotated[dict[str, Any], AfterValidator(check_params)]
@@ -120,16 +151,7 @@ def mentions(params: Mapping[str, Any], names: frozenset[str]) -> bool:
 
 def key_names(params: Mapping[str, Any]) -> frozenset[str]:
     """Every key of `params` at any depth, squashed (see `squash`)."""
-    found: set[str] = set()
-    stack: list[Any] = [params]
-    while stack:
-        value = stack.pop()
-        if isinstance(value, dict):
-            found.update(squash(str(key)) for key in value)
-            stack.extend(value.values())
-        elif isinstance(value, list):
-            stack.extend(value)
-    return frozenset(found)
+    return frozenset(map(squash, _all_keys(params)))
 
 
 def squash(name: str) -> str:

@@ -15,9 +15,12 @@ Loc = tuple[int | str, ...]
 def reasoning_problems(target: TargetConfig, where: Loc,
                        probes: Mapping[str, ProbeConfig | None]) -> Iterator[tuple[Loc, str]]:
     """(location, message) for every reasoning problem of one valid target."""
-    for model, family in target.model_family.items():
+    for model, family in target.families.items():
         loc = (*where, "model_family", model)
-        if model not in target.models:
+        if model not in target.model_family:  # in the model's entry
+            index = target.model_names.index(model)
+            loc = (*where, "models", index, "model_family")
+        if model not in target.model_names and target.discover is None:
             yield loc, "a family for a model this target does not probe"
         elif not lookup(target.api, family).known:
             yield loc, (f"{family!r} names no model family the request rules know for "
@@ -28,8 +31,11 @@ def reasoning_problems(target: TargetConfig, where: Loc,
         reasoning = probe.reasoning if probe is not None else None
         if reasoning is None or reasoning.effort is not None:
             continue
-        for index, model in enumerate(target.models):
-            rules = lookup(target.api, target.model_family.get(model, model))
+        for index, model in enumerate(target.model_names):
+            entry = target.entries[index]
+            if entry.probes is not None and name not in entry.probes:
+                continue
+            rules = lookup(target.api, target.families.get(model, model))
             if rules.vendor not in BUDGET_VENDORS:
                 yield (*where, "models", index), (
                     f"probe {name!r} gives only reasoning.budget_tokens, but {model} on "

@@ -5,7 +5,7 @@ The probes and the objectives they share with every level are in config/probe.py
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import ConfigDict, Field, field_validator, model_validator
 from yarl import URL
@@ -25,7 +25,7 @@ from exporter.config.types import (
     PositiveDuration,
     StrictModel,
 )
-from exporter.config.urls import scheme_of, shown_scheme, url_problem
+from exporter.config.urls import scheme_of, shown_scheme, split_query, url_problem
 from exporter.exposition.families import DEFAULT_SHAPES, Family, Shape, bucket_families
 
 HISTOGRAMS = bucket_families()
@@ -36,10 +36,17 @@ class BudgetConfig(StrictModel):
 
     max_cost_per_day: float = Field(gt=0)
     currency: str = "USD"
-    state_file: str | None = None
+    state_file: str | None = None  # default: budget.json in global.state_dir
     # Sharded (`--shard i/n`): max_cost_per_day is the whole fleet's, each shard stops at its
     # n-th; `per_shard: true` makes it every shard's own limit instead.
     per_shard: bool = False
+
+    @field_validator("state_file")
+    @classmethod
+    def _check_state_file(cls, path: str | None) -> str | None:
+        if path is not None and (not path.strip() or CONTROL.search(path)):
+            raise ValueError("must be a file path without control characters")
+        return path
 
 
 class NativeHistogramsConfig(StrictModel):
@@ -67,9 +74,19 @@ class GlobalConfig(StrictModel):
     max_output_bytes: int = Field(default=4 * 1024 * 1024, ge=1024, le=1024**3)
     shard: str | None = None  # "i/n": probe only the series whose stable hash picks shard i
     max_series: int = Field(default=10_000, ge=1, le=1_000_000)
+    # What must outlive a restart (the spend record, identity baselines); default: a private
+    # directory per config file (exporter/state.py).
+    state_dir: str | None = None
     # Intervals under MIN_INTERVAL are almost always a typo (1ms for 1m) that would send
     # hundreds of paid requests a second; tests and load generators opt in.
     allow_short_intervals: bool = False
+
+    @field_validator("state_dir")
+    @classmethod
+    def _check_state_dir(cls, path: str | None) -> str | None:
+        if path is not None and (not path.strip() or CONTROL.search(path)):
+            raise ValueError("must be a directory path without control characters")
+        return path
 
     @field_validator("shard")
     @classmethod
@@ -164,6 +181,19 @@ class SimulatedModel(StrictModel):
     # Enforce the request rules of a hosted family (e.g. gpt-5, claude-opus-4-7) for a name
     # that says nothing (an Azure deployment); names like a family's enforce them anyway.
     family: str | None = Field(default=None, min_length=1, max_length=MAX_MODEL_NAME)
+    # What `GET /v1/models` says of the model, OpenRouter-style (`pricing` per token,
+    # `supported_parameters`, `architecture`): for discovery without a gateway.
+    price: SimulatedPrice | None = None
+    mode: Literal["chat", "embedding"] = "chat"
+    tools: bool = True  # lists `tools` among its supported parameters
+
+
+class SimulatedPrice(StrictModel):
+    """What the simulator's model list says a model costs (USD per 1M tokens)."""
+
+    input: float = Field(ge=0)
+    output: float = Field(ge=0)
+    cached_input: float | None = Field(default=None, ge=0)
 
 
 class SimulatorConfig(StrictModel):
@@ -279,6 +309,53 @@ def check_proxy_url(url: str) -> str:
     return url
 
 
+MAX_DISCOVERED = 1000  # models one target may discover at most (discover.max_models)
+MAX_PATTERN = 512  # characters of one include/exclude pattern
+MIN_REFRESH = 60.0  # shorter discovery refreshes need global.allow_short_intervals
+
+
+class ModelEntry(StrictModel):
+    """One model of a target: its name, and optionally which probes run on it and the hosted
+    family its request rules follow (`{name, probes, model_family}`; a plain name is
+    `{name}`)."""
+
+    name: str
+    probes: tuple[str, ...] | None = Field(default=None, min_length=1)
+    model_family: str | None = Field(default=None, min_length=1, max_length=MAX_MODEL_NAME)
+
+
+class DiscoverConfig(StrictModel):
+    """Probe what the gateway lists at `GET {base_url}/models`, filtered by regular
+    expressions (searched anywhere in the name), refreshed every `refresh`."""
+
+    include: tuple[str, ...] = ()  # none: every listed model
+    exclude: tuple[str, ...] = ()
+    refresh: PositiveDuration = 600.0
+    max_models: int = Field(default=100, ge=1, le=MAX_DISCOVERED)
+
+    @field_validator("include", "exclude")
+    @classmethod
+    def _check_patterns(cls, patterns: tuple[str, ...]) -> tuple[str, ...]:
+        for pattern in patterns:
+            if not pattern or len(pattern) > MAX_PATTERN:
+                raise ValueError(f"a pattern must be 1 to {MAX_PATTERN} characters")
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"{pattern!r} is not a regular expression: {exc}") from None
+        return patterns
+
+
+def check_model_name(model: str) -> str:
+    """A model name as config and discovery accept it (ValueError says why not)."""
+    if not model.strip():
+        raise ValueError("a model name cannot be empty")
+    if CONTROL.search(model) or len(model) > MAX_MODEL_NAME:
+        raise ValueError("a model name must be at most "
+                         f"{MAX_MODEL_NAME} characters, without control characters")
+    return model
+
+
 class TargetConfig(StrictModel):
     """Where to send probes."""
 
@@ -291,7 +368,8 @@ class TargetConfig(StrictModel):
     headers: dict[str, str] = Field(default_factory=dict)
     query: dict[str, str] = Field(default_factory=dict)
     path: str | None = None
-    models: tuple[str, ...] = Field(min_length=1)
+    models: tuple[ModelEntry, ...] = ()  # names or entries; at least one unless `discover`
+    discover: DiscoverConfig | None = None
     probes: tuple[str, ...] | None = None
     interval: PositiveDuration | None = None
     timeout: PositiveDuration | None = None
@@ -348,18 +426,49 @@ class TargetConfig(StrictModel):
                                  "character, or is longer than 8192 characters")
         return headers
 
+    @field_validator("models", mode="before")
+    @classmethod
+    def _plain_names(cls, models: Any) -> Any:
+        if isinstance(models, list | tuple):
+            return [{"name": m} if isinstance(m, str) else m for m in models]
+        return models
+
     @field_validator("models")
     @classmethod
-    def _check_models(cls, models: tuple[str, ...]) -> tuple[str, ...]:
-        if len(set(models)) != len(models):
+    def _check_models(cls, models: tuple[ModelEntry, ...]) -> tuple[ModelEntry, ...]:
+        names = [m.name for m in models]
+        if len(set(names)) != len(names):
             raise ValueError("lists a model twice")
-        for model in models:
-            if not model.strip():
-                raise ValueError("a model name cannot be empty")
-            if CONTROL.search(model) or len(model) > MAX_MODEL_NAME:
-                raise ValueError("a model name must be at most "
-                                 f"{MAX_MODEL_NAME} characters, without control characters")
+        for name in names:
+            check_model_name(name)
         return models
+
+    @property
+    def entries(self) -> tuple[ModelEntry, ...]:
+        """The `models:` entries (a plain name is `{name}`)."""
+        return self.models
+
+    @property
+    def model_names(self) -> tuple[str, ...]:
+        """The names `models:` lists."""
+        return tuple(m.name for m in self.models)
+
+    @property
+    def families(self) -> dict[str, str]:
+        """model → hosted family, from `model_family:` and the entries' own `model_family`."""
+        return {**self.model_family, **{e.name: e.model_family for e in self.entries
+                                        if e.model_family is not None}}
+
+    @model_validator(mode="after")
+    def _models_or_discover(self) -> TargetConfig:
+        if not self.models and self.discover is None:
+            raise ValueError("list at least one model (models:), or discover them from the "
+                             "gateway (discover:)")
+        for entry in self.entries:
+            if entry.model_family is not None and entry.name in self.model_family:
+                raise ValueError(f"model {entry.name!r} has a model_family in its entry and "
+                                 "in model_family; keep one")
+        return self
 
     @field_validator("proxy_url")
     @classmethod
@@ -378,6 +487,27 @@ class TargetConfig(StrictModel):
             if any(name.lower() == "authorization" for name in self.headers):
                 raise ValueError("aws_sigv4 sets the Authorization header: drop it from "
                                  "headers")
+        return self
+
+    @model_validator(mode="after")
+    def _base_url_credentials_and_query(self) -> TargetConfig:
+        parsed = URL(self.base_url)
+        if parsed.user is not None or parsed.password is not None:
+            # aiohttp sends userinfo as `Authorization: Basic`: a second credential beside it
+            # is ambiguous, and a bearer key beside it fails every request.
+            other = ("an API key (api_key_env, api_key_file, api_key)"
+                     if self.api_key_env or self.api_key_file or self.api_key
+                     else "aws_sigv4" if self.aws_sigv4 is not None
+                     else "an Authorization header"
+                     if any(name.lower() == "authorization" for name in self.headers) else None)
+            if other:
+                raise ValueError(f"base_url carries credentials (user:password@) and {other} "
+                                 "is set too: keep one")
+        names = [name for name, _ in split_query(self.base_url)[1]]
+        twice = sorted({n for n in names if names.count(n) > 1} | (set(names) & set(self.query)))
+        if twice:
+            raise ValueError(f"query parameter {twice[0]!r} is set twice (base_url's query and "
+                             "`query:`): keep one")
         return self
 
     @model_validator(mode="after")

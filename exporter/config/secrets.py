@@ -89,6 +89,26 @@ def url_secrets(url: str) -> list[str]:
     return [s for s in found if s]
 
 
+def params_secrets(params: Any) -> list[str]:
+    """The text values of `params` (at any depth) under names that look like credentials
+    (`api_key`, `access_token`, `x-auth`; not `*_tokens` counts)."""
+    found: list[str] = []
+    stack: list[Any] = [params]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, Mapping):
+            for name, item in value.items():
+                name = str(name)
+                if (isinstance(item, str) and secret_name(name)
+                        and not name.lower().endswith("tokens")):
+                    found.append(item)
+                else:
+                    stack.append(item)
+        elif isinstance(value, list):
+            stack.extend(value)
+    return found
+
+
 def document_secrets(data: Any, env: Mapping[str, str]) -> list[str]:
     """Every credential in a config document as written (before validation, whatever its
     shape), and in the environment's proxy URLs: known to the redactor before any error."""
@@ -105,6 +125,11 @@ def document_secrets(data: Any, env: Mapping[str, str]) -> list[str]:
         for place in ("base_url", "path", "proxy_url"):
             if isinstance(target.get(place), str):
                 found += url_secrets(target[place])
+        found += params_secrets(target.get("params"))
+    probes = data.get("probes") if isinstance(data, Mapping) else None
+    for probe in probes.values() if isinstance(probes, Mapping) else ():
+        if isinstance(probe, Mapping):
+            found += params_secrets(probe.get("params"))
     simulator = data.get("simulator") if isinstance(data, Mapping) else None
     if isinstance(simulator, Mapping) and isinstance(simulator.get("api_key"), str):
         found.append(simulator["api_key"])

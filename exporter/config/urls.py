@@ -10,6 +10,7 @@ repeating the URL or any part of it; the URL parser's own messages are not passe
 from __future__ import annotations
 
 import re
+from urllib.parse import parse_qsl
 
 from yarl import URL
 
@@ -63,3 +64,10 @@ def url_problem(url: str, schemes: tuple[str, ...] = ("http", "https")) -> str |
     if not parsed.host:
         return "not a valid URL: it has no host"
     return None
+
+
+def split_query(url: str) -> tuple[str, list[tuple[str, str]]]:
+    """`url` without its query, and the query's (name, value) pairs, decoded: a `base_url`'s
+    query (Azure's `?api-version=…`) belongs after the API path the exporter appends."""
+    base, _, query = url.partition("?")
+    return base, parse_qsl(query, keep_blank_values=True)

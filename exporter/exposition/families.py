@@ -124,12 +124,17 @@ class Family(StrEnum):
     BUILD_INFO = "build_info"
     BUDGET_SPENT = "budget_spent"
     BUDGET_LIMIT = "budget_limit"
+    BUDGET_RECORD_OK = "budget_record_ok"
     RELOAD_OK = "config_last_reload_successful"
     RELOAD_TIME = "config_last_reload_success_timestamp_seconds"
     WEB_CONFIG_RELOAD_OK = "web_config_last_reload_successful"
     HTTP_CONNECTIONS = "http_connections"
     HTTP_CONNECTIONS_LIMIT = "http_connections_limit"
     HTTP_CONNECTIONS_CLOSED = "http_connections_closed"
+    PRICE_INFO = "price_info"
+    DISCOVERY_MODELS = "discovery_models"
+    DISCOVERY_REFRESHES = "discovery_refreshes"
+    DISCOVERY_LAST_SUCCESS = "discovery_last_success_timestamp_seconds"
     # /probe
     ONDEMAND_SUCCESS = "ondemand_success"
     ONDEMAND_RESULT = "ondemand_result"
@@ -285,6 +290,10 @@ FAMILIES: tuple[FamilySpec, ...] = (
           "Spent today (UTC) against global.budget.", "currency"),
     _spec(Family.BUDGET_LIMIT, "llm_probe_budget_limit", _G, _E,
           "global.budget.max_cost_per_day.", "currency"),
+    _spec(Family.BUDGET_RECORD_OK, "llm_probe_budget_record_ok", _G, _E,
+          "1: the spend record of global.budget is usable; 0: it cannot be read or the path "
+          "holds another file, and every probe is skipped (reason budget) until it can be.",
+          "currency"),
     _spec(Family.RELOAD_OK, "llm_probe_config_last_reload_successful", _G, _E,
           "Whether the last config load succeeded."),
     _spec(Family.RELOAD_TIME, "llm_probe_config_last_reload_success_timestamp_seconds", _G, _E,
@@ -301,6 +310,20 @@ FAMILIES: tuple[FamilySpec, ...] = (
           "room at the cap), rejected (at the cap, every connection busy), malformed (the "
           "request failed to parse; answered 400).", "reason",
           CloseReason),
+    FamilySpec(Family.PRICE_INFO, "llm_probe_price_info", _G, _E,
+               "1 per probed (target, model): where its price comes from (config, gateway, "
+               "library) and its currency; source=\"unknown\": no price, its cost is not "
+               "counted.", ("target", "model", "source", "currency")),
+    FamilySpec(Family.DISCOVERY_MODELS, "llm_probe_discovery_models", _G, _E,
+               "Models a discovering target probes from the gateway's last good list (after "
+               "include/exclude and the caps).", ("target",)),
+    FamilySpec(Family.DISCOVERY_REFRESHES, "llm_probe_discovery_refreshes", _C, _E,
+               "Model list refreshes by result (a probe's result values: success, timeout, "
+               "auth, http_5xx, stream for a malformed or oversized list...); a failed one "
+               "keeps the last good list.", ("target", "result")),
+    FamilySpec(Family.DISCOVERY_LAST_SUCCESS, "llm_probe_discovery_last_success_timestamp_seconds",
+               _G, _E, "Unix time of the target's last successful model list refresh.",
+               ("target",)),
     # -- /probe (one run, blackbox-style) --------------------------------------------------
     _spec(Family.ONDEMAND_SUCCESS, "llm_probe_ondemand_success", _G, _O,
           "Whether this probe succeeded (1/0)."),

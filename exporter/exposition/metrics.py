@@ -15,11 +15,17 @@ import math
 import platform
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Gauge, ProcessCollector
 from prometheus_client import generate_latest as text_latest
-from prometheus_client.metrics_core import HistogramMetricFamily, Metric
+from prometheus_client.metrics_core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.openmetrics.exposition import generate_latest as _openmetrics_latest
 from prometheus_client.utils import floatToGoString
 
@@ -49,6 +55,7 @@ from exporter.exposition.families import (
 )
 from exporter.exposition.store import NativeSettings, SeriesKey, SeriesValues
 from exporter.log import REDACTOR, Redactor
+from exporter.providers.prices import PriceSource
 from exporter.result import ProbeResult, TokenSource
 
 # Unannotated upstream: openmetrics' generate_latest, Metric._restricted_metric.
@@ -138,15 +145,49 @@ def _record_streak(values: SeriesValues, result: Result) -> None:
     values.set(Family.CONSECUTIVE, streak + 1, result)
 
 
-def _record_served_model(values: SeriesValues, model: str, fingerprint: str) -> None:
-    """The served-model info series (replaced when it changes) and its change counter."""
-    labels = (("served_model", model), ("system_fingerprint", fingerprint))
-    previous = values.info(Family.SERVED_MODEL)
-    if previous == labels:
-        return
-    if previous is not None and dict(previous).get("served_model") != model:
+# Distinct values a server may put in each served-model label of one series per UTC day; the
+# rest show as OTHER_SERVED (a server naming a new model on every probe would otherwise create
+# a series per probe: 86,400 a day at 1s).
+MAX_SERVED_VALUES = 4
+OTHER_SERVED = "other"
+
+
+@dataclass(slots=True)
+class ServedLabels:
+    """The served-model label values one series showed today, and the last model named."""
+
+    day: int = -1
+    models: set[str] = field(default_factory=set)
+    fingerprints: set[str] = field(default_factory=set)
+    last_model: str | None = None
+
+    def labels(self, day: int, model: str, fingerprint: str) -> tuple[tuple[str, str], ...]:
+        """The label pairs to show for what the server named (bounded per day)."""
+        if day != self.day:
+            self.day, self.models, self.fingerprints = day, set(), set()
+        return (("served_model", _admit(self.models, model)),
+                ("system_fingerprint", _admit(self.fingerprints, fingerprint)))
+
+
+def _admit(seen: set[str], value: str) -> str:
+    if value in seen or value == "":
+        return value
+    if len(seen) < MAX_SERVED_VALUES:
+        seen.add(value)
+        return value
+    return OTHER_SERVED
+
+
+def _record_served_model(values: SeriesValues, served: ServedLabels, model: str,
+                         fingerprint: str, finished_at: float) -> None:
+    """The served-model info series (replaced when it changes; its label values bounded per
+    day) and the change counter, which counts every change of the model the server named."""
+    if served.last_model is not None and served.last_model != model:
         values.inc(Family.SERVED_MODEL_CHANGES)
-    values.set_info(Family.SERVED_MODEL, labels)
+    served.last_model = model
+    labels = served.labels(int(finished_at // 86_400), model, fingerprint)
+    if values.info(Family.SERVED_MODEL) != labels:
+        values.set_info(Family.SERVED_MODEL, labels)
 
 
 def _record_adapted(values: SeriesValues, parameters: tuple[str, ...]) -> None:
@@ -157,6 +198,50 @@ def _record_adapted(values: SeriesValues, parameters: tuple[str, ...]) -> None:
             values.remove(Family.ADAPTED_PARAMETERS, parameter)
     for parameter in parameters:
         values.set(Family.ADAPTED_PARAMETERS, 1, parameter)
+
+
+class DiscoveryCollector:
+    """Each discovering target's refreshes, models in use and last success (no `_created`)."""
+
+    def __init__(self) -> None:
+        self.models: dict[str, int] = {}
+        self.refreshes: dict[tuple[str, Result], int] = {}
+        self.succeeded: dict[str, float] = {}
+
+    def record(self, target: str, result: Result, models: int | None,
+               succeeded_at: float | None) -> None:
+        """One refresh of `target` (models: how many it probes now)."""
+        self.refreshes[(target, result)] = self.refreshes.get((target, result), 0) + 1
+        if models is not None:
+            self.models[target] = models
+        if succeeded_at is not None:
+            self.succeeded[target] = succeeded_at
+
+    def forget(self, keep: Iterable[str]) -> None:
+        """Drop the targets not in `keep` (they no longer discover, or are gone)."""
+        wanted = set(keep)
+        for known in (self.models, self.succeeded):
+            for target in [t for t in known if t not in wanted]:
+                del known[target]
+        for key in [k for k in self.refreshes if k[0] not in wanted]:
+            del self.refreshes[key]
+
+    def collect(self) -> Iterator[Metric]:
+        """The three families (empty without a discovering target)."""
+        models, refreshes, success = (BY_KEY[f] for f in (
+            Family.DISCOVERY_MODELS, Family.DISCOVERY_REFRESHES, Family.DISCOVERY_LAST_SUCCESS))
+        family = GaugeMetricFamily(models.name, models.help, labels=models.labels)
+        for target, count in sorted(self.models.items()):
+            family.add_metric([target], count)
+        yield family
+        counter = CounterMetricFamily(refreshes.name, refreshes.help, labels=refreshes.labels)
+        for (target, result), count in sorted(self.refreshes.items()):
+            counter.add_metric([target, result.value], count)
+        yield counter
+        family = GaugeMetricFamily(success.name, success.help, labels=success.labels)
+        for target, when in sorted(self.succeeded.items()):
+            family.add_metric([target], when)
+        yield family
 
 
 class ExporterMetrics:
@@ -179,6 +264,7 @@ class ExporterMetrics:
         self._layout: tuple[Any, ...] | None = None
         self.classic_in_protobuf = True
         self._applied: dict[SeriesKey, Series] = {}  # series synced by apply()
+        self._served: dict[SeriesKey, ServedLabels] = {}  # served-model labels shown today
         self._shapes: Mapping[Family, Shape] = DEFAULT_SHAPES
         own = self.own
         self.in_flight = _own_gauge(Family.IN_FLIGHT, own)
@@ -188,8 +274,13 @@ class ExporterMetrics:
         build.labels(__version__, platform.python_version()).set(1)
         self.budget_spent = _own_gauge(Family.BUDGET_SPENT, own)
         self.budget_limit = _own_gauge(Family.BUDGET_LIMIT, own)
+        self.budget_record_ok = _own_gauge(Family.BUDGET_RECORD_OK, own)
         self.reload_ok = _own_gauge(Family.RELOAD_OK, own)
         self.reload_time = _own_gauge(Family.RELOAD_TIME, own)
+        self.price_info = _own_gauge(Family.PRICE_INFO, own)
+        self._priced: dict[tuple[str, str], tuple[str, str]] = {}  # (target, model) → labels
+        self.discoveries = DiscoveryCollector()
+        own.register(self.discoveries)
         if process_metrics:
             ProcessCollector(registry=own)
         if config is not None:
@@ -223,6 +314,7 @@ class ExporterMetrics:
 
     def apply(self, config: Config) -> None:
         """Create children for every configured series; remove those the config dropped."""
+        self._apply_prices(config)
         shapes = config.global_.shapes
         layout = (dict(config.global_.labels), dict(config.buckets), _native_settings(config),
                   shapes)
@@ -238,6 +330,7 @@ class ExporterMetrics:
         wanted = {s.key: s for s in config.series}
         for key in [k for k in self.probes.series if k not in wanted]:
             self.probes.remove(key)
+            self._served.pop(key, None)
         for key, series in wanted.items():
             if self._applied.get(key) is series:
                 continue  # the very object synced last time (config.reuse_unchanged): in sync
@@ -247,6 +340,22 @@ class ExporterMetrics:
                                                *constant])
             self._sync(values, series)
         self._applied = wanted
+
+    def _apply_prices(self, config: Config) -> None:
+        """One `llm_probe_price_info` per probed (target, model), by the source of its price."""
+        wanted = {}
+        for series in config.series:
+            price = series.price
+            wanted[(series.target.name, series.model)] = (
+                (price.source.value, price.currency) if price else (PriceSource.UNKNOWN, ""))
+        for key, labels in list(self._priced.items()):
+            if wanted.get(key) != labels:
+                self.price_info.remove(*key, *labels)
+                del self._priced[key]
+        for key, labels in wanted.items():
+            if key not in self._priced:
+                self.price_info.labels(*key, *labels).set(1)
+                self._priced[key] = labels
 
     def _sync(self, values: SeriesValues, series: Series) -> None:
         """Give a series the children `children.at_load` lists (keeping those that appeared on
@@ -284,7 +393,9 @@ class ExporterMetrics:
             values.inc(Family.CHECKS, 1, CheckOutcome.PASS if result.checked else CheckOutcome.FAIL)
         _record_streak(values, result.result)
         if result.served_model:
-            _record_served_model(values, result.served_model, result.system_fingerprint or "")
+            served = self._served.setdefault(result.key, ServedLabels())
+            _record_served_model(values, served, result.served_model,
+                                 result.system_fingerprint or "", result.finished_at)
         if result.result not in (Result.SUCCESS, Result.CHECK_FAILED):
             return  # latency of a failed probe would pollute the distributions
         t = result.timings
@@ -346,9 +457,11 @@ class ExporterMetrics:
         """Show the daily budget and today's spend (None clears them)."""
         self.budget_spent.clear()
         self.budget_limit.clear()
+        self.budget_record_ok.clear()
         if budget is not None:
             self.budget_spent.labels(budget.currency).set(budget.spent)
             self.budget_limit.labels(budget.currency).set(budget.limit)
+            self.budget_record_ok.labels(budget.currency).set(0 if budget.problem else 1)
 
     def reload_status(self, ok: bool, when: float | None = None) -> None:
         """Record the outcome of a config (re)load."""

@@ -19,8 +19,9 @@ from aiohttp.http_exceptions import HttpProcessingError
 from yarl import URL
 
 from exporter import measure
-from exporter.config import Case, ProbeKind, Series
+from exporter.config import Case, ProbeKind, Secret, Series, Target
 from exporter.errors import (
+    GATEWAY_RESULTS,
     Cause,
     CheckFailed,
     CredentialsError,
@@ -139,6 +140,22 @@ class Prober:
             await self._session.close()
             self._session = None
 
+    @property
+    def clock(self) -> Clock:
+        """The monotonic clock requests are stamped on."""
+        return self._clock
+
+    async def started_session(self) -> aiohttp.ClientSession:
+        """The shared session, opened if need be (discovery's requests use it too)."""
+        if self._session is None:
+            await self.start()
+        assert self._session is not None
+        return self._session
+
+    def key_of(self, target: Target) -> Secret | None:
+        """The key a request to `target` sends now (its key file re-read if it changed)."""
+        return self._keys.key(target)
+
     def _protocol(self, series: Series) -> ApiProtocol:
         api = series.target.api
         if api not in self._protocols:
@@ -214,6 +231,9 @@ class Prober:
             async with await self._send(series, attempt, request) as response:
                 if response.status >= 300:
                     body = await _read_some(response, ERROR_BODY_LIMIT)
+                    error = self._status_error(response, body)
+                    if error.cause in GATEWAY_RESULTS:  # the gateway's own: never a parameter
+                        raise error
                     # A refused parameter the exporter chose: retried at once, adapted (each
                     # try restarts t0: a refused attempt is not the probe's time).
                     verdict = self.adaptations.after(series, tuning, response.status, body)
@@ -222,8 +242,8 @@ class Prober:
                         continue
                     if verdict.reason:
                         raise HTTPStatusError(response.status, verdict.reason,
-                                              cause=Cause.PARAMETER_REFUSED)
-                    raise self._status_error(response, error_text(body, self._redact))
+                                              cause=verdict.cause or Cause.PARAMETER_REFUSED)
+                    raise error
                 await self._read_stream(response, protocol, series, attempt)
                 return
 
@@ -236,8 +256,8 @@ class Prober:
         request = protocol.build_request(series, text, self._keys.key(series.target))
         async with await self._send(series, attempt, request) as response:
             if response.status >= 300:
-                raise self._status_error(response, error_text(
-                    await _read_some(response, ERROR_BODY_LIMIT), self._redact))
+                raise self._status_error(response,
+                                         await _read_some(response, ERROR_BODY_LIMIT))
             body = await self._read_body(response, attempt)
         # A long body (thousands of floats) is parsed off the loop that stamps other streams.
         attempt.embedding = (protocol.parse(body) if len(body) < THREAD_ABOVE
@@ -304,11 +324,12 @@ class Prober:
             raise proxy_answer(response.status, response.reason, proxy, response.url)
         return response
 
-    def _status_error(self, response: aiohttp.ClientResponse, message: str) -> HTTPStatusError:
-        """The error for a non-2xx answer (`message`: its redacted body text)."""
-        return status_error(response.status, message, response.headers.get("Location"),
+    def _status_error(self, response: aiohttp.ClientResponse, body: bytes) -> HTTPStatusError:
+        """The error for a non-2xx answer and the first bytes of its body."""
+        return status_error(response.status, error_text(body, self._redact),
+                            response.headers.get("Location"),
                             parse_retry_after(response.headers.get("Retry-After"), self._wall()),
-                            self._redact)
+                            self._redact, body=body)
 
     def _next_case(self, series: Series, attempt: Attempt) -> Case | None:
         """The golden-set case of this run (round robin per series), and its checks."""

@@ -4,9 +4,21 @@ Every provider words its refusals differently: OpenAI (and Azure) name the param
 `error.param` with an `error.code`; Anthropic, Gemini, Bedrock and Ollama only in the message;
 LiteLLM wraps the upstream's message in its own, OpenRouter puts the upstream's body in
 `error.metadata.raw`, Bedrock prefixes Claude's message (sometimes its whole JSON body) with
-"The model returned the following errors: ". `parse_refusal` unwraps all of these and matches
-the message against the providers' own sentences (verbatim in the project's research notes,
-section 10), so what happens next (`exporter.probe.adapt`) never reads message text.
+"The model returned the following errors: ". `parse_refusal` unwraps all of these
+(`exporter.providers.errorbody`) and matches the message against the providers' own sentences
+(103 bodies as sent, each with its source, in tests/data/refusals), so what happens next
+(`exporter.probe.adapt`) never reads message text. A refusal says which parameter, what the
+server asks (`Action`), what the parameter was refused together with (`with_`: function tools,
+a forced tool choice), which API style the server points to (`api`), and whether the API in
+front of the model rather than the model refuses it (`scope`).
+
+A server's body is hostile input, read on the loop that stamps other probes' tokens: each
+message is cut to `MESSAGE_SCAN` characters before any pattern sees it, and every pattern runs
+in linear time (bounded repeats, no nested or adjacent unbounded quantifiers; a name written
+before its sentence is found from the sentence backwards). A parameter is named only by the
+provider's structured fields (`param`, a validation error's `loc`) or by the error's own
+sentence, never because the body mentions it: a server that echoes the request mentions every
+field it was sent. Numbers are range-checked before they can reach a request.
 """
 
 from __future__ import annotations
@@ -17,15 +29,16 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
-import orjson
-
+from exporter.apis import Api
 from exporter.config.reasoning import squash
 from exporter.log import REDACTOR
+from exporter.providers.errorbody import BEDROCK_PREFIX, MESSAGE_SCAN, messages
 from exporter.providers.rules import Knob, Param
 
 MESSAGE_LIMIT = 300  # characters of the server's message kept (after redaction)
 MAX_UNWRAP = 3  # gateways inside gateways
-BEDROCK_PREFIX = "The model returned the following errors: "
+MAX_VALUE = 10_000_000  # the largest token count a server may name (probes.*.max_tokens' bound)
+MAX_CHOICES, MAX_CHOICE = 16, 64  # "supported values": how many, and how long each
 
 
 class Action(StrEnum):
@@ -39,7 +52,18 @@ class Action(StrEnum):
     CHOOSE = "choose"        # one of `choices`
     RANGE = "range"          # between `low` and `high`
     SWITCH = "switch"        # another shape: the `knob` it takes (adaptive ↔ budget)
+    OFF = "off"              # turn it off (thinking, effort none), because of `with_`
     UNSUPPORTED = "unsupported"  # the model cannot do this at all (think, turn thinking off)
+
+
+class Scope(StrEnum):
+    """Who refuses: the model (its family's rules), or the API in front of it, which does not
+    know the field at all ("Unrecognized request argument", "Unknown parameter", a validation
+    error's extra field): an older Azure api-version, an older vLLM, another vendor's field on
+    Bedrock — never a reason to say the model takes no such value."""
+
+    MODEL = "model"
+    API = "api"
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +81,9 @@ class Refusal:
     low: int | None = None  # RANGE
     high: int | None = None  # RANGE
     knob: Knob | None = None  # SWITCH
+    with_: Param | None = None  # refused together with this one (tools, tool_choice)
+    api: Api | None = None  # the API style the server says serves the request instead
+    scope: Scope = Scope.MODEL
 
 
 # Server names → parameter, compared without case, `_` or `.` (full name first, then its last
@@ -74,6 +101,8 @@ _NAMES: Mapping[str, Param] = {squash(name): param for name, param in {
     "budget_tokens": Param.THINKING_BUDGET, "thinking_budget": Param.THINKING_BUDGET,
     "thinking": Param.THINKING, "thinking_config": Param.THINKING, "think": Param.THINKING,
     "include_thoughts": Param.SHOW_THOUGHTS, "display": Param.SHOW_THOUGHTS,
+    "reasoning": Param.REASONING_EFFORT, "reasoningConfig": Param.THINKING,
+    "tools": Param.TOOLS, "tool_choice": Param.TOOL_CHOICE, "toolChoice": Param.TOOL_CHOICE,
 }.items()}
 
 
@@ -86,30 +115,69 @@ def param_of(name: str) -> Param:
 
 
 def _values(text: str) -> tuple[str, ...]:
-    """`'a', 'b', and 'c'` (or `"a", "b"`, or `a, b`) → ('a', 'b', 'c')."""
-    quoted = re.findall(r"'([^']+)'|\"([^\"]+)\"", text)
-    if quoted:
-        return tuple((a or b).lower() for a, b in quoted)
-    return tuple(part.strip(" .`").lower() for part in re.split(r",|\bor\b|\band\b", text)
-                 if part.strip(" .`"))
+    """`'a', 'b', and 'c'` (or `"a", "b"`, or `a, b`) → ('a', 'b', 'c'): each redacted before
+    it is lower-cased (a server may list the key), at most MAX_CHOICES of MAX_CHOICE characters."""
+    quoted = re.findall(r"'([^']{1,200})'|\"([^\"]{1,200})\"", text)
+    parts = ([a or b for a, b in quoted] if quoted
+             else [part.strip(" .`") for part in re.split(r",|\bor\b|\band\b", text)])
+    return tuple(REDACTOR(part)[:MAX_CHOICE].lower() for part in parts if part)[:MAX_CHOICES]
 
 
-def _number(text: str) -> int | float | str:
+def _number(text: str) -> int | float | str | None:
+    """A value the server named: a number within ±MAX_VALUE (None beyond it), else its text."""
     try:
         value = float(text)
     except ValueError:
-        return text.strip()
+        return text.strip()[:MAX_CHOICE]
+    if not abs(value) <= MAX_VALUE:  # also NaN
+        return None
     return int(value) if value.is_integer() else value
 
 
+def _count(text: str | None) -> int | None:
+    """A token count the server named, when it is one a request may carry (else None)."""
+    if not text:
+        return None
+    value = int(text)
+    return value if -1 <= value <= MAX_VALUE else None
+
+
 Build = Callable[[re.Match[str], str | None], Refusal | None]
-_RULES: list[tuple[re.Pattern[str], Build]] = []
+Rule = Callable[[str, str | None], Refusal | None]  # (sentence, structured param) → refusal
+_RULES: list[Rule] = []
 
 
 def _rule(pattern: str) -> Callable[[Build], Build]:
+    """Register `build` for the first match of `pattern` (linear: see the module docstring)."""
     def register(build: Build) -> Build:
-        _RULES.append((re.compile(pattern, re.IGNORECASE), build))
+        search = re.compile(pattern, re.IGNORECASE).search
+
+        def rule(text: str, param: str | None) -> Refusal | None:
+            m = search(text)
+            return None if m is None else build(m, param)
+        _RULES.append(rule)
         return build
+    return register
+
+
+def _name_before(sentence: str) -> Callable[[Callable[[str], Refusal | None]], Rule]:
+    """Register a rule for "<name><sentence>": the sentence is found with `str.find` and the
+    name read backwards from it, so a long run of name characters costs one pass, not its
+    square."""
+    folded = sentence.lower()
+    name_end = re.compile(r"[\w.]{1,100}$")
+
+    def register(build: Callable[[str], Refusal | None]) -> Rule:
+        def rule(text: str, param: str | None) -> Refusal | None:
+            at = text.lower().find(folded)
+            while at >= 0:
+                m = name_end.search(text, max(0, at - 100), at)
+                if m is not None:
+                    return build(m.group())
+                at = text.lower().find(folded, at + 1)
+            return None
+        _RULES.append(rule)
+        return rule
     return register
 
 
@@ -119,47 +187,49 @@ def _named(m: re.Match[str], action: Action, **fields: Any) -> Refusal:
 
 
 # -- OpenAI and Azure (sections 1-3 of the notes) ----------------------------------------------
-@_rule(r"Unsupported parameter: '(?P<p>[\w.\[\]]+)'\. In the Responses API, this parameter "
-       r"has moved to '(?P<q>[\w.]+)'")
+@_rule(r"Unsupported parameter: '(?P<p>[\w.\[\]]{1,100})'\. In the Responses API, this "
+       r"parameter has moved to '(?P<q>[\w.]{1,100})'")
 def _moved(m: re.Match[str], param: str | None) -> Refusal:
     return _named(m, Action.RENAME, to=param_of(m.group("q")), to_name=m.group("q"))
 
 
-@_rule(r"Unsupported parameter: '(?P<p>[\w.\[\]]+)' is not supported with this model\.\s*"
-       r"Use '(?P<q>[\w.]+)' instead")
+@_rule(r"Unsupported parameter: '(?P<p>[\w.\[\]]{1,100})' is not supported with this "
+       r"model\.\s{0,8}Use '(?P<q>[\w.]{1,100})' instead")
 def _use_instead(m: re.Match[str], param: str | None) -> Refusal:
     return _named(m, Action.RENAME, to=param_of(m.group("q")), to_name=m.group("q"))
 
 
-@_rule(r"Unsupported parameter: '(?P<p>[\w.\[\]]+)' is not supported with this model")
+@_rule(r"Unsupported parameter: '(?P<p>[\w.\[\]]{1,100})' is not supported with this model")
 def _unsupported_parameter(m: re.Match[str], param: str | None) -> Refusal:
     return _named(m, Action.DROP)
 
 
-@_rule(r"Unsupported value: '(?P<p>[\w.\[\]]+)' does not support (?P<got>.+?) with this "
-       r"model\. Only the default \((?P<v>[^)]*)\) value is supported")
+@_rule(r"Unsupported value: '(?P<p>[\w.\[\]]{1,100})' does not support "
+       r"(?P<got>[^\n]{1,200}?) with this model\. Only the default \((?P<v>[^)]{0,100})\) "
+       r"value is supported")
 def _only_default(m: re.Match[str], param: str | None) -> Refusal:
     if param_of(m.group("p")) is Param.OTHER:  # stream, messages[0].role: nothing to adapt
         return _named(m, Action.UNSUPPORTED, value=m.group("got"))
     return _named(m, Action.SET, value=_number(m.group("v")))
 
 
-@_rule(r"Unsupported value: '(?P<p>[\w.\[\]]+)' does not support (?P<got>.+?) with this "
-       r"model\. Supported values are: (?P<list>.+?)\.?$")
+@_rule(r"Unsupported value: '(?P<p>[\w.\[\]]{1,100})' does not support "
+       r"(?P<got>[^\n]{1,200}?) with this model\. Supported values are: (?P<list>[^\n]{1,500})")
 def _supported_values(m: re.Match[str], param: str | None) -> Refusal:
     return _named(m, Action.CHOOSE, value=m.group("got").strip("'"),
                   choices=_values(m.group("list")))
 
 
-@_rule(r"Unsupported value: '(?P<got>[^']+)' is not supported with the '[^']+' model\. "
-       r"Supported values are: (?P<list>.+?)\.?$")
+@_rule(r"Unsupported value: '(?P<got>[^']{1,200})' is not supported with the '[^']{1,200}' "
+       r"model\. Supported values are: (?P<list>[^\n]{1,500})")
 def _model_values(m: re.Match[str], param: str | None) -> Refusal:
     name = param or "reasoning.effort"
     return Refusal(param_of(name), Action.CHOOSE, name, "", value=m.group("got"),
                    choices=_values(m.group("list")))
 
 
-@_rule(r"Invalid value: '(?P<got>[^']*)'\. Supported values are: (?P<list>.+?)\.?$")
+@_rule(r"Invalid value: '(?P<got>[^']{0,200})'\. Supported values are: "
+       r"(?P<list>[^\n]{1,500})")
 def _invalid_value(m: re.Match[str], param: str | None) -> Refusal | None:
     if param is None:
         return None
@@ -167,18 +237,47 @@ def _invalid_value(m: re.Match[str], param: str | None) -> Refusal | None:
                    choices=_values(m.group("list")))
 
 
-@_rule(r"Invalid '(?P<p>[\w.]+)': integer below minimum value\. Expected a value >= "
-       r"(?P<m>\d+)")
+@_rule(r"Invalid '(?P<p>[\w.]{1,100})': integer below minimum value\. Expected a value >= "
+       r"(?P<m>\d{1,30})")
 def _below_minimum(m: re.Match[str], param: str | None) -> Refusal:
-    return _named(m, Action.RAISE, value=int(m.group("m")))
+    return _named(m, Action.RAISE, value=_count(m.group("m")))
 
 
-@_rule(r"(?:Unrecognized request argument(?: supplied)?|Unknown parameter):?\s*'?"
-       r"(?P<p>[\w.]+)'?")
+@_rule(r"(?:Unrecognized request argument(?: supplied)?|Unknown parameter):?\s{0,8}'?"
+       r"(?P<p>[\w.]{1,100})'?")
 def _unknown_argument(m: re.Match[str], param: str | None) -> Refusal:
-    if param_of(m.group("p")) is Param.MAX_COMPLETION_TOKENS:  # an Azure api-version before it
-        return _named(m, Action.RENAME, to=Param.MAX_TOKENS, to_name="max_tokens")
-    return _named(m, Action.DROP)
+    return _unknown(m.group("p"))
+
+
+def _unknown(name: str) -> Refusal:
+    """A field the API in front of the model does not know (its version, its vendor)."""
+    if param_of(name) is Param.MAX_COMPLETION_TOKENS:  # an Azure api-version before it
+        return Refusal(Param.MAX_COMPLETION_TOKENS, Action.RENAME, name, "", to=Param.MAX_TOKENS,
+                       to_name="max_tokens", scope=Scope.API)
+    return Refusal(param_of(name), Action.DROP, name, "", scope=Scope.API)
+
+
+@_rule(r"Function tools with (?P<p>reasoning_effort) are not supported(?: for \S{1,200})? in "
+       r"/v1/chat/completions\.\s{0,8}(?P<none>To use function tools, use /v1/responses or "
+       r"set reasoning_effort to 'none')?")
+def _tools_with_effort(m: re.Match[str], param: str | None) -> Refusal:
+    # gpt-5.4 and 5.5 end "Please use /v1/responses instead." (pipecat-ai/pipecat#4043);
+    # gpt-5.6 and gpt-6 offer effort none too (GEMISIS/leviath#333).
+    action = Action.OFF if m.group("none") else Action.UNSUPPORTED
+    return _named(m, action, with_=Param.TOOLS, api=Api.OPENAI_RESPONSES)
+
+
+@_rule(r"This model is only supported in v1/responses and not in v1/chat/completions")
+def _responses_only(m: re.Match[str], param: str | None) -> Refusal:
+    # The pro models (embabel/embabel-agent#1758), `param: model`.
+    return Refusal(Param.ENDPOINT, Action.UNSUPPORTED, "model", "", api=Api.OPENAI_RESPONSES)
+
+
+@_rule(r"enabled only for api versions (?P<v>\d{4}-\d{2}-\d{2}(?:-preview)?) and later")
+def _api_version(m: re.Match[str], param: str | None) -> Refusal:
+    # Azure (Azure-Samples/azure-search-openai-demo#2496).
+    return Refusal(Param.API_VERSION, Action.RAISE, "api-version", "", value=m.group("v"),
+                   scope=Scope.API)
 
 
 # -- Anthropic (and Claude on Bedrock), section 4 ----------------------------------------------
@@ -192,10 +291,37 @@ def _no_adaptive(m: re.Match[str], param: str | None) -> Refusal:
     return Refusal(Param.THINKING, Action.SWITCH, "thinking.type", "", knob=Knob.BUDGET)
 
 
+@_rule(r"\"?thinking\.type\.disabled\"? is not supported for this model")
+def _always_thinks(m: re.Match[str], param: str | None) -> Refusal:
+    # Fable 5, Mythos 5 (cline/cline#13203).
+    return Refusal(Param.THINKING, Action.UNSUPPORTED, "thinking.type", "", value="disabled")
+
+
+@_rule(r"Thinking may not be enabled when tool_choice forces tool use")
+def _forced_tool_with_thinking(m: re.Match[str], param: str | None) -> Refusal:
+    return Refusal(Param.THINKING, Action.OFF, "thinking", "", with_=Param.TOOL_CHOICE)
+
+
+@_rule(r"tool_choice: type \"tool\" and \"any\" are not supported for this model|"
+       r"tool_choice forces tool use is not compatible with this model")
+def _no_forced_tool(m: re.Match[str], param: str | None) -> Refusal:
+    # Fable/Mythos 5.1 (anthropics/claude-cookbooks#854); Fable 5 in June
+    # (browserbase/stagehand#2221).
+    return Refusal(Param.TOOL_CHOICE, Action.UNSUPPORTED, "tool_choice", "")
+
+
+@_rule(r"output_config\.effort \"(?P<got>[\w-]{1,40})\" is not supported by model "
+       r"[\w.:/-]{1,200}; supported values: \[(?P<list>[^\]\n]{0,300})\]")
+def _gateway_effort(m: re.Match[str], param: str | None) -> Refusal:
+    # A Copilot gateway in front of Claude (caozhiyuan/copilot-api#190).
+    return Refusal(Param.REASONING_EFFORT, Action.CHOOSE, "output_config.effort", "",
+                   value=m.group("got").lower(), choices=_values(m.group("list")))
+
+
 @_rule(r"(?P<p>thinking\.(?:enabled\.)?budget_tokens): Input should be greater than or equal "
-       r"to (?P<m>\d+)")
+       r"to (?P<m>\d{1,30})")
 def _budget_minimum(m: re.Match[str], param: str | None) -> Refusal:
-    return _named(m, Action.RAISE, value=int(m.group("m")))
+    return _named(m, Action.RAISE, value=_count(m.group("m")))
 
 
 @_rule(r"`?(?P<p>max_tokens)`? must be greater than `?thinking\.budget_tokens`?")
@@ -229,15 +355,43 @@ def _no_effort(m: re.Match[str], param: str | None) -> Refusal:
     return Refusal(Param.REASONING_EFFORT, Action.DROP, "output_config.effort", "")
 
 
-@_rule(r"(?P<p>[\w.]+): Extra inputs are not permitted")
-def _extra_input(m: re.Match[str], param: str | None) -> Refusal:
+@_rule(r"'loc': \('body', '(?P<p>[\w.]{1,100})'\), 'msg': 'Extra inputs are not permitted'")
+def _extra_field(m: re.Match[str], param: str | None) -> Refusal:
+    # FastAPI/pydantic validation errors as a Python repr (vLLM before stream_options, before
+    # max_completion_tokens: vllm-project/vllm#10078).
+    return _unknown(m.group("p"))
+
+
+@_name_before(": Extra inputs are not permitted")
+def _extra_input(name: str) -> Refusal:
+    return _unknown(name)
+
+
+@_rule(r"'?(?P<p>stream_options)'? (?:is|are) not (?:supported|permitted|allowed)")
+def _no_stream_options(m: re.Match[str], param: str | None) -> Refusal:
     return _named(m, Action.DROP)
 
 
-@_rule(r"The maximum tokens you requested exceeds the model limit of (?P<m>\d+)")
+@_rule(r"The maximum tokens you requested exceeds the model limit of (?P<m>\d{1,30})")
 def _over_model_limit(m: re.Match[str], param: str | None) -> Refusal:
     # Some texts make the limit exclusive ("lower than 4096"): one below is always accepted.
-    return Refusal(Param.MAX_TOKENS, Action.LOWER, "maxTokens", "", value=int(m.group("m")) - 1)
+    limit = _count(m.group("m"))
+    return Refusal(Param.MAX_TOKENS, Action.LOWER, "maxTokens", "",
+                   value=None if limit is None else limit - 1)
+
+
+@_rule(r"max_completion_tokens\\?'? is too large: \d{1,12}\. This model\\?'s maximum context "
+       r"length is (?P<ctx>\d{1,12}) tokens and your request has (?P<inp>\d{1,12}) input tokens")
+def _over_context(m: re.Match[str], param: str | None) -> Refusal | None:
+    # vLLM (vllm-project/vllm#34340): room left = context - input.
+    context, prompt = _count(m.group("ctx")), _count(m.group("inp"))
+    room = None if context is None or prompt is None or context <= prompt else context - prompt
+    return Refusal(Param.MAX_TOKENS, Action.LOWER, "max_tokens", "", value=room)
+
+
+@_rule(r"(?P<p>max_tokens) must be at least (?P<m>\d{1,12}), got")
+def _at_least(m: re.Match[str], param: str | None) -> Refusal:
+    return _named(m, Action.RAISE, value=_count(m.group("m")))
 
 
 # -- Gemini, section 5 ---------------------------------------------------------------------------
@@ -246,10 +400,18 @@ def _budget_and_level(m: re.Match[str], param: str | None) -> Refusal:
     return Refusal(Param.THINKING_BUDGET, Action.DROP, "thinkingBudget", "")
 
 
-@_rule(r"thinking[_ ]level (?P<got>[A-Za-z]+) is not supported (?:for|by) this model")
+@_rule(r"thinking[_ ]level (?P<got>[A-Za-z]{1,40}) is not supported (?:for|by) this model")
 def _level_not_here(m: re.Match[str], param: str | None) -> Refusal:
     return Refusal(Param.REASONING_EFFORT, Action.CHOOSE, "thinkingLevel", "",
                    value=m.group("got").lower())
+
+
+@_rule(r"'(?P<got>[\w-]{1,40})' is not a supported thinking level for this model\. Allowed "
+       r"values are: (?P<list>[^\n]{1,300})")
+def _level_allowed(m: re.Match[str], param: str | None) -> Refusal:
+    # The Interactions API (fishjar/kiss-translator#1048).
+    return Refusal(Param.REASONING_EFFORT, Action.CHOOSE, "thinking_level", "",
+                   value=m.group("got").lower(), choices=_values(m.group("list")))
 
 
 @_rule(r"thinking level is not supported for this model")
@@ -263,20 +425,19 @@ def _cannot_stop_thinking(m: re.Match[str], param: str | None) -> Refusal:
     return Refusal(Param.THINKING, Action.UNSUPPORTED, "thinkingBudget", "", value=0)
 
 
-@_rule(r"thinking budget \(?(?P<got>-?\d+)\)? is invalid\.(?: Please choose a value between "
-       r"(?P<lo>\d+) and (?P<hi>\d+))?")
+@_rule(r"thinking budget \(?(?P<got>-?\d{1,30})\)? is invalid\.(?: Please choose a value "
+       r"between (?P<lo>\d{1,30}) and (?P<hi>\d{1,30}))?")
 def _budget_range(m: re.Match[str], param: str | None) -> Refusal:
     low, high = m.group("lo"), m.group("hi")
     return Refusal(Param.THINKING_BUDGET, Action.RANGE, "thinkingBudget", "",
-                   value=int(m.group("got")), low=int(low) if low else None,
-                   high=int(high) if high else None)
+                   value=_count(m.group("got")), low=_count(low), high=_count(high))
 
 
-@_rule(r"thinking_budget is out of range; supported values are integers from (?P<lo>\d+) to "
-       r"(?P<hi>\d+)")
+@_rule(r"thinking_budget is out of range; supported values are integers from "
+       r"(?P<lo>\d{1,30}) to (?P<hi>\d{1,30})")
 def _budget_out_of_range(m: re.Match[str], param: str | None) -> Refusal:
     return Refusal(Param.THINKING_BUDGET, Action.RANGE, "thinking_budget", "",
-                   low=int(m.group("lo")), high=int(m.group("hi")))
+                   low=_count(m.group("lo")), high=_count(m.group("hi")))
 
 
 @_rule(r"include_thoughts is only enabled when thinking is enabled")
@@ -285,13 +446,16 @@ def _thoughts_need_thinking(m: re.Match[str], param: str | None) -> Refusal:
 
 
 @_rule(r"thinking is not supported by this model|Thinking is not enabled for|"
-       r"thinking_config is not supported|\"[^\"]+\" does not support thinking")
+       r"thinking_config is not supported| does not support thinking|the provided reasoning "
+       r"config value is invalid")
 def _no_thinking(m: re.Match[str], param: str | None) -> Refusal:
+    # Ollama names the model quoted, or (older) bare: ollama/ollama#11439; Nova 1 on Bedrock
+    # (UKGovernmentBEIS/inspect_ai#5301).
     return Refusal(Param.THINKING, Action.UNSUPPORTED, "thinking", "")
 
 
 # -- Ollama, section 7 ---------------------------------------------------------------------------
-@_rule(r"invalid think value: \"(?P<got>[^\"]+)\" \(must be (?P<list>[^)]+)\)")
+@_rule(r"invalid think value: \"(?P<got>[^\"]{1,100})\" \(must be (?P<list>[^)]{1,300})\)")
 def _think_value(m: re.Match[str], param: str | None) -> Refusal:
     return Refusal(Param.REASONING_EFFORT, Action.CHOOSE, "think", "", value=m.group("got"),
                    choices=tuple(v for v in _values(m.group("list")) if v not in ("true",
@@ -299,7 +463,8 @@ def _think_value(m: re.Match[str], param: str | None) -> Refusal:
 
 
 # -- LiteLLM's own checks, section 8 -------------------------------------------------------------
-@_rule(r"UnsupportedParamsError: \S+ does not support parameters: \[(?P<list>[^\]]*)\]")
+@_rule(r"UnsupportedParamsError: \S{1,200} does not support parameters: "
+       r"\[(?P<list>[^\]]{0,500})\]")
 def _litellm_params(m: re.Match[str], param: str | None) -> Refusal | None:
     names = _values(m.group("list"))
     if not names:
@@ -307,7 +472,8 @@ def _litellm_params(m: re.Match[str], param: str | None) -> Refusal | None:
     return Refusal(param_of(names[0]), Action.DROP, names[0], "")
 
 
-@_rule(r"(?:don't|doesn't) support (?P<p>temperature)=[\d.]+.*?Only temperature=1")
+@_rule(r"(?:don't|doesn't) support (?P<p>temperature)=[\d.]{1,20}[^\n]{0,300}?"
+       r"Only temperature=1")
 def _litellm_temperature(m: re.Match[str], param: str | None) -> Refusal:
     return _named(m, Action.SET, value=1)
 
@@ -318,25 +484,19 @@ def parse_refusal(status: int, body: bytes,
     (or is not a refusal of a request parameter)."""
     if status not in (400, 422):
         return None
-    for message, param, code in _messages(_load(body), MAX_UNWRAP):
+    for message, param, code in messages(body, MAX_UNWRAP):
         found = _match(message, param, code)
         if found is not None:
             return found
-    # Servers that refuse `stream_options` in words of their own (vLLM, old gateways).
-    if b"stream_options" in body:
-        return Refusal(Param.STREAM_OPTIONS, Action.DROP, "stream_options",
-                       _clip(body.decode("utf-8", "replace")))
     return None
 
 
 def _match(message: str, param: str | None, code: str | None) -> Refusal | None:
-    text = message.removeprefix(BEDROCK_PREFIX).strip()
-    for pattern, build in _RULES:
-        m = pattern.search(text)
-        if m is not None:
-            found = build(m, param)
-            if found is not None:
-                return _with_message(found, message)
+    text = message.removeprefix(BEDROCK_PREFIX).strip()[:MESSAGE_SCAN]
+    for rule in _RULES:
+        found = rule(text, param)
+        if found is not None:
+            return _with_message(found, message)
     # OpenAI named the parameter but in words not seen yet: its code says enough.
     if param and code == "unsupported_parameter":
         return _with_message(Refusal(param_of(param), Action.DROP, param, ""), message)
@@ -348,56 +508,5 @@ def _with_message(refusal: Refusal, message: str) -> Refusal:
 
 
 def _clip(text: str) -> str:
-    return REDACTOR.clip(" ".join(REDACTOR(text).split()), MESSAGE_LIMIT)
-
-
-def _load(body: bytes | str) -> Any:
-    try:
-        return orjson.loads(body)
-    except orjson.JSONDecodeError:
-        return body.decode("utf-8", "replace") if isinstance(body, bytes) else body
-
-
-def _messages(data: Any, depth: int) -> list[tuple[str, str | None, str | None]]:
-    """(message, param, code) of an error body and of every upstream body wrapped in it,
-    outermost first."""
-    if isinstance(data, list) and data:  # Gemini without alt=sse: a one-element array
-        data = data[0]
-    if isinstance(data, str):
-        return [(data, None, None), *_wrapped(data, depth)]
-    if not isinstance(data, Mapping):
-        return []
-    error = data.get("error", data)
-    if isinstance(error, str):  # Ollama: {"error": "…"}
-        return [(error, None, None), *_wrapped(error, depth)]
-    if not isinstance(error, Mapping):
-        return []
-    found: list[tuple[str, str | None, str | None]] = []
-    message = error.get("message")
-    param, code = error.get("param"), error.get("code")
-    if isinstance(message, str):
-        found.append((message, param if isinstance(param, str) else None,
-                      code if isinstance(code, str) else None))
-        found += _wrapped(message, depth)
-    raw = error.get("metadata", {}).get("raw") if isinstance(error.get("metadata"),
-                                                             Mapping) else None
-    if isinstance(raw, str) and depth > 0:  # OpenRouter: the upstream body as a string
-        found += _messages(_load(raw), depth - 1)
-    return found
-
-
-def _wrapped(message: str, depth: int) -> list[tuple[str, str | None, str | None]]:
-    """An upstream error body inside a message (Bedrock's Claude JSON, LiteLLM's
-    `XException - {…}`)."""
-    if depth <= 0:
-        return []
-    text = message.removeprefix(BEDROCK_PREFIX)
-    start = text.find("{")
-    if start < 0:
-        return []
-    inner = text[start:]
-    data = _load(inner)
-    if isinstance(data, str):  # a Python repr (LiteLLM): its message is still plain text
-        m = re.search(r"['\"]message['\"]:\s*['\"](?P<m>.+?)['\"],\s*['\"]type['\"]", inner)
-        return [(m.group("m"), None, None)] if m else []
-    return _messages(data, depth - 1)
+    """The server's words for people: redacted, whitespace squeezed, cut."""
+    return REDACTOR.words(text, MESSAGE_LIMIT)

@@ -3,29 +3,32 @@
 Days come from the wall clock, and only move forward: a clock stepped back (NTP, a VM resumed
 from a snapshot) keeps the latest day seen and its spend, so it cannot hand out a second budget
 for the same day. A step back of more than a day is a clock being corrected after a jump
-forward: the day follows the clock again, still with the spend so far. The day's spend survives
-a restart in a small JSON state file, written atomically (temp file + fsync + rename, the temp
-file removed on any failure) off the event loop.
+forward: the day follows the clock again, still with the spend so far.
+
+The day's spend survives a restart in the spend record (`budget.json` in the config's private
+`global.state_dir`, or `global.budget.state_file`), an exporter state file (exporter/state.py):
+written atomically off the event loop, and never over a file that is not one. A record that
+cannot be read, or a path that holds something else, stops spending — every probe is skipped
+with reason `budget` — and says so on the log, the status page and
+`llm_probe_budget_record_ok`: a budget that forgot what it spent would spend it twice. A config
+reload reads the record again.
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
 import math
-import os
-import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any
 
 from exporter.config import BudgetConfig
-from exporter.files import FileRefused, read_limited
 from exporter.log import get_logger
+from exporter.state import StateRefused, read_state, write_state
 
-DEFAULT_STATE_FILE = Path(tempfile.gettempdir()) / "llm-probe-exporter-budget.json"
+RECORD = "budget"
+RECORD_FILE = "budget.json"
 MAX_STATE_BYTES = 4096
 
 
@@ -45,37 +48,57 @@ def _later_day(latest: str, clock: str) -> str:
 class Budget:
     """Tracks today's spend in the budget currency."""
 
-    def __init__(self, config: BudgetConfig, *, wall_clock: Callable[[], float] = time.time,
-                 logger: Any = None) -> None:
+    def __init__(self, config: BudgetConfig, *, state_dir: Path | None = None,
+                 wall_clock: Callable[[], float] = time.time, logger: Any = None) -> None:
         self.limit = config.max_cost_per_day
         self.currency = config.currency
-        self.path = Path(config.state_file) if config.state_file else DEFAULT_STATE_FILE
+        # None: a config given as data, with no file to key a record by: kept in memory only.
+        self.path = (Path(config.state_file) if config.state_file
+                     else state_dir / RECORD_FILE if state_dir is not None else None)
         self._wall = wall_clock
         self._log = logger or get_logger()
         self.day = utc_day(self._wall())
         self.spent = 0.0
+        self.problem = ""  # why the record cannot be used; spending stops while it is set
         self._warned: set[str] = set()
 
     def load(self) -> None:
-        """Read the spend of the latest day from the state file (missing or stale: 0)."""
+        """Read the spend of the latest day from the record (none yet, or an earlier day's: 0).
+
+        A record that cannot be read sets `problem`, and nothing is spent until a later `load`
+        succeeds."""
+        if self.path is None:
+            return
         try:
-            state = json.loads(read_limited(self.path, MAX_STATE_BYTES))
-        except FileNotFoundError:
+            state = read_state(self.path, RECORD, MAX_STATE_BYTES, legacy=_legacy)
+        except StateRefused as exc:
+            self._refuse(str(exc))
             return
-        except (OSError, ValueError, RecursionError) as exc:  # ValueError: FileRefused, JSON
-            reason = str(exc) if isinstance(exc, OSError | FileRefused) else "not valid JSON"
-            self._log.warning("budget state unreadable; starting from 0", path=str(self.path),
-                              error=reason)
+        if self.problem:
+            self._log.info("budget record readable again; probing resumes", path=str(self.path))
+        self.problem = ""
+        if state is None or state.get("currency") != self.currency:
             return
-        if not (isinstance(state, dict) and state.get("currency") == self.currency
-                and isinstance(day := state.get("day"), str) and _is_day(day)
-                and isinstance(spent := state.get("spent"), int | float)
-                and math.isfinite(spent) and spent >= 0):
+        day, spent = state.get("day"), state.get("spent")
+        if not (isinstance(day, str) and _is_day(day) and isinstance(spent, int | float)
+                and not isinstance(spent, bool) and math.isfinite(spent) and spent >= 0):
+            self._refuse(f"state file {self.path}: the budget record holds no valid day and "
+                         "spend")
             return
         if day < self.day:
             return  # an earlier day's: today starts at 0
         # Today's, or a day the clock went back from (or was corrected from): its spend stays.
         self.day, self.spent = _later_day(day, self.day), float(spent)
+        if self.spent >= self.limit:
+            self._log.warning("daily budget already spent, by the record; probes are skipped "
+                              "until the UTC day ends", path=str(self.path), spent=self.spent,
+                              limit=self.limit, currency=self.currency)
+
+    def _refuse(self, problem: str) -> None:
+        if problem != self.problem:
+            self._log.error("budget record unusable; probes are skipped until it can be read "
+                            "(fix or remove it, then reload)", problem=problem)
+        self.problem = problem
 
     def _roll(self) -> None:
         day = _later_day(self.day, utc_day(self._wall()))
@@ -85,9 +108,9 @@ class Budget:
             self.day = day  # the same day, or a clock corrected by days: the spend stays
 
     def exhausted(self) -> bool:
-        """Whether today's budget is spent."""
+        """Whether probing must stop: today's budget is spent, or the record is unusable."""
         self._roll()
-        return self.spent >= self.limit
+        return bool(self.problem) or self.spent >= self.limit
 
     def add(self, cost: float, currency: str | None) -> bool:
         """Count a probe's cost; False (and a one-time warning) for another currency."""
@@ -102,26 +125,23 @@ class Budget:
         return True
 
     def save(self) -> None:
-        """Write the state file atomically (call off the event loop); on any failure (a full
-        disk, a file size limit) the temp file is removed and the old state stays."""
-        data = json.dumps({"day": self.day, "currency": self.currency, "spent": self.spent})
-        tmp: str | None = None
+        """Write the record (call off the event loop). A path that holds something else is
+        left alone and stops spending; a failed write (a full disk) keeps the old record."""
+        if self.path is None or self.problem:
+            return
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".budget-", suffix=".tmp")
-            with os.fdopen(fd, "w", encoding="utf-8") as out:
-                out.write(data)
-                out.flush()
-                os.fsync(out.fileno())
-            os.replace(tmp, self.path)
-            tmp = None
+            write_state(self.path, RECORD, {"day": self.day, "currency": self.currency,
+                                            "spent": self.spent}, MAX_STATE_BYTES, _legacy)
+        except StateRefused as exc:
+            self._refuse(str(exc))
         except OSError as exc:
             self._log.warning("cannot write budget state", path=str(self.path),
                               error=exc.strerror or type(exc).__name__)
-        finally:
-            if tmp is not None:
-                with contextlib.suppress(OSError):
-                    os.unlink(tmp)
+
+
+def _legacy(data: Mapping[str, Any]) -> bool:
+    """A record of an earlier version: exactly its three keys, without `format`."""
+    return set(data) == {"day", "currency", "spent"}
 
 
 def _is_day(text: str) -> bool:

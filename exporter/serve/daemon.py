@@ -24,6 +24,7 @@ from prometheus_client import CollectorRegistry
 from exporter.config import (
     Config,
     ConfigError,
+    expand,
     load_config,
     reuse_unchanged,
     sources_digest,
@@ -34,6 +35,7 @@ from exporter.files import FileSignature, signature
 from exporter.log import REDACTOR, get_logger
 from exporter.probe.prober import Prober
 from exporter.protocols import images
+from exporter.serve.discovery import Discovery
 from exporter.serve.results import ResultStore
 from exporter.serve.scheduler import Scheduler
 from exporter.serve.server import HTTPServer, ServerState, start_server
@@ -82,6 +84,7 @@ class Daemon:
         self.store = ResultStore()
         self.prober: Prober | None = None
         self.scheduler: Scheduler | None = None
+        self.discovery: Discovery | None = None
         self.simulator: Simulator | None = None
         self.state: ServerState | None = None
         self._runner: HTTPServer | None = None
@@ -156,6 +159,9 @@ class Daemon:
                 raise _cannot_listen("simulator.listen", config.simulator.listen, exc) from None
             self.log.info("simulator started", url=self.simulator.url)
         await self.prober.start()
+        self.discovery = Discovery(self.prober, self.metrics.discoveries, self._rediscover,
+                                   logger=self.log)
+        self.state.discovery = self.discovery
         self._apply(config)
         if self.owns_process:
             # The objects of thousands of series live as long as the config: keep them out of
@@ -177,12 +183,32 @@ class Daemon:
     def _apply(self, config: Config) -> None:
         assert self.state is not None and self.scheduler is not None
         REDACTOR.update(config.secrets())
+        if self.discovery is not None:
+            self.discovery.apply(config)
+            self.discovery.set_models_in_use(config)
         self.metrics.apply(config)
         self.store.set_series(s.key for s in config.series)
         if self.prober is not None:  # what servers refused under the old config is forgotten
             self.prober.adaptations.retain(config.series)
         self.scheduler.apply(config)
         self.state.config = config
+
+    async def _rediscover(self) -> None:
+        """A discovering target's models changed: rebuild the series as a reload does (in a
+        worker thread), then apply them. A failure keeps the running series."""
+        if self.state is None or self.state.config is None or self.discovery is None:
+            return
+        running = self.state.config
+        catalogs = self.discovery.catalogs_for(running)
+        try:
+            config = await asyncio.to_thread(
+                lambda: reuse_unchanged(expand(running, catalogs), running))
+        except ConfigError as exc:
+            self.log.error("discovered models not applied", error=str(exc))
+            return
+        if self.state.config is running and not self._stopping:  # no reload came meanwhile
+            self._apply(config)
+            self.log.info("series updated from discovery", series=len(config.series))
 
     # -- reload ---------------------------------------------------------------------------
 
@@ -285,7 +311,10 @@ class Daemon:
         """The new config, or None when the files it comes from are unchanged (worker thread)."""
         if not self._files_changed():
             return None
-        config = reuse_unchanged(load_config(self.config_path, shard=self.shard), running)
+        config = load_config(self.config_path, shard=self.shard)
+        if self.discovery is not None and config.discovering:
+            config = expand(config, self.discovery.catalogs_for(config))
+        config = reuse_unchanged(config, running)
         _warm_up(config)
         return config
 
@@ -350,6 +379,8 @@ class Daemon:
         if self._next_reload is not None and not self._next_reload.done():
             self._next_reload.set_result(None)  # waiting /-/reload calls answer now
         reserve = min(CLOSE_RESERVE, self.shutdown_grace / 4)
+        if self.discovery is not None:
+            await self.discovery.stop()
         if self.scheduler is not None:
             await self.scheduler.stop(max(0.0, self.deadline - reserve - loop.time()))
         try:

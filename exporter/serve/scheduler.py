@@ -116,13 +116,17 @@ class Scheduler:
         if config.global_.max_concurrency != self._max_concurrency:
             self._semaphore = asyncio.Semaphore(config.global_.max_concurrency)
             self._max_concurrency = config.global_.max_concurrency
-        if config.global_.budget != self._budget_config:
-            self._budget_config = config.global_.budget
+        budget_config = (config.global_.budget, config.state_dir)
+        if budget_config != self._budget_config:
+            self._budget_config = budget_config
             self.budget = None
             if config.global_.budget is not None:
-                self.budget = Budget(config.global_.budget, wall_clock=self._wall,
-                                     logger=self._log)
+                self.budget = Budget(config.global_.budget, state_dir=config.state_dir,
+                                     wall_clock=self._wall, logger=self._log)
                 self.budget.load()
+            self._metrics.set_budget(self.budget)
+        elif self.budget is not None and self.budget.problem:
+            self.budget.load()  # a reload is how an operator says the record was fixed
             self._metrics.set_budget(self.budget)
         wanted = {s.key: s for s in config.series}
         for key, ticks in list(self._ticks.items()):
@@ -265,6 +269,8 @@ class Scheduler:
     async def _save_budget(self, budget: Budget) -> None:
         async with self._save_lock:  # one writer at a time; the last write has the latest sum
             await asyncio.to_thread(budget.save)
+        if budget is self.budget and budget.problem:
+            self._metrics.set_budget(budget)  # the record turned out not to be ours
 
     async def run_now(self, series: Series, *, deadline: float | None = None) -> ProbeResult:
         """Probe a configured series at once, outside the scheduled concurrency (`/probe`).

@@ -8,6 +8,8 @@ from typing import Any
 
 from aiohttp import web
 
+from exporter.config import SimulatedModel
+
 from .dialects import CHAT, MESSAGES, AuthRequest, Dialect
 from .state import STATE, json_response
 
@@ -25,11 +27,32 @@ def _models_dialect(request: web.Request) -> Dialect:
     return MESSAGES if "anthropic-version" in request.headers else CHAT
 
 
-def _model_entry(dialect: Dialect, name: str) -> dict[str, Any]:
+def _per_token(price: float) -> str:
+    """USD per 1M tokens as OpenRouter writes it: USD per token, a decimal string."""
+    return f"{price / 1_000_000:.12f}".rstrip("0").rstrip(".") or "0"
+
+
+def _model_entry(dialect: Dialect, name: str, model: SimulatedModel | None) -> dict[str, Any]:
     if dialect is MESSAGES:
         return {"type": "model", "id": name, "display_name": name,
                 "created_at": "2025-01-01T00:00:00Z"}
-    return {"id": name, "object": "model", "created": 1735689600, "owned_by": "llm-probe-sim"}
+    entry: dict[str, Any] = {"id": name, "object": "model", "created": 1735689600,
+                             "owned_by": "llm-probe-sim"}
+    if model is None:
+        return entry
+    # OpenRouter's shape: what discovery reads of a gateway that describes its models.
+    embedding = model.mode == "embedding"
+    entry["architecture"] = {"input_modalities": ["text", "image"],
+                             "output_modalities": ["embeddings"] if embedding else ["text"]}
+    entry["supported_parameters"] = [
+        "max_tokens", "temperature", "stream", "response_format", "structured_outputs",
+        "reasoning", *(("tools", "tool_choice") if model.tools else ())]
+    if model.price is not None:
+        entry["pricing"] = {"prompt": _per_token(model.price.input),
+                            "completion": _per_token(model.price.output)}
+        if model.price.cached_input is not None:
+            entry["pricing"]["input_cache_read"] = _per_token(model.price.cached_input)
+    return entry
 
 
 def _check_key(request: web.Request, dialect: Dialect) -> web.Response | None:
@@ -46,7 +69,8 @@ async def _list_models(request: web.Request) -> web.Response:
     dialect = _models_dialect(request)
     if (denied := _check_key(request, dialect)) is not None:
         return denied
-    data = [_model_entry(dialect, name) for name in request.app[STATE].models]
+    models = request.app[STATE].models
+    data = [_model_entry(dialect, name, models[name]) for name in models]
     if dialect is MESSAGES:
         return json_response({"data": data, "has_more": False,
                       "first_id": data[0]["id"] if data else None,
@@ -64,7 +88,7 @@ async def _get_model(request: web.Request) -> web.Response:
         refusal = dialect.model_not_found(name)
         body = dialect.error_body(404, refusal.message, code=refusal.code, param="model")
         return json_response(body, 404)
-    return json_response(_model_entry(dialect, name))
+    return json_response(_model_entry(dialect, name, request.app[STATE].models[name]))
 
 
 async def _ollama_tags(request: web.Request) -> web.Response:

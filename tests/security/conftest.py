@@ -27,9 +27,12 @@ def canary(tag: str = "") -> str:
 
 
 def leaks(text: str, keys: Iterable[str]) -> list[str]:
-    """Every SHORTEST_LEAK-long piece of any key that occurs in `text`."""
+    """Every SHORTEST_LEAK-long piece of any key that occurs in `text`, in any letter case (a
+    key lower-cased on its way out is still the key)."""
+    folded = text.lower()
     return [key[i:i + SHORTEST_LEAK] for key in keys
-            for i in range(len(key) - SHORTEST_LEAK + 1) if key[i:i + SHORTEST_LEAK] in text]
+            for i in range(len(key) - SHORTEST_LEAK + 1)
+            if key[i:i + SHORTEST_LEAK].lower() in folded]
 
 
 _JSON_ESCAPE = re.compile(r'\\(u[0-9a-fA-F]{4}|["\\/bfnrt])')

@@ -156,6 +156,23 @@ async def _headers(request: web.Request, text: str) -> web.StreamResponse:
                               "headers": dict(request.headers)}, status=403)
 
 
+@echo("upper")
+async def _upper(request: web.Request, text: str) -> web.StreamResponse:
+    # An upstream that shouts: the key upper-cased (a case-sensitive redactor misses it).
+    return web.json_response({"error": {"message": f"KEY {text.upper()} IS NOT VALID"}},
+                             status=401)
+
+
+@echo("choices")
+async def _choices(request: web.Request, text: str) -> web.StreamResponse:
+    # A refusal listing "supported values": the exporter lower-cases them into its advice.
+    return web.json_response({"error": {
+        "message": f"Unsupported value: 'reasoning_effort' does not support 'high' with this "
+                   f"model. Supported values are: '{text}', 'low'.",
+        "type": "invalid_request_error", "param": "reasoning_effort",
+        "code": "unsupported_value"}}, status=400)
+
+
 @echo("basic-challenge", echoes=False)
 async def _basic_challenge(request: web.Request, text: str) -> web.StreamResponse:
     # A server that wants Basic credentials and refuses the ones it got.
@@ -169,6 +186,44 @@ async def handle(request: web.Request) -> web.StreamResponse:
     padding = "x" * int(request.match_info["at"])
     answer = ECHOES.get(request.match_info["echo"]) or OTHER_ANSWERS[request.match_info["echo"]]
     return await answer(request, padding + credential(request))
+
+
+# -- refusal bodies built to be slow to parse (tests/security/test_upstream_text.py,
+# benchmarks/hostile_upstream.py) -------------------------------------------------------------
+
+def fill(unit: str, size: int, head: str = "", tail: str = "") -> str:
+    """`head`, `unit` repeated to `size` characters, `tail`."""
+    return head + (unit * (size // max(1, len(unit)) + 1))[:size] + tail
+
+
+def openai_error(message: str) -> bytes:
+    """An OpenAI-style error body around `message`."""
+    return orjson.dumps({"error": {"message": message, "type": "invalid_request_error",
+                                   "param": None, "code": None}})
+
+
+# Each builds a body of about `size` characters aimed at one construct of the parser.
+REFUSALS: dict[str, Callable[[int], bytes]] = {
+    "a run of name characters (the 19 s freeze)": lambda n: fill("a", n).encode(),
+    "name characters then a near-sentence": lambda n: fill("a.b_", n, tail=": Extra").encode(),
+    "a rule's prefix over and over": lambda n: openai_error(fill(
+        "Unsupported value: 'temperature' does not support ", n)),
+    "a list that never ends": lambda n: openai_error(fill(
+        "'x', ", n, head="Unsupported value: 'reasoning_effort' does not support 'high' with "
+        "this model. Supported values are: ")),
+    "unclosed quotes": lambda n: openai_error(fill('"', n)),
+    "the python-repr message key again and again": lambda n: fill(
+        "'message': 'a", n, head="litellm.BadRequestError: X - {").encode(),
+    "braces that open wrapped bodies": lambda n: openai_error(fill("{", n)),
+    "digits for a minimum": lambda n: openai_error(
+        "Invalid 'max_output_tokens': integer below minimum value. Expected a value >= "
+        + fill("9", n)),
+    "validation errors by the thousand": lambda n: orjson.dumps({"detail": [
+        {"loc": ["body", "f"], "msg": "Extra inputs are not permitted", "type": "x"}]
+        * (n // 80)}),
+    "an echo of a request, plain text": lambda n: fill(
+        '"stream_options": {"include_usage": true}, ', n).encode(),
+}
 
 
 def make_app() -> web.Application:

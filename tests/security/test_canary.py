@@ -119,7 +119,9 @@ def config_file(tmp_path_factory, keys, hostile_url, canary_proxy) -> Path:
     port = canary_proxy.port if canary_proxy is not None else None
     data = {
         "global": {"interval": "3s", "timeout": "5s", "jitter": 0.0},
-        "probes": {"short": {"prompt": "Say hello.", "max_tokens": 32}},
+        # An effort of the user's: a refusal of it becomes advice listing the server's values.
+        "probes": {"short": {"prompt": "Say hello.", "max_tokens": 32,
+                             "reasoning": {"effort": "high"}}},
         "targets": [target(*row, hostile_url, keys, key_file, port) for row in plan()],
     }
     path = tmp / "config.yaml"

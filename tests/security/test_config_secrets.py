@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from exporter.commands.show import show_requests
 from exporter.config import parse_config, redacted
 from tests.security.conftest import canary, leaks
 
@@ -37,6 +38,10 @@ PLACES = {
     "token as proxy_url user": ({"proxy_url": f"http://{KEY}@proxy.corp:3128"}, {}),
     "${VAR} in proxy_url": ({"proxy_url": "http://probe:${K}@proxy.corp:3128"}, {"K": KEY}),
     "password in HTTPS_PROXY": ({}, {"HTTPS_PROXY": f"http://probe:{KEY}@proxy.corp:3128"}),
+    "a key literal in params": ({"params": {"api_key": KEY}}, {}),
+    "a token deep in params": ({"params": {"metadata": {"x-auth-token": KEY}}}, {}),
+    "${VAR} in params, an ordinary name": ({"params": {"metadata": {"team": "${K}"}}},
+                                           {"K": KEY}),
 }
 # Places the config file does not hold: /config shows only where the secret came from.
 NOT_IN_THE_FILE = {"api_key_env", "password in HTTPS_PROXY"}
@@ -66,12 +71,23 @@ def test_a_known_secret_is_blanked_wherever_interpolation_put_it() -> None:
     assert shown["targets"][0]["query"]["tenant"] == "<redacted>"
 
 
+def test_show_request_never_prints_a_secret_in_params() -> None:
+    # `probe --show-request` prints the body, `params` merged in.
+    config = parse_config({
+        "probes": {"short": {"prompt": "Hi", "params": {"metadata": {"note": "${NOTE}"}}}},
+        "targets": [{"name": "t", "base_url": "https://api.example/v1", "models": ["m"],
+                     "params": {"vendor_auth_token": KEY}}]}, env={"NOTE": KEY[::-1]})
+    shown = show_requests(config, config.series)
+    assert '"metadata"' in shown and '"vendor_auth_token"' in shown
+    assert not leaks(shown, [KEY, KEY[::-1]])
+
+
 def test_ordinary_settings_stay_readable() -> None:
-    config = config_with({"api_key": KEY, "headers": {"X-Trace": "on"},
+    config = config_with({"headers": {"X-Trace": "on", "X-Key": KEY},
                           "query": {"api-version": "2024-06-01"},
                           "base_url": "https://user:pw-123456@api.example/v1"})
     target = redacted(config)["targets"][0]
-    assert target["headers"] == {"X-Trace": "on"}
+    assert target["headers"] == {"X-Trace": "on", "X-Key": "<redacted>"}
     assert target["query"] == {"api-version": "2024-06-01"}
     assert target["base_url"] == "https://user:<redacted>@api.example/v1"
     # the password, and the Basic token aiohttp builds from the userinfo (an upstream echoes it)

@@ -106,3 +106,31 @@ def test_levels_apply_to_our_lines_and_stdlib_lines_alike(level, shown) -> None:
 def test_unknown_levels_and_formats_are_refused(level, fmt) -> None:
     with pytest.raises(ValueError, match="use one of"):
         configure_logging(level, fmt)
+
+
+# What a refusal's text can do to a terminal or a log parser (issue 31): CR rewrites the line,
+# ESC starts a colour or cursor sequence, BEL rings, bidi overrides reorder what a reader sees,
+# a line separator fakes a new line.
+HOSTILE = "ok\r\x1b[2J\x1b[31mFAKE\x07 \u202eevil\u202c \u2066x\u2069 \u2028level=error \x7f\x85"
+RAW = set("\r\x1b\x07\u202e\u202c\u2066\u2069\u2028\x7f\x85")
+
+
+@pytest.mark.parametrize("fmt", ["json", "logfmt", "console"])
+def test_no_format_writes_control_or_bidi_characters_raw(fmt) -> None:
+    out = io.StringIO()
+    configure_logging("debug", fmt, stream=out)
+    get_logger().warning("probe failing", reason=HOSTILE, nested={"server": [HOSTILE]})
+    logging.getLogger("aiohttp.client").warning("upstream said %s", HOSTILE)
+    try:
+        raise ValueError(HOSTILE)
+    except ValueError:
+        get_logger().exception("probe crashed")
+    text = out.getvalue()
+    assert not RAW & set(text), sorted(RAW & set(text))
+    lines = text.splitlines()
+    assert sum("probe failing" in line for line in lines) == 1  # one event, one line
+    assert sum("upstream said" in line for line in lines) == 1
+    # Still readable: the escapes name what was there.
+    assert "\\x1b[31mFAKE" in text and "u202e" in text
+    if fmt != "console":  # a console traceback may span lines; json and logfmt never do
+        assert len(lines) == 3

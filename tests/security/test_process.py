@@ -153,13 +153,14 @@ budget.save()
 
 def test_a_failed_state_write_leaves_no_temp_file(tmp_path: Path) -> None:
     state = tmp_path / "budget.json"
-    state.write_text('{"old": true}')
+    old = '{"day": "2026-01-01", "currency": "USD", "spent": 0.1}'  # an earlier version's
+    state.write_text(old)
     run = subprocess.run([sys.executable, "-c", SAVE_UNDER_FILE_SIZE_LIMIT, str(state)],
                          capture_output=True, text=True, cwd=ROOT, timeout=30)
     assert run.returncode == 0, run.stderr
     assert "cannot write budget state" in run.stdout + run.stderr
     assert [p.name for p in tmp_path.iterdir()] == ["budget.json"]
-    assert state.read_text() == '{"old": true}'
+    assert state.read_text() == old
 
 
 # -- wall clock steps -------------------------------------------------------------------------

@@ -34,6 +34,18 @@ def test_every_fragment_of_twelve_or_more_characters_is_removed(redact, start, l
         assert REDACTED in out
 
 
+@pytest.mark.parametrize("case", [str.lower, str.upper, str.swapcase, str.title])
+def test_a_key_in_another_letter_case_is_still_the_key(redact, case) -> None:
+    # A refusal that lists "supported values" is lower-cased before it becomes advice.
+    for text in (f"Supported values are: '{case(KEY)}'.", case(KEY[3:30]),
+                 quote(case(KEY), safe=""), json.dumps({"v": case(KEY)})):
+        out = redact(text)
+        assert not leaks(out, [KEY]) and REDACTED in out, (text, out)
+    assert not leaks(redact.net(f"<td>{case(KEY)}</td>"), [KEY])
+    short = Redactor(["Bearer abcdefgh"])  # pieces under FRAGMENT: found whole, any case
+    assert short("auth: BEARER ABCDEFGH!") == f"auth: {REDACTED}!"
+
+
 def test_pieces_shorter_than_a_fragment_and_other_text_survive(redact) -> None:
     short = KEY[-(FRAGMENT - 1):]
     text = f"model-name-170 chatcmpl-9Qx7ZkY2 {short} – ünïcode 1712345678.123"
@@ -89,3 +101,23 @@ def test_every_string_of_a_document_is_redacted_keys_included(redact) -> None:
 def test_text_without_secrets_known_is_returned_as_is() -> None:
     text = "nothing to see " * 100
     assert Redactor()(text) is text
+
+
+@pytest.mark.parametrize("spaces", [0, 1, 50, 400, 1500, 2500, 2600, 2700, 3000])
+@pytest.mark.parametrize("limit", [40, 300])
+def test_words_reads_only_the_start_and_leaks_no_piece_at_its_end(redact, spaces,
+                                                                  limit) -> None:
+    # A body of whitespace and a key: wherever reading stops, no piece of the key is shown.
+    for text in (" " * spaces + KEY + " tail", "x " * spaces + KEY * 3, " \n" * spaces + KEY):
+        out = redact.words(text, limit)
+        assert not leaks(out, [KEY]) and len(out) <= limit, (spaces, out)
+        assert KEY[:4] not in out or out.endswith(REDACTED) or REDACTED in out
+
+
+@pytest.mark.parametrize("piece", range(1, FRAGMENT))
+def test_words_drops_a_key_cut_short_where_reading_stops(redact, piece) -> None:
+    limit = 40
+    need = limit + len(KEY) + 64  # the clip's reach (KEY's escaped forms are KEY itself)
+    text = " " * (4 * need - piece) + KEY
+    assert text[:4 * need].endswith(KEY[:piece])  # reading stops `piece` characters in
+    assert redact.words(text, limit) == ""

@@ -1,0 +1,293 @@
+"""What a gateway says about its models: the list at `GET {base_url}/models` and LiteLLM's
+`/model/info`, read as hostile input (sans-IO: bytes in, a `Catalog` out).
+
+Shapes read: OpenAI's and Anthropic's lists (`{"data": [{"id": …}]}`), OpenRouter's (each entry
+also has `pricing` in USD per token as strings, `supported_parameters`, `architecture`,
+`top_provider.max_completion_tokens`), LiteLLM's (`mode`, `max_output_tokens` on known models)
+and LiteLLM's `/model/info` (`model_name` + `model_info`: `input_cost_per_token`,
+`output_cost_per_token`, `cache_read_input_token_cost`, their `_above_200k_tokens` tiers, `mode`,
+`max_output_tokens`, `supports_function_calling`, `supports_response_schema`, `supports_vision`,
+`supports_reasoning`).
+
+Everything is bounded: the body's bytes (the caller reads at most MAX_LIST_BYTES), the entries
+read (MAX_LISTED), each name (as long and as clean as a config's model name, and holding no
+secret the redactor knows: a gateway that echoes the key in a model name would put it in a
+label). Prices must be finite, non-negative and below MAX_PRICE per 1M tokens, or the model has
+no gateway price. Nothing here raises anything but `CatalogError`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+from typing import Any
+
+import orjson
+
+from exporter.apis import Feature
+from exporter.config.types import MAX_MODEL_NAME
+from exporter.log import Redactor
+from exporter.providers.prices import ModelPrice, PriceSource, PriceTier, Rates, valid_rate
+
+MAX_LIST_BYTES = 16 * 1024 * 1024  # OpenRouter's full list is ~1.5 MB
+MAX_LISTED = 10_000  # entries read from one list; the rest is ignored (and said)
+PER_TOKEN = 1_000_000  # gateways price per token; the exporter per 1M tokens
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+# LiteLLM's long-context keys: `input_cost_per_token_above_200k_tokens` …
+_TIERS = (128_000, 200_000, 272_000, 512_000)
+# OpenRouter `supported_parameters` → the probe features they allow.
+_PARAMETERS = {Feature.TOOLS: ("tools",), Feature.RESPONSE_FORMAT: (
+    "response_format", "structured_outputs"), Feature.REASONING: ("reasoning",
+                                                                   "reasoning_effort")}
+_LITELLM_SUPPORTS = {Feature.TOOLS: "supports_function_calling",
+                     Feature.RESPONSE_FORMAT: "supports_response_schema",
+                     Feature.IMAGE: "supports_vision", Feature.REASONING: "supports_reasoning"}
+
+
+class Mode(StrEnum):
+    """What a model serves, as the gateway says (LiteLLM's `mode`)."""
+
+    CHAT = "chat"            # chat or completion: chat probes
+    EMBEDDING = "embedding"  # embedding probes only
+    OTHER = "other"          # images, audio, rerank…: no probe of ours fits
+
+
+class CatalogError(Exception):
+    """The gateway's answer is not a model list (the message says how, quoting nothing)."""
+
+
+@dataclass(frozen=True)
+class GatewayModel:
+    """One listed model and what the gateway says about it (None: it said nothing)."""
+
+    name: str
+    price: ModelPrice | None = None
+    mode: Mode | None = None
+    lacks: frozenset[Feature] = frozenset()  # features the gateway says the model has not
+    max_output_tokens: int | None = None
+    reasoning: bool | None = None
+
+    def serves(self, features: frozenset[Feature], embedding: bool) -> bool:
+        """Whether a probe with these features (an embedding probe or not) fits this model."""
+        if self.mode is Mode.OTHER:
+            return False
+        if self.mode is not None and (self.mode is Mode.EMBEDDING) != embedding:
+            return False
+        return not features & self.lacks
+
+
+@dataclass(frozen=True)
+class Catalog:
+    """A gateway's model list, validated: the models in listed order, and what was refused."""
+
+    models: tuple[GatewayModel, ...] = ()
+    listed: int = 0  # entries the server sent
+    refused: int = 0  # names refused (empty, too long, control characters, a secret, twice)
+    bad_prices: int = 0  # prices refused (negative, NaN, huge, not a number)
+    sources: tuple[str, ...] = ()  # the endpoints that answered (`/models`, `/model/info`)
+    by_name: Mapping[str, GatewayModel] = field(default_factory=dict, compare=False,
+                                                repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "by_name", {m.name: m for m in self.models})
+
+    @property
+    def truncated(self) -> bool:
+        """Whether the list was longer than the exporter reads."""
+        return self.listed > MAX_LISTED
+
+
+def _load(body: bytes, what: str) -> Any:
+    if len(body) > MAX_LIST_BYTES:
+        raise CatalogError(f"{what} is larger than {MAX_LIST_BYTES // 2**20} MiB")
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError:
+        raise CatalogError(f"{what} is not JSON") from None
+
+
+def valid_name(name: Any, redactor: Redactor | None) -> str | None:
+    """A listed model name usable as a label and in a request, or None."""
+    if not isinstance(name, str) or not name.strip() or len(name) > MAX_MODEL_NAME:
+        return None
+    if _CONTROL.search(name) or name != name.strip():
+        return None
+    if redactor is not None and redactor(name) != name:
+        return None  # it holds a secret (the key, echoed): never a label
+    return name
+
+
+def _per_million(value: Any) -> tuple[float | None, bool]:
+    """(price per 1M tokens, whether a value was given but refused) from a per-token price."""
+    if value is None:
+        return None, False
+    rate = valid_rate(value)
+    if rate is None:
+        return None, True
+    return valid_rate(rate * PER_TOKEN), valid_rate(rate * PER_TOKEN) is None
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and \
+        0 < value < 2**31 else None
+
+
+def _mode(value: Any) -> Mode | None:
+    if not isinstance(value, str):
+        return None
+    if value in ("chat", "completion", "responses"):
+        return Mode.CHAT
+    return Mode.EMBEDDING if value == "embedding" else Mode.OTHER
+
+
+def _price(prices: Mapping[str, Any], keys: tuple[str, str, str],
+           tiers: Mapping[int, tuple[str, str, str]], origin: str) -> tuple[ModelPrice | None,
+                                                                          bool]:
+    """A gateway price from per-token (input, output, cached input) keys; (price, refused)."""
+    (input_, bad_in), (output, bad_out), (cached, bad_cached) = (
+        _per_million(prices.get(key)) for key in keys)
+    refused = bad_in or bad_out or bad_cached
+    if input_ is None or output is None:
+        return None, refused
+    found = []
+    for above, tier_keys in tiers.items():
+        (t_in, b1), (t_out, b2), (t_cached, b3) = (_per_million(prices.get(k))
+                                                   for k in tier_keys)
+        refused = refused or b1 or b2 or b3
+        if t_in is not None or t_out is not None:
+            found.append(PriceTier(above, Rates(input_ if t_in is None else t_in,
+                                                output if t_out is None else t_out,
+                                                cached if t_cached is None else t_cached)))
+    return ModelPrice(input_, output, cached, "USD", PriceSource.GATEWAY, origin,
+                      tuple(found)), refused
+
+
+def parse_model_list(body: bytes, *, redactor: Redactor | None = None,
+                     origin: str = "/models") -> Catalog:
+    """The models a `GET /models` answer lists (OpenAI, Anthropic, OpenRouter, LiteLLM)."""
+    document = _load(body, "the model list")
+    data = document.get("data") if isinstance(document, dict) else None
+    if not isinstance(data, list):
+        raise CatalogError('the model list has no "data" list')
+    models: dict[str, GatewayModel] = {}
+    refused = bad_prices = 0
+    for entry in data[:MAX_LISTED]:
+        item = entry if isinstance(entry, dict) else {}
+        name = valid_name(item.get("id"), redactor)
+        if name is None or name in models:
+            refused += 1
+            continue
+        pricing = item.get("pricing")
+        price, bad = (_price(pricing, ("prompt", "completion", "input_cache_read"), {},
+                             f"gateway {origin} pricing")
+                      if isinstance(pricing, dict) else (None, False))
+        bad_prices += bad
+        models[name] = GatewayModel(name, price, _list_mode(item), _list_lacks(item),
+                                    _int(item.get("max_output_tokens")) or _int(
+                                        _dict(item.get("top_provider")).get(
+                                            "max_completion_tokens")),
+                                    _reasoning(item))
+    return Catalog(tuple(models.values()), len(data), refused, bad_prices, (origin,))
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _list_mode(item: Mapping[str, Any]) -> Mode | None:
+    mode = _mode(item.get("mode"))
+    if mode is not None:
+        return mode
+    outputs = _dict(item.get("architecture")).get("output_modalities")
+    if isinstance(outputs, list) and outputs:
+        if "text" in outputs:
+            return Mode.CHAT
+        return Mode.EMBEDDING if "embeddings" in outputs else Mode.OTHER
+    return None
+
+
+def _list_lacks(item: Mapping[str, Any]) -> frozenset[Feature]:
+    lacks = set()
+    supported = item.get("supported_parameters")
+    if isinstance(supported, list):
+        names = {p for p in supported[:500] if isinstance(p, str)}
+        lacks |= {feature for feature, params in _PARAMETERS.items()
+                  if not names.intersection(params)}
+    inputs = _dict(item.get("architecture")).get("input_modalities")
+    if isinstance(inputs, list) and inputs and "image" not in inputs:
+        lacks.add(Feature.IMAGE)
+    return frozenset(lacks)
+
+
+def _reasoning(item: Mapping[str, Any]) -> bool | None:
+    supported = item.get("supported_parameters")
+    if isinstance(supported, list):
+        return "reasoning" in supported
+    return None
+
+
+def parse_model_info(body: bytes, *, redactor: Redactor | None = None,
+                     origin: str = "/model/info") -> Catalog:
+    """The models LiteLLM's `/model/info` describes (several deployments of one name: the
+    dearest price, a feature any of them lacks)."""
+    document = _load(body, "the model info")
+    data = document.get("data") if isinstance(document, dict) else None
+    if not isinstance(data, list):
+        raise CatalogError('the model info has no "data" list')
+    models: dict[str, GatewayModel] = {}
+    refused = bad_prices = 0
+    tiers = {above: (f"input_cost_per_token_above_{above // 1000}k_tokens",
+                     f"output_cost_per_token_above_{above // 1000}k_tokens",
+                     f"cache_read_input_token_cost_above_{above // 1000}k_tokens")
+             for above in _TIERS}
+    for entry in data[:MAX_LISTED]:
+        item = entry if isinstance(entry, dict) else {}
+        name = valid_name(item.get("model_name"), redactor)
+        if name is None:
+            refused += 1
+            continue
+        info = _dict(item.get("model_info"))
+        price, bad = _price(info, ("input_cost_per_token", "output_cost_per_token",
+                                   "cache_read_input_token_cost"), tiers,
+                            f"gateway {origin}")
+        bad_prices += bad
+        lacks = frozenset(f for f, key in _LITELLM_SUPPORTS.items() if info.get(key) is False)
+        reasoning = info.get("supports_reasoning")
+        model = GatewayModel(name, price, _mode(info.get("mode")), lacks,
+                             _int(info.get("max_output_tokens")),
+                             reasoning if isinstance(reasoning, bool) else None)
+        models[name] = _merge(models.get(name), model)
+    return Catalog(tuple(models.values()), len(data), refused, bad_prices, (origin,))
+
+
+def _dearer(a: ModelPrice | None, b: ModelPrice | None) -> ModelPrice | None:
+    if a is None or b is None:
+        return a or b
+    return a if (a.output, a.input) >= (b.output, b.input) else b
+
+
+def _merge(old: GatewayModel | None, new: GatewayModel) -> GatewayModel:
+    """Two descriptions of one model: what either says, the dearer price, either's lacks."""
+    if old is None:
+        return new
+    return GatewayModel(old.name, _dearer(old.price, new.price), old.mode or new.mode,
+                        old.lacks | new.lacks, old.max_output_tokens or new.max_output_tokens,
+                        old.reasoning if old.reasoning is not None else new.reasoning)
+
+
+def describe(listing: Catalog, info: Catalog | None) -> Catalog:
+    """The listed models, each with what the model info adds (the list decides which models
+    exist; the info, where it has a model, its price and capabilities)."""
+    if info is None:
+        return listing
+    models = []
+    for model in listing.models:
+        extra = info.by_name.get(model.name)
+        if extra is None:
+            models.append(model)
+            continue
+        models.append(replace(_merge(extra, model), price=extra.price or model.price))
+    return replace(listing, models=tuple(models), bad_prices=listing.bad_prices + info.bad_prices,
+                   sources=(*listing.sources, *info.sources))

@@ -1,0 +1,109 @@
+"""Discovery against a real LiteLLM proxy (in front of our simulator): its own `/v1/models` and
+`/model/info` give the models, their prices (typed in the proxy's config, or LiteLLM's model
+database) and modes; a probe of a discovered model is priced from them; the master key never
+shows in what the exporter keeps."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from exporter.config import expand, parse_config
+from exporter.errors import Result
+from exporter.exposition.metrics import DiscoveryCollector
+from exporter.log import Redactor
+from exporter.probe.prober import Prober
+from exporter.providers.gateway import Mode
+from exporter.providers.prices import PriceSource
+from exporter.serve.discovery import Discovery
+from tests.realservers.servers import (
+    INSTALL_SCRIPT,
+    LiteLLM,
+    Server,
+    missing,
+    start_litellm,
+    start_simulator,
+)
+
+MISSING = [name for name in missing() if name in ("litellm",)]
+pytestmark = [
+    pytest.mark.realservers,
+    pytest.mark.skipif(bool(MISSING), reason=f"LiteLLM not installed: run {INSTALL_SCRIPT}"),
+]
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("discovery")
+
+
+@pytest.fixture(scope="module")
+def simulator(work: Path) -> Iterator[Server]:
+    server = start_simulator({"sim": {"ttft": "20ms", "tpot": "2ms", "jitter": 0.0,
+                                      "output_tokens": 12}}, work)
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def gateway(work: Path, simulator: Server) -> Iterator[LiteLLM]:
+    upstream = {"model": "openai/sim", "api_base": simulator.base_url, "api_key": "unused"}
+    server = start_litellm({
+        "gw-priced": {**upstream, "input_cost_per_token": 1.5e-6, "output_cost_per_token": 6e-6},
+        "gw-plain": upstream,
+        "gw-embed": {"model": "openai/text-embedding-3-small", "api_base": simulator.base_url,
+                     "api_key": "unused"},
+        "gpt-4o-mini": {"model": "openai/gpt-4o-mini", "api_base": simulator.base_url,
+                        "api_key": "unused"},
+    }, work)
+    yield server
+    server.stop()
+
+
+async def test_litellm_lists_describes_and_prices_its_models(gateway: LiteLLM) -> None:
+    config = parse_config({
+        "probes": {"short": {"prompt": "Tell me a short story.", "max_tokens": 16},
+                   "embed": {"kind": "embedding", "input": "text"}},
+        "targets": [{"name": "litellm", "base_url": gateway.base_url,
+                     "api_key": gateway.master_key, "discover": {"exclude": ["^gpt-"]}}]},
+        env={})
+    collector = DiscoveryCollector()
+    redactor = Redactor([gateway.master_key])
+
+    async def changed() -> None:
+        pass
+
+    async with Prober(redactor=redactor) as prober:
+        discovery = Discovery(prober, collector, changed, redactor=redactor)
+        assert await discovery.refresh(config.targets[0]), discovery.status
+        catalog = discovery.catalogs["litellm"]
+        assert catalog.sources == ("/models", "/model/info")
+        models = catalog.by_name
+        assert set(models) == {"gw-priced", "gw-plain", "gw-embed", "gpt-4o-mini"}
+        priced = models["gw-priced"].price
+        assert priced is not None and priced.source is PriceSource.GATEWAY
+        assert (priced.input, priced.output) == pytest.approx((1.5, 6.0))
+        assert models["gw-plain"].price is None
+        assert models["gw-embed"].mode is Mode.EMBEDDING
+        mini = models["gpt-4o-mini"].price  # from LiteLLM's own model database
+        assert mini is not None and mini.input == pytest.approx(0.15)
+
+        expanded = expand(config, discovery.catalogs)
+        keys = {s.key[1:] for s in expanded.series}
+        assert keys == {("gw-priced", "short"), ("gw-priced", "embed"), ("gw-plain", "short"),
+                        ("gw-plain", "embed"), ("gw-embed", "embed")}  # gpt-* excluded
+        one = next(s for s in expanded.series if s.key[1:] == ("gw-priced", "short"))
+        assert one.price == priced
+        plain = next(s for s in expanded.series if s.key[1:] == ("gw-plain", "short"))
+        assert plain.price is None  # unknown: said, not zero
+
+        result = await prober.probe(one)
+        assert result.result is Result.SUCCESS, result.reason
+        expected = (result.usage.prompt * 1.5 + result.usage.completion * 6.0) / 1e6
+        assert result.cost == pytest.approx(expected) and result.currency == "USD"
+        unpriced = await prober.probe(plain)
+        assert unpriced.result is Result.SUCCESS and unpriced.cost is None
+    text = repr(discovery.status) + repr(catalog)
+    assert gateway.master_key not in text
