@@ -21,8 +21,8 @@ from benchmarks.common import machine_line, table
 from exporter.errors import Result
 from exporter.log import REDACTOR
 from exporter.result import Phase, ProbeResult, Timings, TokenSource, Usage
+from exporter.serve.pages import render_status_page, results_document
 from exporter.serve.results import Snapshot
-from exporter.serve.server import _results_document, render_status_page
 
 KEY_CHARS = string.ascii_letters + string.digits + "_-"
 
@@ -79,20 +79,20 @@ def main() -> None:
     snap = snapshot(args.series, rng)
     info = {"version": "bench", "in_flight": 0}
     render_status_page(snap, info, time.time())  # the first render of all pays for warm-up
-    _results_document(snap, info)
+    results_document(snap, info)
     rows = []
     for count in map(int, args.keys.split(",")):
         REDACTOR.forget()
         REDACTOR.update(keys[:count])
         page_cold, page_warm = cpu_ms(lambda: render_status_page(snap, info, time.time()),
                                       args.repeat)
-        api_cold, api_warm = cpu_ms(lambda: _results_document(snap, info), args.repeat)
+        api_cold, api_warm = cpu_ms(lambda: results_document(snap, info), args.repeat)
         ids = [r.response_id or "" for r in snap.latest.values() if r is not None]
         rows.append([count, f"{page_cold:.0f}", f"{page_warm:.0f}", f"{api_cold:.0f}",
                      f"{api_warm:.0f}", f"{per_call_us(ids, keys[:count], args.repeat):.2f}"])
     REDACTOR.forget()
     page = render_status_page(snap, info, time.time())
-    document = _results_document(snap, info).decode()
+    document = results_document(snap, info).decode()
     REDACTOR.update(keys)
     net = cpu_ms(lambda: (REDACTOR.net(page), REDACTOR.net(document)), args.repeat)[1]
     full = cpu_ms(lambda: (REDACTOR(page), REDACTOR(document)), args.repeat)[1]

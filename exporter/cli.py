@@ -156,7 +156,8 @@ def build_parser() -> argparse.ArgumentParser:
     simulate = commands.add_parser("simulate", help="run the embedded simulator standalone")
     simulate.add_argument("--listen", default=None, help="address (default 127.0.0.1:9472)")
     simulate.add_argument("--config.file", dest="config_file", default=None,
-                          help="take the simulator section (models) from this config")
+                          help="a file holding a simulator: section (alone, or in a whole "
+                               "config: only that section is read)")
     simulate.add_argument("--log.level", dest="log_level", default="info", choices=LOG_LEVELS)
     simulate.add_argument("--log.format", dest="log_format", default=None, choices=LOG_FORMATS)
     return parser
@@ -325,16 +326,18 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     import asyncio
     import contextlib
 
-    from exporter.config import SimulatorConfig
+    from exporter.config import ConfigError, SimulatorConfig
     from exporter.config.address import parse_listen_address
+    from exporter.config.simfile import load_simulator
     from exporter.simulator import serve_forever
 
     simulator = SimulatorConfig()
     if args.config_file:
-        config = _load(args.config_file, getattr(args, "shard", None))
-        if config is None:
+        try:
+            simulator = load_simulator(args.config_file)
+        except ConfigError as exc:
+            print(f"error: {exc}", file=sys.stderr)
             return 1
-        simulator = config.simulator or simulator
     if args.listen:
         try:
             parse_listen_address(args.listen)
@@ -343,5 +346,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
             return 2
         simulator = simulator.model_copy(update={"listen": args.listen})
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(serve_forever(simulator, api_key=simulator.api_key))
+        asyncio.run(serve_forever(
+            simulator, api_key=simulator.api_key,
+            reload=(lambda: load_simulator(args.config_file)) if args.config_file else None))
     return 0

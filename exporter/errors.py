@@ -7,6 +7,8 @@
     ├── TLSFailed                   tls           handshake or certificate failure
     ├── CredentialsError            auth          no credentials to sign with (aws_sigv4)
     ├── HTTPStatusError             auth | not_found | rate_limited | http_4xx | http_5xx
+    │                                             by status; a gateway's own error by its
+    │                                             cause (GATEWAY_RESULTS)
     ├── UpstreamError               upstream      error object inside a 200 stream
     ├── StreamError                 stream        malformed/truncated stream, non-SSE body
     ├── EmptyOutput                 empty         stream ended without an output token
@@ -75,15 +77,23 @@ class Cause(StrEnum):
     SIGNATURE_REJECTED = "signature_rejected"    # 403: AWS refused the SigV4 signature
     CREDENTIALS_REFUSED = "credentials_refused"  # 403: expired or unauthorised AWS credentials
     FORBIDDEN = "forbidden"                      # 403, another reason
+    GATEWAY_KEY_DATABASE = "gateway_key_database"  # LiteLLM without its key database: any
+                                                 # key but the master key (400)
+    GATEWAY_KEY_REJECTED = "gateway_key_rejected"  # a gateway's virtual key: unknown, expired,
+                                                 # blocked, malformed
+    GATEWAY_MODEL_ACCESS = "gateway_model_access"  # the key (team, user) may not use the model
     # not_found
     MODEL_NOT_FOUND = "model_not_found"
     PATH_NOT_FOUND = "path_not_found"
+    GATEWAY_MODEL_NOT_ROUTED = "gateway_model_not_routed"  # a gateway routes no such model (400)
+    GATEWAY_NO_ENDPOINT = "gateway_no_endpoint"  # no provider behind the gateway takes the request
     # rate_limited
     RATE_LIMITED = "rate_limited"
+    GATEWAY_BUDGET_EXCEEDED = "gateway_budget_exceeded"  # the key's (team's) budget is spent
     # http_4xx
     REDIRECT = "redirect"                        # 3xx: redirects are not followed
     PARAMETER_REFUSED = "parameter_refused"      # 400 naming a request parameter
-    GATEWAY_KEY_DATABASE = "gateway_key_database"  # LiteLLM without its key database
+    OTHER_API = "other_api"                      # 400: served by another API style only
     CLIENT_CERT_REQUIRED = "client_cert_required"  # 400 from a TLS front wanting a certificate
     BAD_REQUEST = "bad_request"                  # 400, another reason
     CLIENT_ERROR = "client_error"                # another 4xx (payment, quota, policy)
@@ -162,8 +172,8 @@ class HTTPStatusError(ProbeError):
         self.retry_after = retry_after
 
     def outcome(self) -> Result:
-        """Map the status code to its bounded result."""
-        return status_result(self.status)
+        """The bounded result: what a gateway's own error means, else the status's."""
+        return GATEWAY_RESULTS.get(self.cause) or status_result(self.status)
 
 
 class UpstreamError(ProbeError):
@@ -192,6 +202,20 @@ class CheckFailed(ProbeError):
 
     result = Result.CHECK_FAILED
     default_cause = Cause.CHECK_FAILED
+
+
+# A gateway's own errors are classified by what they mean, whatever status it chose (LiteLLM
+# answers an unrouted model and an unknown key with 400, a missing key with 500).
+GATEWAY_RESULTS: dict[Cause, Result] = {
+    Cause.GATEWAY_KEY_DATABASE: Result.AUTH,
+    Cause.GATEWAY_KEY_REJECTED: Result.AUTH,
+    Cause.GATEWAY_MODEL_ACCESS: Result.AUTH,
+    Cause.KEY_REJECTED: Result.AUTH,
+    Cause.GATEWAY_MODEL_NOT_ROUTED: Result.NOT_FOUND,
+    Cause.GATEWAY_NO_ENDPOINT: Result.NOT_FOUND,
+    Cause.MODEL_NOT_FOUND: Result.NOT_FOUND,
+    Cause.GATEWAY_BUDGET_EXCEEDED: Result.RATE_LIMITED,
+}
 
 
 def status_result(status: int) -> Result:

@@ -51,6 +51,7 @@ _RUN = b"a" * FRAGMENT  # in the marked copy of a text: FRAGMENT secret characte
 _PROBE, _STRIDE = 6, 7  # _PROBE + _STRIDE - 1 <= FRAGMENT: every fragment holds a sample
 _REDACTED_BYTES = REDACTED.encode()
 _CLEAN_LIMIT = 100_000
+_CLEAN_RUN = 256  # longest run remembered as clean (ids, names); longer ones are rare
 # A percent-escape: decoded, a text may spell a key that no FRAGMENT-long piece of it shows
 # (`sk%2Dab%2Bcd…`, any mix of escaped and plain characters).
 _ESCAPE = re.compile(rb"%[0-9A-Fa-f]{2}")
@@ -225,6 +226,17 @@ class Redactor:
         text = self(text[:limit + self._index.longest + _CLIP_MARGIN])
         return text if len(text) <= limit else text[:limit - 1] + "…"
 
+    def words(self, text: str, limit: int) -> str:
+        """A server's words for people: whitespace squeezed, redacted, cut to `limit`. Only the
+        start of a long text is read (a 64 KiB body costs what 2 KiB do); a word cut where the
+        reading stops is dropped when it could be shown, so no piece of a key survives."""
+        need = limit + self._index.longest + _CLIP_MARGIN
+        head = text[:4 * need]
+        squeezed = " ".join(head.split())
+        if len(text) > len(head) and len(squeezed) <= need:
+            squeezed = squeezed.rpartition(" ")[0]
+        return self.clip(squeezed, limit)
+
     def tree(self, value: Any) -> Any:
         """A JSON-like value with every string in it (keys too) redacted."""
         if isinstance(value, str):
@@ -353,7 +365,8 @@ def _fragment_spans(data: bytes, index: _Index) -> list[tuple[int, int]]:
                     _add_spans(run, start, index.grams, spans)
                     break
             else:
-                clean.add(run)
+                if len(run) <= _CLEAN_RUN:  # bounded in bytes too: a server sends long runs
+                    clean.add(run)
         start = find(_RUN, end)
     return spans
 

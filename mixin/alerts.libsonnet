@@ -12,10 +12,11 @@ local p = import 'lib/promql.libsonnet';
   local series = std.join('/', ['{{ $labels.%s }}' % l for l in cfg.seriesLabels]),
   local instance = '{{ $labels.instance }}',
 
-  local alert(name, expr, forDuration, severity, summary, description, labels={}) = {
+  local alert(name, expr, forDuration, severity, summary, description, labels={}, keepFiringFor=null) = {
     alert: name,
     expr: expr,
     'for': forDuration,
+    [if keepFiringFor != null then 'keep_firing_for']: keepFiringFor,
     labels: { severity: severity } + labels,
     annotations: {
       summary: summary,
@@ -33,13 +34,13 @@ local p = import 'lib/promql.libsonnet';
     rules: [
       alert('LLMProbeExporterDown', '%s == 0' % up, cfg.exporterDown['for'], 'critical',
             'llm-probe-exporter %s is down: its series are not collected.' % instance,
-            'Prometheus has failed to scrape %s (%s {{ $labels.%s }}) for %s: none of the probe series it owns reaches Prometheus.'
+            'Prometheus has failed to scrape %s (%s {{ $labels.%s }}) for at least %s: none of the probe series it owns reaches Prometheus.'
             % [instance, cfg.jobLabel, cfg.jobLabel, cfg.exporterDown['for']]),
       // `up == 0` needs a target: a scrape config or ServiceMonitor that matches nothing only
       // shows as the absence of `up`.
       alert('LLMProbeExporterAbsent', 'absent(%s)' % up, cfg.exporterAbsentFor, 'critical',
             'Prometheus scrapes no llm-probe-exporter: no LLM endpoint is being measured.',
-            'No scrape target matches %s for %s: Prometheus collects no probe series at all.'
+            'No scrape target matches %s for at least %s: Prometheus collects no probe series at all.'
             % [cfg.selector, cfg.exporterAbsentFor]),
       alert('LLMProbeSeriesStale',
             |||
@@ -68,15 +69,17 @@ local p = import 'lib/promql.libsonnet';
       alert('LLMProbeConfigReloadFailed', 'llm_probe_config_last_reload_successful{%s} == 0' % m(),
             cfg.configReloadFailed['for'], 'warning',
             'llm-probe-exporter %s could not reload its config.' % instance,
-            'The last config reload of %s failed (llm_probe_config_last_reload_successful is 0 for %s): it runs the config it loaded before.'
+            'The last config reload of %s failed (llm_probe_config_last_reload_successful is 0 for at least %s): it runs the config it loaded before.'
             % [instance, cfg.configReloadFailed['for']]),
+      local sl = cfg.schedulerLag;
+      local lag(w) = 'instance:llm_probe_scheduler_lag_seconds:p99_rate%s > %s' % [w, p.num(sl.p99Seconds)];
+      // Over the long window and still over the short one: lag that ended opens no ticket later.
       alert('LLMProbeSchedulerLag',
-            'instance:llm_probe_scheduler_lag_seconds:p99_rate%s > %s'
-            % [cfg.schedulerLag.window, p.num(cfg.schedulerLag.p99Seconds)],
-            cfg.schedulerLag['for'], 'warning',
+            '%s\nand on (%s)\n%s\n' % [lag(sl.window), exporterKey, lag(sl.short)],
+            sl['for'], 'warning',
             'llm-probe-exporter %s starts probes late.' % instance,
-            'p99 of how late %s started probes over the last %s is {{ $value | humanizeDuration }}, above %ss.'
-            % [instance, cfg.schedulerLag.window, p.num(cfg.schedulerLag.p99Seconds)]),
+            'p99 of how late %s started probes over the last %s is {{ $value | humanizeDuration }} (and above %ss over the last %s too).'
+            % [instance, sl.window, p.num(sl.p99Seconds), sl.short]),
       alert('LLMProbeBudgetExhausted',
             'sum by (%s) (increase(llm_probe_skipped_total{%s}[%s])) > 0'
             % [p.list([cfg.jobLabel, 'instance'] + cfg.fleetLabels), m(['reason="budget"']),
@@ -88,61 +91,97 @@ local p = import 'lib/promql.libsonnet';
     ],
   },
 
-  local availabilityObjective =
-    'target_model_probe_objective:llm_probe_objective_ratio:max{objective="availability"}',
-  local availabilityBurn(b) =
-    local threshold = '%s (%s * (1 - %s))' % [on, p.num(b.factor), availabilityObjective];
-    alert('LLMProbeAvailabilityBudgetBurn',
-          |||
-            target_model_probe:llm_probe_requests_failed:ratio_rate%s
-              > %s
-            and
-            target_model_probe:llm_probe_requests_failed:ratio_rate%s
-              > %s
-          ||| % [b.long, threshold, b.short, threshold],
-          b['for'], b.severity,
-          '%s fails too often: availability error budget burning %sx too fast.' % [series, p.num(b.factor)],
-          '{{ $value | humanizePercentage }} of the probes of %s failed over the last %s (and more than the threshold over the last %s): at this rate the series spends %s.'
-          % [series, b.long, b.short, b.spends],
-          { long: b.long, short: b.short }),
+  // {{ $sel := printf "{target=%q, ...}" $labels.target ... }}: a selector of the alert's own
+  // series (and `extra` labels), for the queries its annotations run. A label the series lacks
+  // gives l="", which matches its absence.
+  local selectorOf(labels, extra=[]) =
+    '{{ $sel := printf `{' + std.join(', ', [l + '=%q' for l in labels] + extra) + '}` '
+    + std.join(' ', ['$labels.' + l for l in labels]) + ' }}',
+  // The first sample of a query (with `$sel` for %s), piped through `format`, or nothing.
+  local queried(expr, format) =
+    '{{ with printf `' + expr + '` $sel | query }}{{ . | first | value | ' + format + ' }}{{ end }}',
+  local period = cfg.sloPeriod,
+  local periodName = if std.endsWith(period, 'd') then std.substr(period, 0, std.length(period) - 1) + '-day' else period,
+  local x = '{{ $value | humanize }}x',
+  // What the burn rate in $value costs: the share of the budget it spends per hour, and how long
+  // a whole budget lasts at that rate (arithmetic runs as a query: templates have none).
+  local cost =
+    'at this rate it spends {{ printf "%f / ' + p.num(p.seconds(period) / 3600) + '" $value | query | first | value | humanizePercentage }}'
+    + ' of its ' + periodName + ' error budget per hour, all of it in {{ printf "' + std.toString(p.seconds(period))
+    + ' / %f" $value | query | first | value | humanizeDuration }}',
+  local severities = std.foldl(function(acc, b) if std.member(acc, b.severity) then acc else acc + [b.severity],
+                               cfg.burnRates, []),
+  local pairsOf(severity) = [b for b in cfg.burnRates if b.severity == severity],
+  // One alert per severity: the pairs of that severity joined with `or`. Its value is the burn
+  // rate over the short window of the first pair that holds (how fast the budget burns now); the
+  // description names that window and the burn over its long window.
+  local burnExpr(metric, sel, pairs) =
+    std.join('\nor\n', [
+      '(\n  %s%s > %s\n  and\n  %s%s > %s\n)' % [metric(b.short), sel, p.num(b.factor), metric(b.long), sel, p.num(b.factor)]
+      for b in pairs
+    ]) + '\n',
+  local burnWindows(metric, pairs) =
+    local one(i) =
+      local b = pairs[i];
+      local said = b.short + ' (' + queried(metric(b.long) + '%s', 'humanize') + 'x over the last ' + b.long + ')';
+      if i == std.length(pairs) - 1 then said
+      else
+        '{{ if printf `' + metric(b.long) + '%s > ' + p.num(b.factor) + ' and ' + metric(b.short) + '%s > '
+        + p.num(b.factor) + '` $sel $sel | query }}' + said + '{{ else }}' + one(i + 1) + '{{ end }}';
+    one(0),
 
-  local latencyBurn(objective, b) =
-    local target = cfg.latencyTargets[objective];
-    local threshold = '(%s * (1 - %s))' % [p.num(b.factor), p.num(target)];
-    local missed(w) =
-      'target_model_probe_objective:llm_probe_objective_missed:ratio_rate%s{objective="%s"}' % [w, objective];
-    alert('LLMProbeLatencyBudgetBurn',
-          |||
-            %s > %s
-            and
-            %s > %s
-            and on (%s)
-            target_model_probe_objective:llm_probe_objective_seconds:max
-          ||| % [missed(b.long), threshold, missed(b.short), threshold, p.list(key + ['objective'])],
-          b['for'], b.severity,
-          '%s is slow: %s error budget burning %sx too fast.' % [series, objective, p.num(b.factor)],
-          '{{ $value | humanizePercentage }} of the successful probes of %s were slower than their %s objective over the last %s (and more than the threshold over the last %s), where at most %s may be: at this rate the series spends %s.'
-          % [series, objective, b.long, b.short, p.num(100 * (1 - target)) + '%', b.spends],
-          { objective: objective, long: b.long, short: b.short }),
+  local availabilityBurn(severity) =
+    local pairs = pairsOf(severity);
+    local metric(w) = $.availabilityBurn(w);
+    alert('LLMProbeAvailabilityBudgetBurn', burnExpr(metric, '', pairs), '0m', severity,
+          '%s fails too often: its availability error budget burns {{ $value | humanize }}x too fast.' % series,
+          selectorOf(key)
+          + '%s burns its availability error budget %s as fast as its objective allows over the last ' % [series, x]
+          + burnWindows(metric, pairs) + ': ' + cost + '.',
+          keepFiringFor=cfg.burnKeepFiringFor),
+
+  local latencyBurn(objective, severity) =
+    local pairs = pairsOf(severity);
+    local metric(w) = $.latencyBurn(w);
+    local sel = '{objective="%s"}' % objective;
+    local allowed = p.num(100 * (1 - cfg.latencyTargets[objective])) + '%';
+    alert('LLMProbeLatencyBudgetBurn', burnExpr(metric, sel, pairs), '0m', severity,
+          '%s is slow: its %s error budget burns {{ $value | humanize }}x too fast.' % [series, objective],
+          selectorOf(key, ['objective="%s"' % objective])
+          + '%s burns its %s latency error budget %s as fast as its objective allows over the last ' % [series, objective, x]
+          + burnWindows(metric, pairs)
+          + ', where at most %s of its successful probes may be slower than the objective: ' % allowed + cost + '.',
+          { objective: objective }, cfg.burnKeepFiringFor),
 
   local latencyHigh(objective) =
     local q = cfg.latencyTargets[objective];
+    local lh = cfg.latencyHigh;
+    local quantile(w) = 'target_model_probe:%s:%s_rate%s' % [$.latencyObjectives[objective], p.pname(q), w];
+    local objectiveOf = 'target_model_probe_objective:llm_probe_objective_seconds:max{objective="%s"}' % objective;
+    // Over the long window, and still over the short one: slowness that ended opens no ticket
+    // later than `short` after it (the `for` alone could open one `window` after).
     alert('LLMProbeLatencyHigh',
           |||
-            target_model_probe:%s:%s_rate%s
-              > %s
-            target_model_probe_objective:llm_probe_objective_seconds:max{objective="%s"}
-          ||| % [$.latencyObjectives[objective], p.pname(q), cfg.latencyHigh.window, on, objective],
-          cfg.latencyHigh['for'], 'warning',
+            %(long)s
+              > %(on)s
+            %(obj)s
+            and %(on)s
+            %(short)s
+              > %(on)s
+            %(obj)s
+          ||| % { long: quantile(lh.window), short: quantile(lh.short), on: on, obj: objectiveOf },
+          lh['for'], 'warning',
           '%s: %s %s is above its objective.' % [series, p.pname(q), objective],
-          '%s %s of %s over %s is {{ $value | humanizeDuration }}, above the series\' objective (llm_probe_objective_seconds{objective="%s"}).'
-          % [p.pname(q), objective, series, cfg.latencyHigh.window, objective],
+          selectorOf(key, ['objective="%s"' % objective])
+          + '%s %s of %s over the last %s is {{ $value | humanizeDuration }} (and above the objective over the last %s too), where the series\' objective is ' % [p.pname(q), objective, series, lh.window, lh.short]
+          + queried('target_model_probe_objective:llm_probe_objective_seconds:max%s', 'humanizeDuration')
+          + ' (llm_probe_objective_seconds{objective="%s"}).' % objective,
           { objective: objective }),
 
   local slo = {
     name: 'llm-probe-slo-alerts',
-    rules: [availabilityBurn(b) for b in cfg.burnRates]
-           + [latencyBurn(o, b) for o in $.latencyObjectiveNames for b in cfg.burnRates]
+    rules: [availabilityBurn(s) for s in severities]
+           + [latencyBurn(o, s) for o in $.latencyObjectiveNames for s in severities]
            + [latencyHigh(o) for o in $.latencyObjectiveNames],
   },
 
@@ -179,12 +218,12 @@ local p = import 'lib/promql.libsonnet';
   local le(x) = if x == std.floor(x) then '%d.0' % x else p.num(x),
   // Gaps longer than gapSeconds per second: the native histogram's share above it, else the
   // classic buckets (count - the bucket at the edge).
-  local stalledGaps =
-    local nat = 'sum by (%s) (rate(%s))' % [p.list(key), p.range('llm_probe_inter_chunk_seconds', m(), sf.window)];
+  local stalledGaps(w) =
+    local nat = 'sum by (%s) (rate(%s))' % [p.list(key), p.range('llm_probe_inter_chunk_seconds', m(), w)];
     '(\n  histogram_count(%s)\n  * histogram_fraction(%s, +Inf, %s)\n)\nor\n(\n  %s\n  -\n  %s\n)' % [
       nat, p.num(sf.gapSeconds), nat,
-      p.sumBy(key, 'rate', 'llm_probe_inter_chunk_seconds_count', m(), sf.window),
-      p.sumBy(key, 'rate', 'llm_probe_inter_chunk_seconds_bucket', m(['le="%s"' % le(sf.gapSeconds)]), sf.window),
+      p.sumBy(key, 'rate', 'llm_probe_inter_chunk_seconds_count', m(), w),
+      p.sumBy(key, 'rate', 'llm_probe_inter_chunk_seconds_bucket', m(['le="%s"' % le(sf.gapSeconds)]), w),
     ],
 
   local lf = cfg.locationFailure,
@@ -192,6 +231,12 @@ local p = import 'lib/promql.libsonnet';
   // The same target and model in the same fleet, across locations.
   local byModel = p.list(['target', 'model'] + std.filter(function(l) l != region, cfg.fleetLabels)),
   local locationRatio = 'target_model_%s:llm_probe_requests_failed:ratio_rate%s' % [region, lf.window],
+  // The failed share of the probes the window holds at their interval: a location probing for
+  // less time than the window counts the probes it has not run yet as good, so two failures of
+  // a new model are not "every probe failed" (a window longer than the history cannot page).
+  local locationFailed = '(\n  %s\n  * on (%s)\n  target_model_%s:llm_probe_window_coverage:ratio%s\n)' % [
+    locationRatio, p.list(['target', 'model'] + cfg.fleetLabels), region, lf.window,
+  ],
 
   local probes = {
     name: 'llm-probe-alerts',
@@ -213,50 +258,52 @@ local p = import 'lib/promql.libsonnet';
             '{{ $labels.target }} rejects the credentials for {{ $labels.model }} (401/403).',
             'The last {{ $value }} probes of %s in a row were refused with 401 or 403 (result auth).'
             % series),
+      // The change counter, not the info series: a server that names another model or
+      // fingerprint on every probe is one alert for the whole episode, whose labels never carry
+      // a served model (each value would be an alert and a notification of its own).
+      local sm = cfg.servedModelChanged;
+      local changes = '{{ if eq ($value | printf "%.0f") "1" }}once{{ else }}{{ $value | printf "%.0f" }} times{{ end }}';
+      local info = 'llm_probe_served_model_info{' + std.strReplace(m(), '%', '%%') + ', %s}';
       alert('LLMProbeServedModelChanged',
-            |||
-              (
-                %s > 0
-              )
-              * on (%s) group_left (served_model, system_fingerprint)
-              topk by (%s) (1, max by (%s) (llm_probe_served_model_info{%s}))
-            ||| % [p.sumBy(key, 'increase', 'llm_probe_served_model_changes_total', m(), cfg.servedModelChanged.window),
-                   p.list(key), p.list(key), p.list(key + ['served_model', 'system_fingerprint']), m()],
-            cfg.servedModelChanged['for'], 'warning',
+            '%s > 0\n' % p.sumBy(key, 'increase', 'llm_probe_served_model_changes_total', m(), sm.window),
+            sm['for'], 'warning',
             'The model answering %s changed.' % series,
-            'The model the server reports for %s changed within the last %s; its last answer came from {{ $labels.served_model }} (system_fingerprint "{{ $labels.system_fingerprint }}").'
-            % [series, cfg.servedModelChanged.window]),
+            '{{ $sel := printf `' + std.join(', ', [l + '=%q' for l in key]) + '` '
+            + std.join(' ', ['$labels.' + l for l in key]) + ' }}'
+            + 'The model the server reports for %s changed %s within the last %s' % [series, changes, sm.window]
+            + '{{ with printf `' + info + '` $sel | query }}{{ with first . }}; its last answer came from {{ .Labels.served_model }} (system_fingerprint "{{ .Labels.system_fingerprint }}"){{ end }}{{ end }}.'),
+      local stalls(w) = '(\n  %s\n)\n/\n(\n  %s\n)\n> %s' % [
+        p.indent(stalledGaps(w), 2), p.indent(p.count('llm_probe_ttft_seconds', m(), key, w), 2), p.num(sf.ratio),
+      ];
+      // Over the long window and still over the short one: stalls that ended open no ticket later.
       alert('LLMProbeStreamStalls',
-            '(\n  %s\n)\n/\n(\n  %s\n)\n> %s\n' % [
-              p.indent(stalledGaps, 2), p.indent(p.count('llm_probe_ttft_seconds', m(), key, sf.window), 2),
-              p.num(sf.ratio),
-            ],
+            '(\n  %s\n)\nand on (%s)\n(\n  %s\n)\n' % [p.indent(stalls(sf.window), 2), p.list(key), p.indent(stalls(sf.short), 2)],
             sf['for'], 'warning',
             'Streams of %s stall after their first token.' % series,
-            'Over the last %s, the streams of %s paused for longer than %ss between two token-bearing chunks {{ $value | printf "%%.2f" }} times per successful probe (threshold %s).'
-            % [sf.window, series, p.num(sf.gapSeconds), p.num(sf.ratio)]),
+            'Over the last %s, the streams of %s paused for longer than %ss between two token-bearing chunks {{ $value | printf "%%.2f" }} times per successful probe (and more than %s times over the last %s).'
+            % [sf.window, series, p.num(sf.gapSeconds), p.num(sf.ratio), sf.short]),
       alert('LLMProbeLocationFailing',
             |||
-              %(r)s > %(t)s
+              %(f)s > %(t)s
               and on (%(k)s)
               (count by (%(k)s) (%(r)s) >= %(n)s)
               and on (%(k)s)
               (min by (%(k)s) (%(r)s) <= %(t)s)
-            ||| % { r: locationRatio, t: p.num(lf.ratio), k: byModel, n: p.num(lf.minLocations) },
+            ||| % { f: locationFailed, r: locationRatio, t: p.num(lf.ratio), k: byModel, n: p.num(lf.minLocations) },
             lf['for'], 'warning',
             '{{ $labels.target }}/{{ $labels.model }} fails from %s {{ $labels.%s }} while another %s is fine.' % [region, region, region],
-            '{{ $value | humanizePercentage }} of the probes of {{ $labels.target }}/{{ $labels.model }} from %s {{ $labels.%s }} failed over the last %s, while at least one other %s failed at most %s of them.'
-            % [region, region, lf.window, region, p.num(100 * lf.ratio) + '%']),
+            '{{ $value | humanizePercentage }} of the probes the last %s holds for {{ $labels.target }}/{{ $labels.model }} from %s {{ $labels.%s }} failed, while at least one other %s failed at most %s of its probes.'
+            % [lf.window, region, region, region, p.num(100 * lf.ratio) + '%'], keepFiringFor=lf.keepFiringFor),
       alert('LLMProbeGlobalFailure',
             |||
-              min by (%(k)s) (%(r)s) > %(t)s
+              min by (%(k)s) %(f)s > %(t)s
               and on (%(k)s)
               count by (%(k)s) (%(r)s) >= %(n)s
-            ||| % { r: locationRatio, t: p.num(lf.ratio), k: byModel, n: p.num(lf.minLocations) },
+            ||| % { f: locationFailed, r: locationRatio, t: p.num(lf.ratio), k: byModel, n: p.num(lf.minLocations) },
             lf['for'], 'critical',
             '{{ $labels.target }}/{{ $labels.model }} fails in every %s.' % region,
-            'In every %s that probes {{ $labels.target }}/{{ $labels.model }} (%s or more), at least {{ $value | humanizePercentage }} of the probes failed over the last %s.'
-            % [region, p.num(lf.minLocations), lf.window]),
+            'In every %s that probes {{ $labels.target }}/{{ $labels.model }} (%s or more), at least {{ $value | humanizePercentage }} of the probes the last %s holds failed.'
+            % [region, p.num(lf.minLocations), lf.window], keepFiringFor=lf.keepFiringFor),
     ] + [
       alert('LLMProbeCostOverBudget',
             'target_currency:llm_probe_cost:increase1d{currency="%s"} > %s'

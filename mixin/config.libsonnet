@@ -31,24 +31,35 @@
     repositoryURL: 'https://github.com/llm-probe-exporter/llm-probe-exporter',
     runbookURLPattern: self.repositoryURL + '/blob/main/docs/runbooks/%s.md',  // %s: the alert name
 
-    // Multiwindow, multi-burn-rate alerts on a 30-day error budget (SRE workbook, chapter 5).
+    // Multiwindow, multi-burn-rate alerts on an error budget over `sloPeriod` (SRE workbook,
+    // "Alerting on SLOs"): a pair fires when the budget burns faster than `factor` over its long
+    // window (enough budget is gone) and over its short window (it is still burning). The pairs
+    // of one severity are one alert (`or`), so the fast and the slow pair of one series are one
+    // alert and one notification. No `for`: the short window is the filter, and a `for` would
+    // start a page after the failures it is about have stopped.
+    sloPeriod: '30d',
+    // Without a `for`, a burn rate that hovers at a factor (its window sliding over discrete
+    // probes) would resolve and fire again, a notification each time: the alert keeps firing
+    // this long after its last pair stopped holding (Prometheus >= 2.42). It never delays a start.
+    burnKeepFiringFor: '5m',
     burnRates: [
-      { long: '1h', short: '5m', factor: 14.4, 'for': '2m', severity: 'critical', spends: '2% of the 30-day error budget in 1 hour' },
-      { long: '6h', short: '30m', factor: 6, 'for': '15m', severity: 'critical', spends: '5% of the 30-day error budget in 6 hours' },
-      { long: '1d', short: '2h', factor: 3, 'for': '1h', severity: 'warning', spends: '10% of the 30-day error budget in 1 day' },
-      { long: '3d', short: '6h', factor: 1, 'for': '3h', severity: 'warning', spends: '10% of the 30-day error budget in 3 days' },
+      { long: '1h', short: '5m', factor: 14.4, severity: 'critical' },  // 2% of the budget in 1h
+      { long: '6h', short: '30m', factor: 6, severity: 'critical' },  // 5% in 6h
+      { long: '1d', short: '2h', factor: 3, severity: 'warning' },  // 10% in 1d
+      { long: '3d', short: '6h', factor: 1, severity: 'warning' },  // 10% in 3d
     ],
     // Share of successful probes that must be within their latency objective; also the quantile
     // LLMProbeLatencyHigh compares with the objective.
     latencyTargets: { ttft: 0.95, tpot: 0.95, duration: 0.95 },
-    latencyHigh: { window: '30m', 'for': '15m' },
+    // p95 over `window` and still over `short` (the slowness is still there), for `for`.
+    latencyHigh: { window: '30m', short: '5m', 'for': '15m' },
     // Quantiles recorded for every latency histogram.
     quantiles: [0.5, 0.9, 0.95, 0.99],
 
     // Policies that are the same for the whole fleet (not objectives of a series).
     // Over `window` and still over `short`: a burst that ended does not open a ticket later.
     rateLimited: { ratio: 0.1, window: '15m', short: '5m', 'for': '10m' },
-    schedulerLag: { p99Seconds: 1, window: '10m', 'for': '15m' },
+    schedulerLag: { p99Seconds: 1, window: '10m', short: '2m', 'for': '15m' },
     costBudgetPerDay: { USD: 5, CNY: 35 },  // probe spend per target and currency
     exporterAbsentFor: '15m',
     exporterDown: { 'for': '5m' },
@@ -58,17 +69,19 @@
     // LLMProbeAuthFailing: the last `probes` probes in a row were answered 401/403
     // (llm_probe_consecutive_results{result="auth"}); one rejected probe that recovers is quiet.
     authFailing: { probes: 2, 'for': '0m' },
-    // LLMProbeServedModelChanged: the model the server says answered changed within `window`.
+    // LLMProbeServedModelChanged: llm_probe_served_model_changes_total rose within `window`:
+    // one alert per series and change episode (never a label per served model or fingerprint).
     servedModelChanged: { window: '1h', 'for': '0m' },
     // LLMProbeStreamStalls: pauses longer than `gapSeconds` between two token-bearing chunks,
     // per successful streamed probe, above `ratio` over `window`. `gapSeconds` must be an edge
     // of llm_probe_inter_chunk_seconds (default edges end at 1; `global.buckets.inter_chunk`).
-    streamStalls: { gapSeconds: 1, ratio: 0.5, window: '15m', 'for': '10m' },
+    streamStalls: { gapSeconds: 1, ratio: 0.5, window: '15m', short: '5m', 'for': '10m' },
     // LLMProbeLocationFailing / LLMProbeGlobalFailure: a target and model failing (failed share
-    // of probes above `ratio` over `window`) in some locations while others are fine, or in every
-    // one of at least `minLocations`. `regionLabel` is the global.labels key naming a location.
+    // of the probes `window` holds above `ratio`) in some locations while others are fine, or in
+    // every one of at least `minLocations`. `regionLabel` is the global.labels key naming a
+    // location. No `for`: the failed share only rises while probes fail.
     regionLabel: 'location',
-    locationFailure: { ratio: 0.5, window: '10m', 'for': '5m', minLocations: 2 },
+    locationFailure: { ratio: 0.5, window: '10m', 'for': '0m', keepFiringFor: '5m', minLocations: 2 },
 
     // Efficiency and quality layers (token efficiency, cost per success and per correct answer,
     // accuracy, estimated-token share) over this window.

@@ -28,6 +28,25 @@ local p = import 'lib/promql.libsonnet';
   latencyObjectiveNames:: ['ttft', 'tpot', 'duration'],
   // Every window a burn-rate alert reads.
   sloWindows:: p.windows(std.flattenArrays([[b.long, b.short] for b in cfg.burnRates])),
+  // Every window whose coverage a rule reads (burn rates, failing locations).
+  coverageWindows:: p.windows($.sloWindows + [cfg.locationFailure.window]),
+
+  // The share of window `w` a series' probes cover, at most 1: probes finished or skipped in the
+  // window over the probes it holds at the series' interval. An old series covers 1; a series
+  // 10 minutes old covers 1/6 of an hour. Failure shares are multiplied by it, so the minutes of
+  // a young series count as minutes, never as a whole window (the probes it did not run yet
+  // count as good). Skipped ticks count as covered: a probe that overran its interval (overlap)
+  // is one failure, not a gap.
+  coverage(by, w)::
+    local interval = 'max by (%s) (max_over_time(llm_probe_interval_seconds{%s}[%s]))' % [p.list(key), m(), w];
+    local ticks = '{__name__=~"llm_probe_requests_total|llm_probe_skipped_total", %s}' % m();
+    'clamp_max(\n  %s\n  /\n  (%d * sum by (%s) (1 / %s)),\n  1\n)' % [
+      'sum by (%s) (increase(%s[%s]))' % [p.list(by), ticks, w], p.seconds(w), p.list(by), interval,
+    ],
+  // Recorded burn rates: the failed share of the window (times its coverage) over the share the
+  // objective allows. 1 spends the budget of `sloPeriod` in exactly `sloPeriod`.
+  availabilityBurn(w):: 'target_model_probe:llm_probe_availability_budget_burn:rate' + w,
+  latencyBurn(w):: 'target_model_probe_objective:llm_probe_latency_budget_burn:rate' + w,
 
   local objectives = {
     name: 'llm-probe-objectives',
@@ -64,6 +83,19 @@ local p = import 'lib/promql.libsonnet';
       rec('target_model_probe:llm_probe_requests_failed:ratio_rate' + w, failedRatio(w))
       for w in $.sloWindows
     ] + [
+      rec('target_model_probe:llm_probe_window_coverage:ratio' + w, $.coverage(key, w))
+      for w in $.coverageWindows
+    ] + [
+      rec($.availabilityBurn(w),
+          |||
+            target_model_probe:llm_probe_requests_failed:ratio_rate%(w)s
+            * on (%(k)s)
+            target_model_probe:llm_probe_window_coverage:ratio%(w)s
+            / on (%(k)s)
+            (1 - target_model_probe_objective:llm_probe_objective_ratio:max{objective="availability"})
+          ||| % { w: w, k: p.list(key) })
+      for w in $.sloWindows
+    ] + [
       // The same per target, model and fleet labels (all probes summed): one location failing
       // versus every location (LLMProbeLocationFailing, LLMProbeGlobalFailure).
       local byRegion = ['target', 'model'] + cfg.fleetLabels;
@@ -75,6 +107,10 @@ local p = import 'lib/promql.libsonnet';
             p.sumBy(byRegion, 'rate', 'llm_probe_requests_total', m(['result!="success"']), w),
             all, all,
           ]),
+      local byRegion = ['target', 'model'] + cfg.fleetLabels;
+      local w = cfg.locationFailure.window;
+      rec('target_model_%s:llm_probe_window_coverage:ratio%s' % [cfg.regionLabel, w],
+          $.coverage(byRegion, w)),
     ],
   },
 
@@ -91,6 +127,20 @@ local p = import 'lib/promql.libsonnet';
     rules: [
       rec('target_model_probe_objective:llm_probe_objective_missed:ratio_rate' + w,
           missedRatio(objective, w), { objective: objective })
+      for objective in $.latencyObjectiveNames
+      for w in $.sloWindows
+    ] + [
+      // Only for series with this objective: a series without one has no latency budget.
+      rec($.latencyBurn(w),
+          |||
+            target_model_probe_objective:llm_probe_objective_missed:ratio_rate%(w)s{objective="%(o)s"}
+            * on (%(k)s) group_left ()
+            target_model_probe:llm_probe_window_coverage:ratio%(w)s
+            / (1 - %(t)s)
+            and on (%(k)s, objective)
+            target_model_probe_objective:llm_probe_objective_seconds:max
+          ||| % { w: w, o: objective, k: p.list(key), t: p.num(cfg.latencyTargets[objective]) },
+          { objective: objective })
       for objective in $.latencyObjectiveNames
       for w in $.sloWindows
     ],
@@ -115,12 +165,15 @@ local p = import 'lib/promql.libsonnet';
       ]
       for family in latencyFamilies
     ]) + [
-      // The quantile LLMProbeLatencyHigh compares with each objective.
+      // The quantile LLMProbeLatencyHigh compares with each objective, over its long and short
+      // window (unless the 5m quantiles above already hold it).
       local q = cfg.latencyTargets[objective];
       local family = $.latencyObjectives[objective];
-      rec('target_model_probe:%s:%s_rate%s' % [family, p.pname(q), cfg.latencyHigh.window],
-          p.quantile(q, family, m(), key, cfg.latencyHigh.window))
+      rec('target_model_probe:%s:%s_rate%s' % [family, p.pname(q), w],
+          p.quantile(q, family, m(), key, w))
       for objective in $.latencyObjectiveNames
+      for w in p.windows([cfg.latencyHigh.window, cfg.latencyHigh.short])
+      if !(w == '5m' && std.member(cfg.quantiles, cfg.latencyTargets[objective]))
     ],
   },
 
@@ -183,9 +236,9 @@ local p = import 'lib/promql.libsonnet';
   local exporter = {
     name: 'llm-probe-exporter',
     rules: [
-      rec('instance:llm_probe_scheduler_lag_seconds:p99_rate' + cfg.schedulerLag.window,
-          p.quantile(0.99, 'llm_probe_scheduler_lag_seconds', m(), [cfg.jobLabel, 'instance'],
-                     cfg.schedulerLag.window)),
+      rec('instance:llm_probe_scheduler_lag_seconds:p99_rate' + w,
+          p.quantile(0.99, 'llm_probe_scheduler_lag_seconds', m(), [cfg.jobLabel, 'instance'], w))
+      for w in p.windows([cfg.schedulerLag.window, cfg.schedulerLag.short])
     ],
   },
 

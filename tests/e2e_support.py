@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import html as html_module
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -220,3 +222,26 @@ def chromium(url: str, tmp: Path, *, screenshot: Path | None = None,
             "--enable-logging=stderr", "--v=0", f"--window-size={window}"]
     args += [f"--screenshot={screenshot}"] if screenshot else ["--dump-dom"]
     return subprocess.run([*args, url], capture_output=True, text=True, timeout=90)
+
+
+# Measures the page as Chromium lays it out: the viewport, the document's width and every
+# table cell that reaches past the viewport or whose content is wider than the cell.
+_LAYOUT_PROBE = """<script>
+const vw = document.documentElement.clientWidth;
+const cut = [...document.querySelectorAll('th,td')].filter(
+  e => e.getBoundingClientRect().right > vw + 0.5 || e.scrollWidth > e.clientWidth + 1
+).map(e => e.textContent.slice(0, 40));
+document.body.setAttribute('data-layout', JSON.stringify(
+  {viewport: vw, width: document.documentElement.scrollWidth, cut}));
+</script>"""
+
+
+def page_layout(html: str, tmp: Path, *, width: int = 1280) -> dict[str, Any]:
+    """Lay `html` out in headless Chromium `width` px wide: {viewport, width, cut}."""
+    page = tmp / f"layout-{width}.html"
+    page.write_text(html.replace("</body>", _LAYOUT_PROBE + "</body>"), encoding="utf-8")
+    run = chromium(page.as_uri(), tmp, window=f"{width},900")
+    assert run.returncode == 0, run.stderr
+    found = re.search(r'data-layout="([^"]*)"', run.stdout)
+    assert found, run.stdout[-2000:]
+    return json.loads(html_module.unescape(found.group(1)))

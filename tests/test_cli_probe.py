@@ -227,3 +227,22 @@ def test_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["probe", "--config.file", str(path), "--model", "fast,nope"]) == 2
     assert "matches model 'nope'" in capsys.readouterr().err
     assert main(["probe", "--config.file", str(tmp_path / "missing.yaml")]) == 1
+
+
+def test_probe_table_shows_a_tool_call(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A tool probe's answer is the call: its name and arguments, in the answer column."""
+    path = sim_config(tmp_path)
+    data = yaml.safe_load(path.read_text())
+    data["probes"]["short"].update({
+        "prompt": "What is the weather in Paris? Use the tool.", "tool_choice": "required",
+        "tools": [{"name": "get_weather", "description": "weather of a city",
+                   "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                                  "required": ["city"]}}],
+        "expect": {"tool_call": {"name": "get_weather"}}})
+    path.write_text(yaml.safe_dump(data))
+    code = main(["probe", "--config.file", str(path)])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    row = next(line for line in out.splitlines() if "success" in line)
+    answer = row.split("│")[-2].strip()
+    assert answer.startswith('get_weather({"city":'), row

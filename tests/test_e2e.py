@@ -6,7 +6,14 @@ import subprocess
 
 import pytest
 
-from tests.e2e_support import chromium, http_get, start_daemon, start_prometheus, wait_for
+from tests.e2e_support import (
+    chromium,
+    http_get,
+    page_layout,
+    start_daemon,
+    start_prometheus,
+    wait_for,
+)
 from tests.e2e_support import shipped_config as make_shipped_config
 
 pytestmark = pytest.mark.e2e
@@ -103,9 +110,12 @@ def test_status_page_renders_in_chromium(daemon, tmp_module) -> None:
     assert " ms<" in dom.stdout  # real TTFT values rendered
     assert "CONSOLE" not in dom.stderr and "Uncaught" not in dom.stderr
     shot = tmp_module / "status.png"
-    run = chromium(f"{daemon.url}/", tmp_module, screenshot=shot)
+    run = chromium(f"{daemon.url}/", tmp_module, screenshot=shot, window="1280,900")
     assert run.returncode == 0, run.stderr
     assert shot.exists() and shot.stat().st_size > 10_000
+    # Readable at 1,280 px: no column reaches past the window, no cell is cut.
+    layout = page_layout(http_get(f"{daemon.url}/").decode(), tmp_module, width=1280)
+    assert layout["width"] <= layout["viewport"] and not layout["cut"], layout
 
 
 def test_config_endpoint_and_probe_endpoint(daemon) -> None:

@@ -126,7 +126,7 @@ def test_the_parser_sees_what_python_sees() -> None:
     """The graph is not empty by mistake: known edges are in it, TYPE_CHECKING ones are not."""
     graph = module_graph()
     assert {"exporter.bench.model", "exporter.bench.summary"} <= graph["exporter.bench.report"]
-    assert "exporter.record" in graph["exporter.serve.server"]
+    assert "exporter.record" in graph["exporter.serve.pages"]
     assert "exporter.errors" in graph["exporter.result"]
     assert "exporter.config" not in graph["exporter.cli"]  # only under TYPE_CHECKING there
     assert len(MODULES) > 50

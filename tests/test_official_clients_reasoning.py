@@ -36,7 +36,9 @@ pytestmark = pytest.mark.filterwarnings(
     "ignore:Inheritance class AiohttpClientSession:DeprecationWarning")
 MODELS = ("gpt-5-mini", "o3", "claude-sonnet-4-5", "claude-opus-4-7", "gemini-2.5-pro",
           "gemini-3-pro-preview", "us.anthropic.claude-sonnet-4-5-20250929-v1:0", "qwen3:8b",
-          "llama3.2")
+          "llama3.2", "gpt-5.6-terra", "gpt-5.5-pro", "claude-sonnet-5", "claude-fable-5-1",
+          "gemini-3.7-flash", "us.openai.gpt-5.6-sol-v1:0")
+WEATHER = {"type": "object", "properties": {"city": {"type": "string"}}}
 REASONING = 64
 
 
@@ -222,3 +224,117 @@ async def test_ollama_library_sends_the_exporters_request(sim: Simulator) -> Non
     assert thinking == record["reasoning"] and record["reasoning_tokens"] == REASONING // 4
     assert info.value.status_code == 400
     assert info.value.error == '"llama3.2" does not support thinking'
+
+
+async def test_openai_sdk_reads_the_tools_refusals_as_from_openai(sim: Simulator) -> None:
+    tools: Any = [{"type": "function", "function": {"name": "get_weather",
+                                                    "parameters": WEATHER}}]
+    async with openai.AsyncOpenAI(base_url=sim.url, api_key=KEY, max_retries=0) as client:
+        with pytest.raises(openai.BadRequestError) as tools_info:
+            await client.chat.completions.create(
+                model="gpt-5.6-terra", messages=[{"role": "user", "content": "hi"}],
+                max_completion_tokens=64, tools=tools)
+        with pytest.raises(openai.BadRequestError) as pro_info:
+            await client.chat.completions.create(
+                model="gpt-5.5-pro", messages=[{"role": "user", "content": "hi"}],
+                max_completion_tokens=64)
+        stream = await client.chat.completions.create(
+            model="gpt-5.6-terra", messages=[{"role": "user", "content": "hi"}],
+            max_completion_tokens=64, tools=tools, reasoning_effort="none", stream=True)
+        chunks = [c async for c in stream]
+    assert (tools_info.value.param, tools_info.value.code) == ("reasoning_effort", None)
+    assert tools_info.value.body["message"].endswith(  # type: ignore[index]
+        "To use function tools, use /v1/responses or set reasoning_effort to 'none'.")
+    assert pro_info.value.param == "model"
+    assert chunks and done(sim)["reasoning_tokens"] == 0
+
+
+async def test_anthropic_sdk_reads_the_forced_tool_refusals(sim: Simulator) -> None:
+    tools: Any = [{"name": "get_weather", "input_schema": WEATHER}]
+    async with anthropic.AsyncAnthropic(base_url=sim.origin, api_key=KEY,
+                                        max_retries=0) as client:
+        with pytest.raises(anthropic.BadRequestError) as thinking:
+            await client.messages.create(model="claude-sonnet-5", max_tokens=256, tools=tools,
+                                         tool_choice={"type": "any"},
+                                         messages=[{"role": "user", "content": "hi"}])
+        with pytest.raises(anthropic.BadRequestError) as forced:
+            await client.messages.create(model="claude-fable-5-1", max_tokens=256, tools=tools,
+                                         tool_choice={"type": "tool", "name": "get_weather"},
+                                         messages=[{"role": "user", "content": "hi"}])
+        answer = await client.messages.create(
+            model="claude-sonnet-5", max_tokens=256, tools=tools, tool_choice={"type": "any"},
+            thinking={"type": "disabled"}, messages=[{"role": "user", "content": "hi"}])
+    assert thinking.value.body["error"]["message"] == (  # type: ignore[index]
+        "Thinking may not be enabled when tool_choice forces tool use.")
+    assert forced.value.body["error"]["message"] == (  # type: ignore[index]
+        'tool_choice: type "tool" and "any" are not supported for this model.')
+    assert [block.type for block in answer.content] == ["tool_use"]
+
+
+async def test_genai_reads_the_flash_level_refusal(sim: Simulator) -> None:
+    client = genai.Client(api_key=KEY, http_options=genai_types.HttpOptions(base_url=sim.origin))
+    async with client.aio as aio:
+        with pytest.raises(genai_errors.ClientError) as info:
+            await aio.models.generate_content(
+                model="gemini-3.7-flash", contents="hi", config=genai_types.GenerateContentConfig(
+                    thinking_config=genai_types.ThinkingConfig(
+                        thinking_level=genai_types.ThinkingLevel.MINIMAL)))
+    assert (info.value.code, info.value.status) == (400, "INVALID_ARGUMENT")
+    assert info.value.message.startswith("Thinking level MINIMAL is not supported")
+
+
+async def test_boto3_reads_the_gpt_field_refusal(sim: Simulator) -> None:
+    model = "us.openai.gpt-5.6-sol-v1:0"
+
+    def converse(fields: dict[str, Any]) -> list[dict[str, Any]]:
+        client = boto3.client("bedrock-runtime", endpoint_url=sim.origin, region_name="us-east-1",
+                              aws_access_key_id="AKIDEXAMPLE", aws_secret_access_key="secret")
+        try:
+            return list(client.converse_stream(
+                modelId=model, messages=[{"role": "user", "content": [{"text": "hi"}]}],
+                additionalModelRequestFields=fields)["stream"])
+        finally:
+            client.close()
+
+    events = await asyncio.to_thread(converse, {"reasoning": {"effort": "low"}})
+    assert events and done(sim)["reasoning_tokens"] == REASONING // 4
+    with pytest.raises(botocore.exceptions.ClientError) as info:
+        await asyncio.to_thread(converse, {"thinking": {"type": "enabled",
+                                                        "budget_tokens": 1024}})
+    error = info.value.response["Error"]
+    assert error["Code"] == "ValidationException"
+    assert error["Message"].startswith("The model returned the following errors: {")
+    assert orjson.loads(error["Message"].split(": ", 1)[1])["error"]["param"] == "thinking"
+
+
+async def test_the_sdks_send_the_exporters_requests_for_the_new_families(sim: Simulator) -> None:
+    tool = {"name": "get_weather", "parameters": WEATHER}
+    chat = exporter_body("openai-chat", "gpt-5.6-terra", {"tools": [tool]})
+    assert chat["reasoning_effort"] == "none"  # tools on chat: the default effort turned off
+    claude = exporter_body("anthropic-messages", "claude-sonnet-5",
+                           {"tools": [tool], "tool_choice": "required"})
+    assert claude["thinking"] == {"type": "disabled"}
+    claude.pop("stream")
+    converse = exporter_body("bedrock-converse", "us.openai.gpt-5.6-sol-v1:0",
+                             {"reasoning": {"effort": "low"}})
+    assert converse["additionalModelRequestFields"] == {"reasoning": {"effort": "low"}}
+    async with openai.AsyncOpenAI(base_url=sim.url, api_key=KEY, max_retries=0) as client:
+        stream = await client.chat.completions.create(**chat)
+        calls = [c.choices[0].delta.tool_calls async for c in stream if c.choices]
+    assert any(calls) and done(sim)["reasoning_tokens"] == 0
+    async with anthropic.AsyncAnthropic(base_url=sim.origin, api_key=KEY,
+                                        max_retries=0) as client:
+        message = await client.messages.create(**claude)
+    assert [block.type for block in message.content] == ["tool_use"]
+
+    def call() -> list[dict[str, Any]]:
+        client = boto3.client("bedrock-runtime", endpoint_url=sim.origin, region_name="us-east-1",
+                              aws_access_key_id="AKIDEXAMPLE", aws_secret_access_key="secret")
+        try:
+            return list(client.converse_stream(modelId="us.openai.gpt-5.6-sol-v1:0",
+                                               **converse)["stream"])
+        finally:
+            client.close()
+
+    events = await asyncio.to_thread(call)
+    assert events and done(sim)["reasoning_tokens"] == REASONING // 4

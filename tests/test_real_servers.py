@@ -405,9 +405,9 @@ async def test_gateway_upstream_key_rejected_is_auth(gateway: LiteLLM) -> None:
 
 async def test_gateway_unknown_key_without_database(gateway: LiteLLM) -> None:
     """A key LiteLLM does not know: without its key database LiteLLM answers 400 "No connected
-    db." (with one, 401) — reported as the 4xx it is, with LiteLLM's message, key not echoed."""
+    db." (with one, 401) — a key error, so `auth`, with LiteLLM's message, key not echoed."""
     (result,) = await probe(series_for(gateway.base_url, "gw-sim", api_key="sk-wrong-key-123"))
-    assert result.result is Result.HTTP_4XX, result.reason
+    assert result.result is Result.AUTH, result.reason
     assert result.status == 400
     assert "No connected db" in result.reason
     assert "sk-wrong-key-123" not in result.reason

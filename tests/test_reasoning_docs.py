@@ -39,6 +39,11 @@ def test_the_page_has_every_promised_example() -> None:
     apis = {t["api"] for example in examples() for t in example["targets"]}
     assert {"gpt-5-mini", "o3", "o4-mini", "claude-opus-4-7", "claude-sonnet-4-5",
             "gemini-2.5-pro", "gemini-3-pro-preview", "openai/gpt-5-mini"} <= models
+    # The families shipped July–November 2026 (issue 30).
+    assert {"gpt-5.4-mini", "gpt-5.6-terra", "gpt-6-sol", "gpt-6-astra", "claude-sonnet-5",
+            "claude-opus-5", "claude-fable-5", "claude-fable-5-1", "gemini-3.7-flash",
+            "gemini-3.5-flash", "us.openai.gpt-5.6-sol-v1:0", "us.amazon.nova-2-lite-v1:0",
+            "openai.gpt-oss-120b-1:0"} <= models
     assert {"openai-chat", "openai-responses", "anthropic-messages", "gemini",
             "bedrock-converse", "ollama-chat"} <= apis
 

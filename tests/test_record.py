@@ -40,8 +40,8 @@ from exporter.result import (
     ToolCall,
     Usage,
 )
+from exporter.serve.pages import results_document
 from exporter.serve.results import Snapshot
-from exporter.serve.server import _results_document
 from tests.test_cli_probe import run_json, sim_config
 
 DATA = Path(__file__).parent / "testdata" / "bench"
@@ -203,7 +203,7 @@ def test_probe_json_keeps_every_key_of_before(tmp_path: Path, capsys) -> None:
 
 def test_api_results_are_records() -> None:
     ok, failed = full_result(result=Result.SUCCESS, reason=""), full_result()
-    doc = orjson.loads(_results_document(
+    doc = orjson.loads(results_document(
         Snapshot(latest={ok.key: ok, ("gw", "m", "other"): None}, failures=(failed,)),
         {"version": "test", "ready": True}))
     assert doc["schema_version"] == SCHEMA_VERSION and doc["ready"] is True

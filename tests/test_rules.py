@@ -103,40 +103,75 @@ def test_required_alerts_exist() -> None:
     }
 
 
-WINDOWS = [
-    ("1h", "5m", "critical", "2m", "14.4"),
-    ("6h", "30m", "critical", "15m", "6"),
-    ("1d", "2h", "warning", "1h", "3"),
-    ("3d", "6h", "warning", "3h", "1"),
+# (severity, [(short, long, factor), ...]): the pairs of one severity are one alert.
+PAIRS = [
+    ("critical", [("5m", "1h", "14.4"), ("30m", "6h", "6")]),
+    ("warning", [("2h", "1d", "3"), ("6h", "3d", "1")]),
 ]
+PAIR = re.compile(r"\(\n  (\S+):rate(\w+)(?:\{[^}]*\})? > ([\d.]+)\n  and\n"
+                  r"  \1:rate(\w+)(?:\{[^}]*\})? > \3\n\)")
 
 
-def test_availability_burn_rates_against_each_series_objective() -> None:
+def _pairs(rule: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """The (short, long, factor) pairs an `or` of burn-rate pairs joins, in order."""
+    return [(short, long, factor) for _, short, factor, long in PAIR.findall(rule["expr"])]
+
+
+def test_availability_burn_rates_are_multiwindow_multi_burn_rate() -> None:
+    # One alert per severity, no `for` (the short window is the filter: a `for` started pages
+    # after the outage), and no window labels: the fast and slow pair of a series are one alert.
     burns = []
     for rule in _alerts("LLMProbeAvailabilityBudgetBurn"):
-        factors = re.findall(
-            r"\(([\d.]+) \* \(1 - target_model_probe_objective:llm_probe_objective_ratio:max"
-            r'\{objective="availability"\}\)\)', rule["expr"])
-        assert len(factors) == 2 and factors[0] == factors[1], rule["expr"]
-        assert rule["expr"].count(SERIES_JOIN) == 2, rule["expr"]
-        labels = rule["labels"]
-        burns.append((labels["long"], labels["short"], labels["severity"], rule["for"], factors[0]))
-    assert burns == WINDOWS
+        assert rule["for"] == "0m", rule
+        assert rule["keep_firing_for"] == "5m", rule  # one page for a rate hovering at a factor
+        assert set(rule["labels"]) == {"severity"}, rule["labels"]
+        assert "llm_probe_availability_budget_burn:rate" in rule["expr"]
+        burns.append((rule["labels"]["severity"], _pairs(rule)))
+    assert burns == PAIRS
 
 
 def test_latency_burn_rates_for_every_objective() -> None:
-    burns: dict[str, list[tuple[str, ...]]] = {}
+    burns: dict[str, list[tuple[str, list[tuple[str, str, str]]]]] = {}
     for rule in _alerts("LLMProbeLatencyBudgetBurn"):
         objective = rule["labels"]["objective"]
-        (factor,) = set(re.findall(r"> \(([\d.]+) \* \(1 - 0\.95\)\)", rule["expr"]))
-        # A series without an objective never alerts: the rule requires the series' objective.
-        assert "and on (target, model, probe, location, cluster, objective)" in rule["expr"]
-        assert rule["expr"].rstrip().endswith(
-            "target_model_probe_objective:llm_probe_objective_seconds:max")
-        labels = rule["labels"]
-        burns.setdefault(objective, []).append(
-            (labels["long"], labels["short"], labels["severity"], rule["for"], factor))
-    assert burns == {"ttft": WINDOWS, "tpot": WINDOWS, "duration": WINDOWS}
+        assert rule["for"] == "0m", rule
+        own = f'llm_probe_latency_budget_burn:rate6h{{objective="{objective}"}}'
+        assert own in rule["expr"] or rule["labels"]["severity"] == "warning", rule["expr"]
+        burns.setdefault(objective, []).append((rule["labels"]["severity"], _pairs(rule)))
+    assert burns == {"ttft": PAIRS, "tpot": PAIRS, "duration": PAIRS}
+
+
+def _recorded(name: str, **labels: str) -> str:
+    groups = yaml.safe_load(RULES.read_text())["groups"]
+    (expr,) = [r["expr"] for g in groups for r in g["rules"]
+               if r.get("record") == name and r.get("labels", {}) == labels]
+    return str(expr)
+
+
+def test_burn_rates_join_each_series_objective_and_scale_by_coverage() -> None:
+    # A series without an objective has no burn rate; a series younger than a window is judged
+    # on the probes the window holds at its interval, not on its few minutes.
+    availability = _recorded("target_model_probe:llm_probe_availability_budget_burn:rate6h")
+    assert "llm_probe_window_coverage:ratio6h" in availability
+    assert availability.count(SERIES_JOIN) == 2
+    assert 'llm_probe_objective_ratio:max{objective="availability"}' in availability
+    latency = _recorded("target_model_probe_objective:llm_probe_latency_budget_burn:rate6h",
+                        objective="ttft")
+    assert "llm_probe_window_coverage:ratio6h" in latency and "/ (1 - 0.95)" in latency
+    assert latency.rstrip().endswith("target_model_probe_objective:llm_probe_objective_seconds:max")
+    coverage = _recorded("target_model_probe:llm_probe_window_coverage:ratio6h")
+    assert "llm_probe_requests_total|llm_probe_skipped_total" in coverage
+    assert "21600 * sum by" in coverage and "llm_probe_interval_seconds" in coverage
+    assert coverage.startswith("clamp_max(") and coverage.rstrip().endswith("1\n)")
+
+
+def test_every_page_starts_while_its_condition_is_current() -> None:
+    # A page whose condition reads a window may not wait (`for`): the window stays high after the
+    # incident, and a wait would start the page after it. Pages on a state keep their `for`.
+    on_state = {"LLMProbeExporterDown", "LLMProbeExporterAbsent", "LLMProbeAuthFailing"}
+    for rule in _alert_rules():
+        if rule["labels"]["severity"] == "critical" and rule["alert"] not in on_state:
+            assert rule["for"] == "0m", rule["alert"]
 
 
 def test_latency_high_compares_with_the_series_objective() -> None:

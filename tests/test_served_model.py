@@ -18,8 +18,8 @@ from exporter.probe.prober import Prober
 from exporter.protocols.base import served_value
 from exporter.record import Record
 from exporter.result import ProbeResult
+from exporter.serve.pages import render_status_page
 from exporter.serve.results import ResultStore
-from exporter.serve.server import render_status_page
 from exporter.simulator import Simulator, start_simulator
 from tests.conftest import make_config
 

@@ -20,10 +20,20 @@ MODELS = {name: profile(reasoning_tokens=64) for name in (
     "gpt-5-mini", "gpt-5.1", "o3", "openai/gpt-5-mini", "claude-sonnet-4-5", "claude-opus-4-7",
     "claude-opus-4-6", "gemini-2.5-pro", "gemini-2.5-flash-lite", "gemini-2.5-flash",
     "gemini-3-pro-preview", "gemini-2.0-flash", "llama3.2", "qwen3:8b", "sim",
-    "us.anthropic.claude-sonnet-4-5-20250929-v1:0", "us.anthropic.claude-opus-4-7-v1:0")}
+    "us.anthropic.claude-sonnet-4-5-20250929-v1:0", "us.anthropic.claude-opus-4-7-v1:0",
+    "gpt-5.4", "gpt-5.6-terra", "gpt-6-astra", "gpt-6-sol", "gpt-5.5-pro", "claude-sonnet-5",
+    "claude-fable-5", "claude-fable-5-1", "gemini-3.7-flash", "gemini-3.5-flash",
+    "qwen3-coder:30b", "us.openai.gpt-5.6-sol-v1:0", "openai.gpt-oss-120b-1:0",
+    "us.amazon.nova-2-lite-v1:0", "us.amazon.nova-pro-v1:0",
+    "global.anthropic.claude-sonnet-5-v1:0")}
 MODELS["prod-chat"] = profile(reasoning_tokens=64, family="gpt-5-mini")
 
 USER = [{"role": "user", "content": "Hi"}]
+SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}}
+CHAT_TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": SCHEMA}}]
+CLAUDE_TOOLS = [{"name": "get_weather", "input_schema": SCHEMA}]
+CONVERSE_TOOLS = {"tools": [{"toolSpec": {"name": "get_weather", "inputSchema": {
+    "json": SCHEMA}}}], "toolChoice": {"any": {}}}
 GEMINI_USER = [{"role": "user", "parts": [{"text": "Hi"}]}]
 
 
@@ -52,6 +62,20 @@ def converse(model: str, **fields: Any) -> tuple[str, dict[str, Any]]:
 
 def ollama(model: str, **fields: Any) -> tuple[str, dict[str, Any]]:
     return "//api/chat", {"model": model, "messages": USER, **fields}
+
+
+def tools_refused(model: str, end: str) -> dict[str, Any]:
+    return openai_error(f"Function tools with reasoning_effort are not supported for {model} in "
+                        f"/v1/chat/completions. {end}", "reasoning_effort", None)
+
+
+OR_NONE = "To use function tools, use /v1/responses or set reasoning_effort to 'none'."
+
+
+def bedrock_openai(code: str, message: str, param: str) -> dict[str, Any]:
+    inner = json.dumps({"error": {"code": code, "message": message, "param": param,
+                                  "type": "invalid_request_error"}}, separators=(",", ":"))
+    return {"message": "The model returned the following errors: " + inner}
 
 
 def openai_error(message: str, param: str | None, code: str | None) -> dict[str, Any]:
@@ -183,6 +207,69 @@ REFUSED: list[tuple[str, str, tuple[str, dict[str, Any]], dict[str, Any]]] = [
      {"message": "The model returned the following errors: {\"type\":\"error\",\"request_id\":"
                  "\"req_sim\",\"error\":{\"type\":\"invalid_request_error\",\"message\":"
                  "\"`temperature` is deprecated for this model.\"}}"}),
+    # -- July–November 2026 (the bodies of tests/data/refusals) --------------------------------
+    ("gpt-5.6 tools at its default effort", "openai-chat",
+     chat("gpt-5.6-terra", tools=CHAT_TOOLS), tools_refused("gpt-5.6-terra", OR_NONE)),
+    ("gpt-6-sol tools with an effort", "openai-chat",
+     chat("gpt-6-sol", tools=CHAT_TOOLS, reasoning_effort="low"), tools_refused("gpt-6-sol",
+                                                                                OR_NONE)),
+    ("gpt-5.4 tools with an effort", "openai-chat",
+     chat("gpt-5.4", tools=CHAT_TOOLS, reasoning_effort="low"),
+     tools_refused("gpt-5.4", "Please use /v1/responses instead.")),
+    ("gpt-6-astra tools at its default effort", "openai-chat",
+     chat("gpt-6-astra", tools=CHAT_TOOLS), tools_refused("gpt-6-astra", OR_NONE)),
+    ("gpt-6-astra has no none", "openai-chat",
+     chat("gpt-6-astra", tools=CHAT_TOOLS, reasoning_effort="none"), openai_error(
+         "Unsupported value: 'reasoning_effort' does not support 'none' with this model. "
+         "Supported values are: 'low', 'medium', 'high', and 'xhigh'.", "reasoning_effort",
+         "unsupported_value")),
+    ("gpt-5.6 max on chat", "openai-chat", chat("gpt-5.6-terra", reasoning_effort="max"),
+     openai_error("Unsupported value: 'reasoning_effort' does not support 'max' with this "
+                  "model. Supported values are: 'none', 'low', 'medium', 'high', and 'xhigh'.",
+                  "reasoning_effort", "unsupported_value")),
+    ("a pro model on chat", "openai-chat", chat("gpt-5.5-pro", max_completion_tokens=64),
+     openai_error("This model is only supported in v1/responses and not in "
+                  "v1/chat/completions.", "model", None)),
+    ("responses minimal on gpt-6-astra", "openai-responses",
+     responses("gpt-6-astra", reasoning={"effort": "minimal"}), openai_error(
+         "Unsupported value: 'minimal' is not supported with the 'gpt-6-astra' model. "
+         "Supported values are: 'low', 'medium', 'high', 'xhigh', and 'max'.",
+         "reasoning.effort", "unsupported_value")),
+    ("claude 5 forced tool at its default thinking", "anthropic-messages",
+     messages("claude-sonnet-5", tools=CLAUDE_TOOLS, tool_choice={"type": "any"}),
+     claude_error("Thinking may not be enabled when tool_choice forces tool use.")),
+    ("fable 5.1 forced tool", "anthropic-messages",
+     messages("claude-fable-5-1", tools=CLAUDE_TOOLS, tool_choice={"type": "tool",
+                                                                  "name": "get_weather"}),
+     claude_error("tool_choice: type \"tool\" and \"any\" are not supported for this model.")),
+    ("fable 5 thinking off", "anthropic-messages",
+     messages("claude-fable-5", thinking={"type": "disabled"}),
+     claude_error("\"thinking.type.disabled\" is not supported for this model.")),
+    ("gemini 3.7 flash minimal", "gemini", gemini("gemini-3.7-flash", thinkingConfig={
+        "thinkingLevel": "MINIMAL"}),
+     google_error("Thinking level MINIMAL is not supported for this model. Please retry with "
+                  "other thinking level.")),
+    ("ollama coder has no thinking", "ollama-chat", ollama("qwen3-coder:30b", think=True),
+     {"error": "\"qwen3-coder:30b\" does not support thinking"}),
+    ("bedrock gpt refuses claude's thinking", "bedrock-converse", converse(
+        "us.openai.gpt-5.6-sol-v1:0", additionalModelRequestFields={"thinking": {
+            "type": "enabled", "budget_tokens": 1024}}),
+     bedrock_openai("unknown_parameter", "Unknown parameter: 'thinking'.", "thinking")),
+    ("bedrock gpt refuses the flat effort", "bedrock-converse", converse(
+        "us.openai.gpt-5.6-sol-v1:0", additionalModelRequestFields={"reasoning_effort": "low"}),
+     bedrock_openai("unknown_parameter", "Unknown parameter: 'reasoning_effort'.",
+                    "reasoning_effort")),
+    ("bedrock claude 5 forced tool", "bedrock-converse", converse(
+        "global.anthropic.claude-sonnet-5-v1:0", toolConfig=CONVERSE_TOOLS),
+     {"message": "The model returned the following errors: {\"type\":\"error\",\"request_id\":"
+                 "\"req_sim\",\"error\":{\"type\":\"invalid_request_error\",\"message\":"
+                 "\"Thinking may not be enabled when tool_choice forces tool use.\"}}"}),
+    ("nova 1 has no reasoning", "bedrock-converse", converse(
+        "us.amazon.nova-pro-v1:0", additionalModelRequestFields={"reasoningConfig": {
+            "type": "enabled", "maxReasoningEffort": "low"}}),
+     {"message": "The model returned the following errors: Malformed input request: the "
+                 "provided reasoning config value is invalid, please reformat your input and "
+                 "try again."}),
 ]
 
 
@@ -207,7 +294,37 @@ ACCEPTED = [
     ("gpt-5 as the exporter asks", "openai-chat",
      chat("gpt-5-mini", max_completion_tokens=256, reasoning_effort="minimal"), 8),
     ("gpt-5.1 samples with effort none", "openai-chat",
-     chat("gpt-5.1", max_completion_tokens=256, temperature=0.2), 64),
+     chat("gpt-5.1", max_completion_tokens=256, temperature=0.2), 0),
+    ("gpt-5.6 tools with effort none", "openai-chat",
+     chat("gpt-5.6-terra", max_completion_tokens=256, tools=CHAT_TOOLS,
+          reasoning_effort="none"), 0),
+    ("gpt-5.6 reasons by default", "openai-chat",
+     chat("gpt-5.6-terra", max_completion_tokens=256), 64),
+    ("gpt-5.4 tools at its default none", "openai-chat",
+     chat("gpt-5.4", max_completion_tokens=256, tools=CHAT_TOOLS), 0),
+    ("responses max on gpt-6-astra", "openai-responses",
+     responses("gpt-6-astra", max_output_tokens=256, tools=[{
+         "type": "function", "name": "get_weather", "parameters": SCHEMA}],
+         reasoning={"effort": "max"}), 128),
+    ("claude 5 thinks unasked", "anthropic-messages", messages("claude-sonnet-5"), 64),
+    ("claude 5 forced tool with thinking off", "anthropic-messages",
+     messages("claude-sonnet-5", tools=CLAUDE_TOOLS, tool_choice={"type": "any"},
+              thinking={"type": "disabled"}), 0),
+    ("gemini 3.7 flash low", "gemini", gemini("gemini-3.7-flash", thinkingConfig={
+        "thinkingLevel": "LOW"}), 16),
+    ("gemini 3.5 flash minimal", "gemini", gemini("gemini-3.5-flash", thinkingConfig={
+        "thinkingLevel": "MINIMAL"}), 8),
+    ("bedrock gpt nested effort", "bedrock-converse", converse(
+        "us.openai.gpt-5.6-sol-v1:0", additionalModelRequestFields={"reasoning": {
+            "effort": "low"}}), 16),
+    ("bedrock gpt-oss flat effort", "bedrock-converse", converse(
+        "openai.gpt-oss-120b-1:0", additionalModelRequestFields={"reasoning_effort": "low"}),
+     16),
+    ("bedrock nova 2 medium with a limit", "bedrock-converse", converse(
+        "us.amazon.nova-2-lite-v1:0", inferenceConfig={"maxTokens": 256},
+        additionalModelRequestFields={"reasoningConfig": {"type": "enabled",
+                                                           "maxReasoningEffort": "medium"}}),
+     32),
     ("responses", "openai-responses",
      responses("gpt-5-mini", max_output_tokens=256, reasoning={"effort": "low"}), 16),
     ("claude budget caps thinking", "anthropic-messages",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import sys
 from collections.abc import Mapping
+from typing import Any
 
 import orjson
 from rich.console import Console
@@ -133,10 +134,29 @@ def identity_table(plan: Plan) -> Table | None:
     return table
 
 
+def keys_table(config: Config) -> Table:
+    """Per target: where its key comes from and the whitespace stripped (never the key)."""
+    table = Table(title="Keys (where each target's key comes from)")
+    for column in ("target", "api", "key from", "whitespace stripped"):
+        table.add_column(column)
+    for target in config.targets:
+        key = target.key_from
+        table.add_row(cell(target.name), target.api.value, cell(key.where()),
+                      cell(key.stripped()) or "–")
+    return table
+
+
+def targets_json(config: Config) -> list[dict[str, Any]]:
+    """`check --output json`'s `targets[]`: name, api and `key` (source, name, stripped)."""
+    return [{"name": t.name, "api": t.api.value, "key": t.key_from.to_json()}
+            for t in config.targets]
+
+
 def print_plan(config: Config, plan: Plan, path: str, console: Console | None = None) -> None:
     """The plan as tables, the notes and warnings, then `config OK`."""
     console = console or make_console()
     console.print(series_table(plan, f"{len(plan.series)} series in {cell(path)}: a day"))
+    console.print(keys_table(config))
     console.print(price_table(plan))
     unknown = sum(s.price is None for s in plan.series)
     console.print(f"price data: {plan.library.describe()}; {unknown:,} of {len(plan.series):,} "
@@ -172,9 +192,10 @@ def print_plan(config: Config, plan: Plan, path: str, console: Console | None = 
     console.print("config OK")
 
 
-def print_plan_json(plan: Plan, path: str) -> None:
+def print_plan_json(config: Config, plan: Plan, path: str) -> None:
     """The plan as one JSON document on stdout (redacted as a whole, a second net)."""
-    text = orjson.dumps({"config": path, **plan.to_json()},
+    document = {"config": path, **plan.to_json(), "targets": REDACTOR.tree(targets_json(config))}
+    text = orjson.dumps(document,
                         option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS).decode()
     sys.stdout.write(REDACTOR.net(text) + "\n")
 
@@ -191,7 +212,7 @@ def run_check(config: Config, path: str, *, output: str = "table",
     plan = make_plan(config, series_warning=SERIES_WARNING if series_warning is None
                      else series_warning, discovered=found)
     if output == "json":
-        print_plan_json(plan, path)
+        print_plan_json(config, plan, path)
     else:
         print_plan(config, plan, path)
     return 0

@@ -57,6 +57,14 @@ def fmt_tokens(r: ProbeResult) -> str:
     return f"{counts} ({r.token_source.value})"
 
 
+def answer_cell(r: ProbeResult) -> str:
+    """What a successful probe answered, on one line: its text, then each tool call as
+    `name({arguments})` (only the start is read: the cell shows a preview)."""
+    calls = [f"{call.name[:ANSWER_PREVIEW]}({call.arguments[:4 * ANSWER_PREVIEW]})"
+             for call in r.tool_calls[:4]]
+    return " ".join(" ".join((r.answer[:4 * ANSWER_PREVIEW], *calls)).split())
+
+
 def _count(value: int | None) -> str:
     return "–" if value is None else str(value)
 
@@ -85,7 +93,7 @@ def print_table(results: Sequence[ProbeResult], series: Sequence[Series] = (), *
         runs[r.key] = runs.get(r.key, 0) + 1
         t = r.timings
         style = "green" if r.success else "red"
-        answer = (r.answer if r.success else r.reason).strip().replace("\n", " ")
+        answer = answer_cell(r) if r.success else " ".join(r.reason.split())
         guess = r.token_source is TokenSource.ESTIMATE  # TPOT and TPS divide by N
         table.add_row(
             cell(r.target), cell(r.model), cell(r.probe),

@@ -163,6 +163,24 @@ def plan_series(global_: GlobalConfig, probes: Mapping[str, ProbeConfig],
     return (*configured, *extra), trimmed
 
 
+def check_references(series: Sequence[Series]) -> None:
+    """An identity probe's `reference` names a target and model that run the probe (among the
+    configured models: a discovered one may come and go)."""
+    keys = {s.key for s in series}
+    problems = []
+    for probe_name, probe in {s.probe_name: s.probe for s in series}.items():
+        reference = probe.reference
+        if reference is not None and (reference.target, reference.model, probe_name) not in keys:
+            loc = ("probes", probe_name, "reference")
+            problems.append(ConfigProblem(
+                format_location(loc),
+                f"no target {reference.target!r} probing model {reference.model!r} with this "
+                "probe: the reference sample comes from that series, so list the model and "
+                "the probe on that target", path=loc))
+    if problems:
+        raise ConfigError("invalid config", problems)
+
+
 def shard_series(series: tuple[Series, ...], shard: str | None) -> tuple[Series, ...]:
     """The series of shard "i/n" (all without one)."""
     if shard is None:

@@ -28,9 +28,9 @@ from pydantic import (
 
 from exporter.apis import Api
 from exporter.config.errors import ConfigError, ConfigProblem, format_location
-from exporter.config.expand import bucket_edges, plan_series, shard_series
+from exporter.config.expand import bucket_edges, check_references, plan_series, shard_series
 from exporter.config.interpolate import Scrubber, Substitution, interpolate
-from exporter.config.model import Config, Series, Target
+from exporter.config.model import Config, KeyKind, KeySource, Target
 from exporter.config.network import (
     AWS_EXTRA_MISSING,
     MAX_TLS_FILE_BYTES,
@@ -75,7 +75,7 @@ MAX_CONFIG_BYTES = 4 * 1024 * 1024
 MAX_KEY_BYTES = 64 * 1024
 MAX_IMAGE_BYTES = 20 * 1024 * 1024  # what OpenAI and Anthropic accept per image
 _IMAGE_SUFFIXES = frozenset({".png", ".jpg", ".jpeg", ".gif", ".webp"})
-_SECTIONS = ("global", "simulator", "probes", "targets")
+SECTIONS = ("global", "simulator", "probes", "targets")
 _KEY_CHARACTERS = re.compile(r"^[\x21-\x7e]+$")  # what an HTTP header carries safely
 Loc = tuple[int | str, ...]
 # pydantic's words for YAML users (a "tuple" or "instance of TargetConfig" means nothing there).
@@ -89,7 +89,7 @@ def _problem(loc: Loc, error: str) -> ConfigProblem:
     return ConfigProblem(format_location(loc), error, path=loc)
 
 
-def _validate(model: type[_Model], value: Any, loc: Loc,
+def validate_section(model: type[_Model], value: Any, loc: Loc,
               problems: list[ConfigProblem]) -> _Model | None:
     """One section through its pydantic model; its errors become located problems."""
     try:
@@ -111,20 +111,21 @@ def _validate(model: type[_Model], value: Any, loc: Loc,
 
 def _resolve_key(raw: Mapping[str, Any], index: int, env: Mapping[str, str], base: Path,
                  problems: list[ConfigProblem],
-                 reads: list[tuple[Path, bytes]]) -> tuple[Secret | None, str]:
-    """Read the API key from the environment, a file or the config; strip stray whitespace.
+                 reads: list[tuple[Path, bytes]]) -> tuple[Secret | None, KeySource]:
+    """Read the API key from the environment, a file or the config; strip stray whitespace
+    (and say which).
 
     Works on the target as written, so a key problem is reported next to schema problems.
     """
     where = ("targets", index)
     env_name, file_name, inline = (raw.get(k) for k in ("api_key_env", "api_key_file", "api_key"))
     if isinstance(env_name, str) and env_name:
+        source = KeySource(KeyKind.ENV, env_name)
         value = env.get(env_name)
         if value is None:  # reported before validation
-            return None, f"env:{env_name}"
-        source = f"env:{env_name}"
+            return None, source
     elif isinstance(file_name, str) and file_name:
-        source = f"file:{file_name}"
+        source = KeySource(KeyKind.FILE, file_name)
         path = key_file_path(file_name, base)
         try:
             content = read_limited(path, MAX_KEY_BYTES)
@@ -141,18 +142,18 @@ def _resolve_key(raw: Mapping[str, Any], index: int, env: Mapping[str, str], bas
             return None, source
         reads.append((path, content))
     elif isinstance(inline, str) and inline:
-        value, source = inline, "inline"
+        value, source = inline, KeySource(KeyKind.LITERAL)
     else:
-        return None, "none"
+        return None, KeySource()
     try:
         key = clean_key(value)
     except ValueError as exc:
         problems.append(_problem(where, f"the API key from {source} {exc}"))
         return None, source
-    if key != value:
-        # The most common cause of a 401: a trailing newline from `echo` or a secret file.
-        source += " (whitespace stripped)"
-    return Secret(key), source
+    # The most common cause of a 401: a trailing newline from `echo` or a secret file.
+    start = value.index(key)
+    return Secret(key), replace(source, leading=value[:start],
+                                trailing=value[start + len(key):])
 
 
 def clean_key(value: str) -> str:
@@ -252,7 +253,7 @@ def _build(data: dict[str, Any], env: Mapping[str, str], base_dir: Path, source:
            substituted: list[Substitution]) -> Config:
     if "global" in data and data["global"] is None:  # `global:` with everything commented out
         del data["global"]
-    problems += [_problem((str(key),), "unknown key") for key in data if key not in _SECTIONS]
+    problems += [_problem((str(key),), "unknown key") for key in data if key not in SECTIONS]
     raw_targets = data.get("targets")
     raw_targets = raw_targets if isinstance(raw_targets, list) else []
     # Named environment variables are checked up front, so they are reported even when
@@ -263,9 +264,9 @@ def _build(data: dict[str, Any], env: Mapping[str, str], base_dir: Path, source:
             problems.append(_problem(("targets", index, "api_key_env"),
                                      f"environment variable {name} is not set"))
 
-    global_ = _validate(GlobalConfig, data.get("global", {}), ("global",), problems)
+    global_ = validate_section(GlobalConfig, data.get("global", {}), ("global",), problems)
     simulator = (None if data.get("simulator") is None else
-                 _validate(SimulatorConfig, data["simulator"], ("simulator",), problems))
+                 validate_section(SimulatorConfig, data["simulator"], ("simulator",), problems))
     raw_probes = data.get("probes")
     probes: dict[str, ProbeConfig | None] = {}
     if not isinstance(raw_probes, dict):
@@ -275,13 +276,13 @@ def _build(data: dict[str, Any], env: Mapping[str, str], base_dir: Path, source:
     else:
         _check_probe_names(raw_probes, problems)
         for name, value in raw_probes.items():
-            probe = _validate(ProbeConfig, value, ("probes", name), problems)
+            probe = validate_section(ProbeConfig, value, ("probes", name), problems)
             probes[name] = probe and _check_image(probe, name, base_dir, problems)
     if not isinstance(data.get("targets"), list):
         problems.append(_problem(("targets",), "expected a list of targets"))
     elif not raw_targets:
         problems.append(_problem(("targets",), "define at least one target"))
-    targets = [_validate(TargetConfig, value, ("targets", index), problems)
+    targets = [validate_section(TargetConfig, value, ("targets", index), problems)
                for index, value in enumerate(raw_targets)]
 
     # Cross-field checks, on the sections as written, so they run even where validation failed.
@@ -291,11 +292,11 @@ def _build(data: dict[str, Any], env: Mapping[str, str], base_dir: Path, source:
     interval_floor = 0.0 if raw_global.get("allow_short_intervals") is True else MIN_INTERVAL
     _check_interval(raw_global, ("global",), interval_floor, problems)
     names: dict[str, int] = {}
-    keys: list[tuple[Secret | None, str]] = []
+    keys: list[tuple[Secret | None, KeySource]] = []
     paths: list[tuple[Proxy | None, TLS] | None] = []
     for index, (raw, target) in enumerate(zip(raw_targets, targets, strict=True)):
         if not isinstance(raw, dict):
-            keys.append((None, "none"))
+            keys.append((None, KeySource()))
             paths.append(None)
             continue
         name = raw.get("name")
@@ -327,8 +328,8 @@ def _build(data: dict[str, Any], env: Mapping[str, str], base_dir: Path, source:
         assert target is not None and path is not None  # or a problem was reported
         proxy, tls = path
         if target.aws_sigv4 is not None:
-            key_source = f"aws_sigv4:{target.aws_sigv4.region}" + (
-                f" (profile {target.aws_sigv4.profile})" if target.aws_sigv4.profile else "")
+            key_source = KeySource(KeyKind.AWS_SIGV4, target.aws_sigv4.region + (
+                f" (profile {target.aws_sigv4.profile})" if target.aws_sigv4.profile else ""))
         base_url, in_url = split_query(target.base_url)  # its query goes after the API path
         built.append(Target(
             name=target.name, api=target.api, base_url=base_url, api_key=key,
@@ -338,7 +339,7 @@ def _build(data: dict[str, Any], env: Mapping[str, str], base_dir: Path, source:
             interval=target.interval or global_.interval,
             timeout=target.timeout or global_.timeout,
             jitter=global_.jitter if target.jitter is None else target.jitter,
-            prices=dict(target.prices), key_source=key_source,
+            prices=dict(target.prices), key_from=key_source,
             key_file=key_file_path(target.api_key_file, base_dir)
             if target.api_key_file else None,
             proxy=proxy, tls=tls, aws_sigv4=target.aws_sigv4,
@@ -347,7 +348,7 @@ def _build(data: dict[str, Any], env: Mapping[str, str], base_dir: Path, source:
             discover=target.discover, slo=target.slo, model_slo=dict(target.model_slo),
         ))
     series, _ = plan_series(global_, resolved_probes, built, {})
-    _check_references(series)
+    check_references(series)
     if len(series) > global_.max_series:
         raise ConfigError("invalid config", [ConfigProblem(
             "targets", f"{len(series)} series (targets × models × probes) exceed "
@@ -401,22 +402,6 @@ def _check_refresh(section: Mapping[str, Any], loc: Loc, enforce: bool,
                                  f"is shorter than {format_duration(MIN_REFRESH)}: every refresh "
                                  "lists the gateway's models; set "
                                  "global.allow_short_intervals: true if you mean it"))
-
-
-def _check_references(series: tuple[Series, ...]) -> None:
-    """An identity probe's `reference` names a target and model that run the probe."""
-    keys = {s.key for s in series}
-    problems = []
-    for probe_name, probe in {s.probe_name: s.probe for s in series}.items():
-        reference = probe.reference
-        if reference is not None and (reference.target, reference.model, probe_name) not in keys:
-            problems.append(_problem(
-                ("probes", probe_name, "reference"),
-                f"no target {reference.target!r} probing model {reference.model!r} with this "
-                "probe: the reference sample comes from that series, so list the model and "
-                "the probe on that target"))
-    if problems:
-        raise ConfigError("invalid config", problems)
 
 
 def _check_target(target: TargetConfig, index: int, probes: Mapping[str, ProbeConfig | None],
@@ -515,8 +500,8 @@ def load_config(path: str | Path, *, env: Mapping[str, str] | None = None,
         ) from None
 
 
-def _load(path: Path, env: Mapping[str, str], shard: str | None,
-          redactor: Redactor | None) -> Config:
+def read_document(path: Path) -> tuple[bytes, YAMLDocument]:
+    """A config file's bytes and YAML document (bounded read, YAML limits), or `ConfigError`."""
     try:
         raw = read_limited(path, MAX_CONFIG_BYTES)
     except OSError as exc:
@@ -524,19 +509,24 @@ def _load(path: Path, env: Mapping[str, str], shard: str | None,
     except FileRefused as exc:
         raise ConfigError(f"cannot read config file {path}: {exc}") from None
     try:
-        document = parse_yaml(raw)
+        return raw, parse_yaml(raw)
     except FileRefused as exc:
         raise ConfigError(f"invalid YAML in {path}",
                           [ConfigProblem(where, why) for where, why in exc.problems]) from None
+
+
+def _load(path: Path, env: Mapping[str, str], shard: str | None,
+          redactor: Redactor | None) -> Config:
+    raw, document = read_document(path)
     reads: list[tuple[Path, bytes]] = []
     try:
         config = _parse(document.data, env, path.parent.resolve(), path, shard, reads, redactor)
     except ConfigError as exc:
-        raise ConfigError(exc.message, _with_lines(exc.details, document)) from None
+        raise ConfigError(exc.message, with_lines(exc.details, document)) from None
     return replace(config, digest=_digest(raw, reads))
 
 
-def _with_lines(problems: Sequence[ConfigProblem], document: YAMLDocument) -> list[ConfigProblem]:
+def with_lines(problems: Sequence[ConfigProblem], document: YAMLDocument) -> list[ConfigProblem]:
     """The problems with their lines, in the order of the file."""
     located = [replace(p, line=document.line_of(p.path)) if p.path and p.line is None else p
                for p in problems]

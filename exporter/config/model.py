@@ -4,8 +4,10 @@ and its redacted view for `/config` and bench files."""
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 from typing import Any, cast
 
@@ -33,13 +35,57 @@ from exporter.exposition.families import Family, Objective, RatioObjective
 from exporter.log import REDACTED, Redactor
 from exporter.providers.gateway import GatewayModel
 from exporter.providers.prices import ModelPrice
-from exporter.providers.rules import lookup
+from exporter.providers.rules import lookup, quiet_default
 
 # ---------------------------------------------------------------------------------------------
 # The resolved config
 
 
 SeriesKey = tuple[str, str, str]  # (target, model, probe): one probe series
+
+
+class KeyKind(StrEnum):
+    """Where a target's credentials come from."""
+
+    ENV = "env"              # api_key_env: a variable's name
+    FILE = "file"            # api_key_file: a path (re-read when it changes)
+    LITERAL = "literal"      # api_key: written in the config (or put there by ${VAR})
+    NONE = "none"            # no key is sent
+    AWS_SIGV4 = "aws_sigv4"  # requests are signed: the AWS credential chain
+
+
+@dataclass(frozen=True)
+class KeySource:
+    """Where a key comes from and the whitespace stripped around it — never the key."""
+
+    kind: KeyKind = KeyKind.NONE
+    name: str = ""  # the variable, the file as written, or the AWS region (and profile)
+    leading: str = ""   # whitespace removed before the key
+    trailing: str = ""  # … and after it (a newline from `echo` into a secret file)
+
+    def where(self) -> str:
+        """For people: `env OPENAI_API_KEY`, `file /run/secrets/key`, `literal`, `none`."""
+        return f"{self.kind.value} {self.name}" if self.name else self.kind.value
+
+    def stripped(self) -> str:
+        """The whitespace stripped, escaped (`trailing "\\n"`), or "" for none."""
+        parts = [f"{side} {_escaped(text)}" for side, text in
+                 (("leading", self.leading), ("trailing", self.trailing)) if text]
+        return " and ".join(parts)
+
+    def to_json(self) -> dict[str, Any]:
+        """`check --output json`'s `key`: source, name, stripped {leading, trailing}."""
+        return {"source": self.kind.value, "name": self.name,
+                "stripped": {"leading": self.leading, "trailing": self.trailing}}
+
+    def __str__(self) -> str:
+        where = f"{self.kind.value}:{self.name}" if self.name else self.kind.value
+        return f"{where} (whitespace stripped: {self.stripped()})" if self.stripped() else where
+
+
+def _escaped(text: str) -> str:
+    """Whitespace as a quoted string with escapes a reader can see (`"\\r\\n"`, `" "`)."""
+    return json.dumps(text)
 
 
 @dataclass(frozen=True)
@@ -59,7 +105,7 @@ class Target:
     timeout: float
     jitter: float
     prices: Mapping[str, Price]
-    key_source: str
+    key_from: KeySource
     key_file: Path | None = None  # api_key_file, re-read when it changes (a refreshed token)
     proxy: Proxy | None = None  # None: direct
     tls: TLS = field(default_factory=TLS)
@@ -71,6 +117,11 @@ class Target:
     discover: DiscoverConfig | None = None  # probe what the gateway lists
     slo: SloConfig = field(default_factory=SloConfig)
     model_slo: Mapping[str, SloConfig] = field(default_factory=dict)
+
+    @property
+    def key_source(self) -> str:
+        """Where the key comes from, in one line (hints, `/config`)."""
+        return str(self.key_from)
 
     @property
     def route(self) -> str:
@@ -135,9 +186,13 @@ def reasons(series: Series) -> bool:
     Another series that does reason shows it at its first probe that answers after its first
     token (`llm_probe_time_to_first_answer_seconds` appears then).
     """
-    if series.probe.reasoning is not None:
-        return series.probe.reasoning.effort is not Effort.NONE
-    return lookup(series.target.api, series.family_name).reasoning
+    probe = series.probe
+    if probe.reasoning is not None:
+        return probe.reasoning.effort is not Effort.NONE
+    family = lookup(series.target.api, series.family_name)
+    forced = bool(probe.tools) and probe.tool_choice not in (None, "auto", "none")
+    return family.reasoning and not quiet_default(series.target.api, family, bool(probe.tools),
+                                                  forced)
 
 
 @dataclass(frozen=True)

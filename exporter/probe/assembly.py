@@ -6,6 +6,7 @@ Every string that came from the server is redacted before it is cut.
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,9 +17,10 @@ from exporter.config import Expect, Series
 from exporter.errors import HTTPStatusError, ProbeError, Result
 from exporter.log import Redactor
 from exporter.probe.failures import REASON_LIMIT
-from exporter.probe.tokens import estimate_tokens
+from exporter.probe.tokens import estimate_tokens, heuristic_tokens
 from exporter.probe.transport import NetStamps
 from exporter.protocols import Embedding, StreamParser
+from exporter.protocols.reasoning import ceiling
 from exporter.result import ProbeResult, ProbeStamps, TokenSource, ToolCall, Usage
 
 ANSWER_LIMIT = 200
@@ -68,14 +70,36 @@ def output_tokens(parser: StreamParser[Any]) -> tuple[int, TokenSource]:
     return estimate_tokens(text), TokenSource.ESTIMATE
 
 
+# Slack over what a request asked for: thinking a limit may not cover, a gateway's hidden system
+# prompt, tool schemas, images. It bounds what a claim can add to a probe's cost.
+USAGE_SLACK = 65_536
+
+
+def plausible(usage: Usage, cap: int, prompt_text: str) -> Usage:
+    """The server's counts, less those no honest server reports for this request: output over
+    8 × the limit asked for + USAGE_SLACK, or a prompt over 8 × a rough count of what was sent
+    + USAGE_SLACK. A count left out is estimated: a claim cannot inflate the cost."""
+    completion, prompt = usage.completion, usage.prompt
+    if completion is not None and completion > 8 * cap + USAGE_SLACK:
+        completion = None
+    if prompt is not None and prompt > USAGE_SLACK and (
+            prompt > 8 * heuristic_tokens(prompt_text) + USAGE_SLACK):
+        prompt = None
+    if (completion, prompt) == (usage.completion, usage.prompt):
+        return usage
+    return Usage(prompt=prompt, completion=completion,
+                 reasoning=usage.reasoning if completion is not None else None,
+                 cached=usage.cached if prompt is not None else None)
+
+
 def usage_of(attempt: Attempt, n_tokens: int) -> Usage:
     """Token counts of a complete answer: the server's, estimated only where it said nothing
     (OpenAI's convention: prompt includes cached, completion reasoning)."""
     parser, embedding = attempt.parser, attempt.embedding
     if embedding is not None:
-        prompt = embedding.prompt_tokens
-        return Usage(prompt=estimate_tokens(attempt.prompt_text) if prompt is None
-                     else prompt, completion=0)
+        read = plausible(Usage(prompt=embedding.prompt_tokens), 0, attempt.prompt_text).prompt
+        return Usage(prompt=estimate_tokens(attempt.prompt_text) if read is None
+                     else read, completion=0)
     assert parser is not None
     server = parser.usage or Usage()
     completion = server.completion
@@ -109,7 +133,9 @@ def ratelimits(headers: Mapping[str, str]) -> dict[str, float]:
         value = headers.get(header)
         if value is not None:
             with contextlib.suppress(ValueError):
-                remaining[kind.value] = float(value)
+                number = float(value)
+                if math.isfinite(number) and number >= 0:  # a gauge, not a server's NaN
+                    remaining[kind.value] = number
     return remaining
 
 
@@ -119,6 +145,8 @@ def assemble(series: Series, attempt: Attempt, error: ProbeError | None, started
     """The ProbeResult of what `attempt` saw (`error`: how it failed, None on success;
     `adapted`: the request parameters adapted for the series' model)."""
     parser = attempt.parser
+    if parser is not None and parser.usage is not None:
+        parser.usage = plausible(parser.usage, ceiling(series), attempt.prompt_text)
     stamps = attempt.stamps
     result = Result.SUCCESS if error is None else error.outcome()
     n_tokens, source = output_tokens(parser) if parser is not None else (0, TokenSource.NONE)

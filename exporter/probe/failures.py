@@ -32,6 +32,7 @@ from exporter.errors import (
     status_cause,
 )
 from exporter.log import REDACTOR, Redactor
+from exporter.probe.gateways import gateway_cause
 from exporter.probe.transport import MALFORMED_BODY, parser_words
 
 # Longest text kept from the server, per place; every cut goes through `Redactor.clip`.
@@ -74,8 +75,7 @@ def error_text(body: bytes, redactor: Redactor = REDACTOR) -> str:
             message = error
     if not message:
         message = body.decode("utf-8", "replace")
-    # Redacted before whitespace is squeezed (and before the cut): nothing may reshape a key.
-    return redactor.clip(" ".join(redactor(str(message)).split()), REASON_LIMIT)
+    return redactor.words(str(message), REASON_LIMIT)
 
 
 def request_error(exc: Exception, proxy: Proxy | None = None) -> ProbeError | None:
@@ -256,10 +256,29 @@ def _os_cause(error: OSError) -> Cause:
     return Cause.CONNECT_FAILED
 
 
+# How a reason names a gateway's own error, before the gateway's message.
+GATEWAY_WORDS: dict[Cause, str] = {
+    Cause.GATEWAY_MODEL_NOT_ROUTED: "the gateway routes no model of this name",
+    Cause.GATEWAY_NO_ENDPOINT: "no provider behind the gateway takes this request",
+    Cause.GATEWAY_KEY_DATABASE: "the gateway knows only its master key (no key database)",
+    Cause.GATEWAY_KEY_REJECTED: "the gateway rejected the key",
+    Cause.GATEWAY_MODEL_ACCESS: "the gateway key may not use this model",
+    Cause.GATEWAY_BUDGET_EXCEEDED: "the gateway budget is spent",
+    Cause.KEY_REJECTED: "no API key reached the gateway",
+}
+
+
 def status_error(status: int, message: str, location: str | None,
-                 retry_after: float | None, redactor: Redactor = REDACTOR) -> HTTPStatusError:
-    """The error for a non-2xx answer (`message`: its redacted body text), its cause read
-    from the status and the provider's words."""
+                 retry_after: float | None, redactor: Redactor = REDACTOR, *,
+                 body: bytes = b"") -> HTTPStatusError:
+    """The error for a non-2xx answer (`message`: its redacted body text, `body`: the body
+    itself), its cause read from a gateway's own error, else the status and the provider's
+    words."""
+    gateway = gateway_cause(status, body)
+    if gateway is not None:
+        what = GATEWAY_WORDS[gateway]
+        return HTTPStatusError(status, f"HTTP {status}: {what}: {message}" if message
+                               else f"HTTP {status}: {what}", retry_after, gateway)
     lowered = message.lower()
     cause = status_cause(status)
     if status < 400:
@@ -277,8 +296,6 @@ def status_error(status: int, message: str, location: str | None,
             cause = Cause.SIGNATURE_REJECTED
         elif any(w in lowered for w in ("security token", "expired", "not authorized")):
             cause = Cause.CREDENTIALS_REFUSED
-    elif 400 <= status < 500 and "no connected db" in lowered:
-        cause = Cause.GATEWAY_KEY_DATABASE
     elif status == 400 and ("ssl certificate" in lowered or "client certificate" in lowered):
         cause = Cause.CLIENT_CERT_REQUIRED
     return HTTPStatusError(status, f"HTTP {status}: {message}" if message else f"HTTP {status}",

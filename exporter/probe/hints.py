@@ -65,15 +65,39 @@ HINTS: tuple[Hint, ...] = (
     Hint(Result.AUTH, cause=Cause.CREDENTIALS_REFUSED,
          text="AWS refused the credentials or their permissions: check that they are current "
               "and that their role may call bedrock:InvokeModelWithResponseStream on this model"),
+    Hint(Result.AUTH, cause=Cause.GATEWAY_KEY_DATABASE,
+         text="a LiteLLM proxy without its key database accepts only its master key, and the "
+              "key from {key_source} is not it: use the master key, or give the proxy a "
+              "database for virtual keys"),
+    Hint(Result.AUTH, cause=Cause.GATEWAY_KEY_REJECTED,
+         text="the gateway does not accept the key from {key_source}: a virtual key that is "
+              "unknown, expired, blocked or mistyped (LiteLLM: /key/info with the master key "
+              "shows it); check for stray whitespace too"),
+    Hint(Result.AUTH, cause=Cause.GATEWAY_MODEL_ACCESS,
+         text="the gateway key (or its team, user or organisation) may not use this model: add "
+              "the model to the key's allowed models (LiteLLM: /key/update `models`, or the "
+              "team's), or probe with a key that may"),
     Hint(Result.AUTH, cause=Cause.FORBIDDEN,
          text="the key is valid but not allowed here: check its project, organisation, region or "
               "model permissions with the provider"),
+    Hint(Result.NOT_FOUND, cause=Cause.GATEWAY_MODEL_NOT_ROUTED,
+         text="the gateway routes no model of this name: names are case-sensitive and must "
+              "be a `model_name` of its model list (or an alias); list what this key may use "
+              "(GET {base_url}/models) and copy the exact id into `models:`"),
+    Hint(Result.NOT_FOUND, cause=Cause.GATEWAY_NO_ENDPOINT,
+         text="the gateway knows the model but no provider behind it takes this request: a "
+              "parameter no endpoint supports (tools, response_format, max_tokens), or the "
+              "account's provider and data-policy settings exclude every endpoint"),
     Hint(Result.NOT_FOUND, cause=Cause.MODEL_NOT_FOUND,
          text="the model name is not served by this endpoint: list what it serves "
               "(GET {base_url}/models) and copy the exact id into `models:`"),
     Hint(Result.NOT_FOUND,
          text="the path does not exist: {url} was requested. base_url probably needs "
               "(or must not have) `/v1` at the end; the exporter appends the API path itself"),
+    Hint(Result.RATE_LIMITED, cause=Cause.GATEWAY_BUDGET_EXCEEDED,
+         text="the gateway's budget for this key (or its team, user or the whole proxy) is "
+              "spent: probes fail until it resets (budget_duration) or its max_budget is "
+              "raised; give the probes a key with a budget of their own"),
     Hint(Result.RATE_LIMITED,
          text="rate limited: probe less often (raise `interval`), lower bench concurrency, or "
               "raise the quota; the daemon waits for Retry-After by itself"),
@@ -143,12 +167,14 @@ HINTS: tuple[Hint, ...] = (
     Hint(Result.HTTP_4XX, cause=Cause.REDIRECT,
          text="the server redirected and the exporter does not follow redirects (the key would "
               "go wherever they point): set base_url to the final URL"),
-    Hint(Result.HTTP_4XX, cause=Cause.GATEWAY_KEY_DATABASE,
-         text="a LiteLLM proxy without its key database accepts only its master key: use the "
-              "master key, or give the proxy a database for virtual keys"),
     Hint(Result.HTTP_4XX, cause=Cause.CLIENT_CERT_REQUIRED,
          text="the server (nginx answers so) requires a client certificate: set "
               "`tls.cert_file` and `tls.key_file`"),
+    Hint(Result.HTTP_4XX, cause=Cause.OTHER_API,
+         text="the provider serves this request on another API style only (the reason names "
+              "it, e.g. `api: openai-responses` for function tools with reasoning on gpt-5.4 "
+              "and later, or a Responses-only pro model): set the target's `api:`, or change "
+              "the parameter the reason names. docs/reasoning.md lists the families"),
     Hint(Result.HTTP_4XX, cause=Cause.PARAMETER_REFUSED,
          text="the model refuses a value the probe sets (the reason names it and what to set "
               "instead); the exporter adapts only what it chose itself. `probe --show-request` "

@@ -21,6 +21,7 @@ from yarl import URL
 from exporter import measure
 from exporter.config import Case, ProbeKind, Secret, Series, Target
 from exporter.errors import (
+    GATEWAY_RESULTS,
     Cause,
     CheckFailed,
     CredentialsError,
@@ -230,6 +231,9 @@ class Prober:
             async with await self._send(series, attempt, request) as response:
                 if response.status >= 300:
                     body = await _read_some(response, ERROR_BODY_LIMIT)
+                    error = self._status_error(response, body)
+                    if error.cause in GATEWAY_RESULTS:  # the gateway's own: never a parameter
+                        raise error
                     # A refused parameter the exporter chose: retried at once, adapted (each
                     # try restarts t0: a refused attempt is not the probe's time).
                     verdict = self.adaptations.after(series, tuning, response.status, body)
@@ -238,8 +242,8 @@ class Prober:
                         continue
                     if verdict.reason:
                         raise HTTPStatusError(response.status, verdict.reason,
-                                              cause=Cause.PARAMETER_REFUSED)
-                    raise self._status_error(response, error_text(body, self._redact))
+                                              cause=verdict.cause or Cause.PARAMETER_REFUSED)
+                    raise error
                 await self._read_stream(response, protocol, series, attempt)
                 return
 
@@ -252,8 +256,8 @@ class Prober:
         request = protocol.build_request(series, text, self._keys.key(series.target))
         async with await self._send(series, attempt, request) as response:
             if response.status >= 300:
-                raise self._status_error(response, error_text(
-                    await _read_some(response, ERROR_BODY_LIMIT), self._redact))
+                raise self._status_error(response,
+                                         await _read_some(response, ERROR_BODY_LIMIT))
             body = await self._read_body(response, attempt)
         # A long body (thousands of floats) is parsed off the loop that stamps other streams.
         attempt.embedding = (protocol.parse(body) if len(body) < THREAD_ABOVE
@@ -320,11 +324,12 @@ class Prober:
             raise proxy_answer(response.status, response.reason, proxy, response.url)
         return response
 
-    def _status_error(self, response: aiohttp.ClientResponse, message: str) -> HTTPStatusError:
-        """The error for a non-2xx answer (`message`: its redacted body text)."""
-        return status_error(response.status, message, response.headers.get("Location"),
+    def _status_error(self, response: aiohttp.ClientResponse, body: bytes) -> HTTPStatusError:
+        """The error for a non-2xx answer and the first bytes of its body."""
+        return status_error(response.status, error_text(body, self._redact),
+                            response.headers.get("Location"),
                             parse_retry_after(response.headers.get("Retry-After"), self._wall()),
-                            self._redact)
+                            self._redact, body=body)
 
     def _next_case(self, series: Series, attempt: Attempt) -> Case | None:
         """The golden-set case (or identity prompt) of this run (round robin per series), and

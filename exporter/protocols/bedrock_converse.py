@@ -55,7 +55,7 @@ from exporter.protocols.base import (
 )
 from exporter.protocols.images import image_payload
 from exporter.protocols.reasoning import NO_TUNING, Plan, Tuning, plan
-from exporter.providers.rules import NOVA_EFFORT, Vendor
+from exporter.providers.rules import NOVA_EFFORT, Control, control_of
 from exporter.result import ServerPhase, Usage
 
 EVENTSTREAM = "application/vnd.amazon.eventstream"
@@ -184,19 +184,23 @@ def converse_tools(probe: ProbeConfig) -> dict[str, Any]:
 
 
 def model_fields(sent: Plan) -> dict[str, Any]:
-    """`additionalModelRequestFields` carrying the reasoning control: Claude's as on the
-    Messages API (AWS "Extended thinking" page), gpt-oss `reasoning_effort` (vercel/ai#11467),
-    Nova 2 `reasoningConfig` (rig-bedrock docs)."""
+    """`additionalModelRequestFields` carrying the reasoning control, in the field of the
+    model's vendor (`rules.Control`): Claude's as on the Messages API (AWS "Extended thinking"
+    page), gpt-oss and other open models a flat `reasoning_effort` (vercel/ai#11467), OpenAI's
+    GPT models Responses' nested `reasoning.effort` (anomalyco/opencode#48195), Nova 2
+    `reasoningConfig` (rig-bedrock docs)."""
     if sent.knob is None:
         return {}
-    vendor = sent.family.vendor
-    if vendor is Vendor.OPENAI:
-        return {"reasoning_effort": (sent.effort or Effort.MEDIUM).value}
-    if vendor is Vendor.AMAZON:
+    control = sent.control or control_of(sent.family)
+    effort = sent.effort or Effort.MEDIUM
+    if control is Control.REASONING_EFFORT:
+        return {"reasoning_effort": effort.value}
+    if control is Control.REASONING:
+        return {"reasoning": {"effort": effort.value}}
+    if control is Control.REASONING_CONFIG:
         if sent.off:
             return {"reasoningConfig": {"type": "disabled"}}
-        return {"reasoningConfig": {"type": "enabled", "maxReasoningEffort":
-                                    NOVA_EFFORT[sent.effort or Effort.MEDIUM]}}
+        return {"reasoningConfig": {"type": "enabled", "maxReasoningEffort": NOVA_EFFORT[effort]}}
     return anthropic_thinking(sent)
 
 

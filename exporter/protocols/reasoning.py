@@ -14,15 +14,21 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from exporter.config import Series
+from exporter.apis import Api
+from exporter.config import Series, ToolChoiceName
 from exporter.config.reasoning import Effort, key_names, merge_patch, squash
 from exporter.providers.rules import (
     DEFAULT_KNOBS,
+    Control,
     Family,
     Knob,
     Param,
+    Trait,
+    Vendor,
+    control_of,
     effort_budget,
     lookup,
+    quiet_default,
 )
 
 # The names (compared without case and `_`) under which each parameter can sit in `params:`.
@@ -45,6 +51,8 @@ PARAM_NAMES: Mapping[Param, frozenset[str]] = {
     Param.THINKING_BUDGET: frozenset({"budget_tokens", "thinkingBudget"}),
     Param.THINKING: frozenset({"thinking", "thinkingConfig", "think", "reasoningConfig"}),
     Param.SHOW_THOUGHTS: frozenset({"includeThoughts", "display"}),
+    Param.TOOLS: frozenset({"tools", "toolConfig"}),
+    Param.TOOL_CHOICE: frozenset({"tool_choice", "toolChoice"}),
 }
 _CAPS = frozenset({Param.MAX_TOKENS, Param.MAX_COMPLETION_TOKENS, Param.MAX_OUTPUT_TOKENS})
 _SQUASHED = {param: frozenset(squash(name) for name in names)
@@ -59,6 +67,9 @@ class Tuning:
     knob: Knob | None = None  # the reasoning control that works, when the table guessed wrong
     min_cap: int = 0  # the smallest output limit the server accepts
     omit: frozenset[Param] = frozenset()  # extras the exporter chose and the server refused
+    quiet: bool = False  # the model's default thinking turned off (what it was sent with
+    #                      needs it off: function tools on chat, a forced tool choice)
+    control: Control | None = None  # Bedrock: the field the reasoning control travels in
 
 
 NO_TUNING = Tuning()
@@ -80,6 +91,11 @@ class Plan:
     temperature: float | None = None
     params: Mapping[str, Any] = field(default_factory=dict)  # merged into the body last
     explicit: frozenset[Param] = frozenset()  # what the user set (never adapted silently)
+    api: Api = Api.OPENAI_CHAT
+    tools: bool = False  # the probe sends function tools
+    forced_tool: bool = False  # ... and forces a call (tool_choice required or named)
+    quiet: bool = False  # the exporter turned the model's default thinking off (`off` too)
+    control: Control | None = None  # Bedrock: the field the reasoning control travels in
 
     @property
     def thinks(self) -> bool:
@@ -99,15 +115,20 @@ def knobs_of(family: Family) -> tuple[Knob, ...]:
 
 def plan(series: Series, tuning: Tuning = NO_TUNING) -> Plan:
     """The request fields of one run of `series`, after what adaptation learnt."""
-    family = lookup(series.target.api, series.family_name)
+    api = series.target.api
+    family = lookup(api, series.family_name)
     probe = series.probe
     params = series.params
     reasoning = probe.reasoning
+    tools = bool(probe.tools)
+    forced = tools and (probe.tool_choice == "required"
+                        or isinstance(probe.tool_choice, ToolChoiceName))
+    control = (tuning.control or control_of(family)) if api is Api.BEDROCK_CONVERSE else None
     knob = effort = budget = None
-    off = False
+    off = quiet = False
     if reasoning is not None:
         effort, asked = reasoning.effort, reasoning.budget_tokens
-        knobs = knobs_of(family)
+        knobs = knobs_of(family) if control in (None, Control.THINKING) else (Knob.LEVEL,)
         off = effort is Effort.NONE
         if tuning.knob is not None:
             knob = tuning.knob
@@ -122,6 +143,12 @@ def plan(series: Series, tuning: Tuning = NO_TUNING) -> Plan:
         if knob is Knob.BUDGET:
             budget = asked if asked is not None else effort_budget(effort or Effort.MEDIUM,
                                                                    family.budget)
+    elif tuning.quiet or quiet_default(api, family, tools, forced):
+        # The family thinks unasked, and what the probe sends needs thinking off: the
+        # exporter's default effort, never the user's (see `rules.quiet_default`).
+        knob, effort, off, quiet = Knob.LEVEL, Effort.NONE, True, True
+    elif _show_default_thinking(family) and Param.SHOW_THOUGHTS not in tuning.omit:
+        knob = Knob.LEVEL  # adaptive, no effort: the model's own default, made visible
     cap = probe.max_tokens + (budget or 0)
     return Plan(
         family=family, cap=max(cap, tuning.min_cap),
@@ -131,7 +158,16 @@ def plan(series: Series, tuning: Tuning = NO_TUNING) -> Plan:
                        and Param.SHOW_THOUGHTS not in tuning.omit),
         stream_options=Param.STREAM_OPTIONS not in tuning.omit,
         temperature=probe.temperature, params=params,
-        explicit=_explicit(series, params))
+        explicit=_explicit(series, params), api=api, tools=tools, forced_tool=forced,
+        quiet=quiet, control=control)
+
+
+def _show_default_thinking(family: Family) -> bool:
+    """Whether a probe without `reasoning` asks to see the thinking the family does anyway
+    and hides (Claude 5: adaptive by default, display omitted): the thinking is billed
+    either way, and TTFT then sees its first token."""
+    return (family.vendor is Vendor.ANTHROPIC and family.reasoning
+            and family.has(Trait.HIDDEN_THINKING))
 
 
 def ceiling(series: Series) -> int:
@@ -163,6 +199,10 @@ def _explicit(series: Series, params: Mapping[str, Any]) -> frozenset[Param]:
         chosen.add(Param.TEMPERATURE)
     if "max_tokens" in probe.model_fields_set:
         chosen |= _CAPS
+    if probe.tools:
+        chosen.add(Param.TOOLS)
+        if probe.tool_choice is not None:
+            chosen.add(Param.TOOL_CHOICE)
     reasoning = probe.reasoning
     if reasoning is not None:
         chosen.add(Param.THINKING)

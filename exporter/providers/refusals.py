@@ -4,9 +4,13 @@ Every provider words its refusals differently: OpenAI (and Azure) name the param
 `error.param` with an `error.code`; Anthropic, Gemini, Bedrock and Ollama only in the message;
 LiteLLM wraps the upstream's message in its own, OpenRouter puts the upstream's body in
 `error.metadata.raw`, Bedrock prefixes Claude's message (sometimes its whole JSON body) with
-"The model returned the following errors: ". `parse_refusal` unwraps all of these and matches
-the message against the providers' own sentences (verbatim in the project's research notes,
-section 10), so what happens next (`exporter.probe.adapt`) never reads message text.
+"The model returned the following errors: ". `parse_refusal` unwraps all of these
+(`exporter.providers.errorbody`) and matches the message against the providers' own sentences
+(103 bodies as sent, each with its source, in tests/data/refusals), so what happens next
+(`exporter.probe.adapt`) never reads message text. A refusal says which parameter, what the
+server asks (`Action`), what the parameter was refused together with (`with_`: function tools,
+a forced tool choice), which API style the server points to (`api`), and whether the API in
+front of the model rather than the model refuses it (`scope`).
 
 A server's body is hostile input, read on the loop that stamps other probes' tokens: each
 message is cut to `MESSAGE_SCAN` characters before any pattern sees it, and every pattern runs
@@ -25,18 +29,16 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
-import orjson
-
+from exporter.apis import Api
 from exporter.config.reasoning import squash
 from exporter.log import REDACTOR
+from exporter.providers.errorbody import BEDROCK_PREFIX, MESSAGE_SCAN, messages
 from exporter.providers.rules import Knob, Param
 
 MESSAGE_LIMIT = 300  # characters of the server's message kept (after redaction)
-MESSAGE_SCAN = 2048  # characters of a message the patterns read: the providers' sentences fit
 MAX_UNWRAP = 3  # gateways inside gateways
 MAX_VALUE = 10_000_000  # the largest token count a server may name (probes.*.max_tokens' bound)
 MAX_CHOICES, MAX_CHOICE = 16, 64  # "supported values": how many, and how long each
-BEDROCK_PREFIX = "The model returned the following errors: "
 
 
 class Action(StrEnum):
@@ -50,7 +52,18 @@ class Action(StrEnum):
     CHOOSE = "choose"        # one of `choices`
     RANGE = "range"          # between `low` and `high`
     SWITCH = "switch"        # another shape: the `knob` it takes (adaptive ↔ budget)
+    OFF = "off"              # turn it off (thinking, effort none), because of `with_`
     UNSUPPORTED = "unsupported"  # the model cannot do this at all (think, turn thinking off)
+
+
+class Scope(StrEnum):
+    """Who refuses: the model (its family's rules), or the API in front of it, which does not
+    know the field at all ("Unrecognized request argument", "Unknown parameter", a validation
+    error's extra field): an older Azure api-version, an older vLLM, another vendor's field on
+    Bedrock — never a reason to say the model takes no such value."""
+
+    MODEL = "model"
+    API = "api"
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +81,9 @@ class Refusal:
     low: int | None = None  # RANGE
     high: int | None = None  # RANGE
     knob: Knob | None = None  # SWITCH
+    with_: Param | None = None  # refused together with this one (tools, tool_choice)
+    api: Api | None = None  # the API style the server says serves the request instead
+    scope: Scope = Scope.MODEL
 
 
 # Server names → parameter, compared without case, `_` or `.` (full name first, then its last
@@ -85,6 +101,8 @@ _NAMES: Mapping[str, Param] = {squash(name): param for name, param in {
     "budget_tokens": Param.THINKING_BUDGET, "thinking_budget": Param.THINKING_BUDGET,
     "thinking": Param.THINKING, "thinking_config": Param.THINKING, "think": Param.THINKING,
     "include_thoughts": Param.SHOW_THOUGHTS, "display": Param.SHOW_THOUGHTS,
+    "reasoning": Param.REASONING_EFFORT, "reasoningConfig": Param.THINKING,
+    "tools": Param.TOOLS, "tool_choice": Param.TOOL_CHOICE, "toolChoice": Param.TOOL_CHOICE,
 }.items()}
 
 
@@ -228,9 +246,38 @@ def _below_minimum(m: re.Match[str], param: str | None) -> Refusal:
 @_rule(r"(?:Unrecognized request argument(?: supplied)?|Unknown parameter):?\s{0,8}'?"
        r"(?P<p>[\w.]{1,100})'?")
 def _unknown_argument(m: re.Match[str], param: str | None) -> Refusal:
-    if param_of(m.group("p")) is Param.MAX_COMPLETION_TOKENS:  # an Azure api-version before it
-        return _named(m, Action.RENAME, to=Param.MAX_TOKENS, to_name="max_tokens")
-    return _named(m, Action.DROP)
+    return _unknown(m.group("p"))
+
+
+def _unknown(name: str) -> Refusal:
+    """A field the API in front of the model does not know (its version, its vendor)."""
+    if param_of(name) is Param.MAX_COMPLETION_TOKENS:  # an Azure api-version before it
+        return Refusal(Param.MAX_COMPLETION_TOKENS, Action.RENAME, name, "", to=Param.MAX_TOKENS,
+                       to_name="max_tokens", scope=Scope.API)
+    return Refusal(param_of(name), Action.DROP, name, "", scope=Scope.API)
+
+
+@_rule(r"Function tools with (?P<p>reasoning_effort) are not supported(?: for \S{1,200})? in "
+       r"/v1/chat/completions\.\s{0,8}(?P<none>To use function tools, use /v1/responses or "
+       r"set reasoning_effort to 'none')?")
+def _tools_with_effort(m: re.Match[str], param: str | None) -> Refusal:
+    # gpt-5.4 and 5.5 end "Please use /v1/responses instead." (pipecat-ai/pipecat#4043);
+    # gpt-5.6 and gpt-6 offer effort none too (GEMISIS/leviath#333).
+    action = Action.OFF if m.group("none") else Action.UNSUPPORTED
+    return _named(m, action, with_=Param.TOOLS, api=Api.OPENAI_RESPONSES)
+
+
+@_rule(r"This model is only supported in v1/responses and not in v1/chat/completions")
+def _responses_only(m: re.Match[str], param: str | None) -> Refusal:
+    # The pro models (embabel/embabel-agent#1758), `param: model`.
+    return Refusal(Param.ENDPOINT, Action.UNSUPPORTED, "model", "", api=Api.OPENAI_RESPONSES)
+
+
+@_rule(r"enabled only for api versions (?P<v>\d{4}-\d{2}-\d{2}(?:-preview)?) and later")
+def _api_version(m: re.Match[str], param: str | None) -> Refusal:
+    # Azure (Azure-Samples/azure-search-openai-demo#2496).
+    return Refusal(Param.API_VERSION, Action.RAISE, "api-version", "", value=m.group("v"),
+                   scope=Scope.API)
 
 
 # -- Anthropic (and Claude on Bedrock), section 4 ----------------------------------------------
@@ -242,6 +289,33 @@ def _adaptive_only(m: re.Match[str], param: str | None) -> Refusal:
 @_rule(r"adaptive thinking is not supported on this model")
 def _no_adaptive(m: re.Match[str], param: str | None) -> Refusal:
     return Refusal(Param.THINKING, Action.SWITCH, "thinking.type", "", knob=Knob.BUDGET)
+
+
+@_rule(r"\"?thinking\.type\.disabled\"? is not supported for this model")
+def _always_thinks(m: re.Match[str], param: str | None) -> Refusal:
+    # Fable 5, Mythos 5 (cline/cline#13203).
+    return Refusal(Param.THINKING, Action.UNSUPPORTED, "thinking.type", "", value="disabled")
+
+
+@_rule(r"Thinking may not be enabled when tool_choice forces tool use")
+def _forced_tool_with_thinking(m: re.Match[str], param: str | None) -> Refusal:
+    return Refusal(Param.THINKING, Action.OFF, "thinking", "", with_=Param.TOOL_CHOICE)
+
+
+@_rule(r"tool_choice: type \"tool\" and \"any\" are not supported for this model|"
+       r"tool_choice forces tool use is not compatible with this model")
+def _no_forced_tool(m: re.Match[str], param: str | None) -> Refusal:
+    # Fable/Mythos 5.1 (anthropics/claude-cookbooks#854); Fable 5 in June
+    # (browserbase/stagehand#2221).
+    return Refusal(Param.TOOL_CHOICE, Action.UNSUPPORTED, "tool_choice", "")
+
+
+@_rule(r"output_config\.effort \"(?P<got>[\w-]{1,40})\" is not supported by model "
+       r"[\w.:/-]{1,200}; supported values: \[(?P<list>[^\]\n]{0,300})\]")
+def _gateway_effort(m: re.Match[str], param: str | None) -> Refusal:
+    # A Copilot gateway in front of Claude (caozhiyuan/copilot-api#190).
+    return Refusal(Param.REASONING_EFFORT, Action.CHOOSE, "output_config.effort", "",
+                   value=m.group("got").lower(), choices=_values(m.group("list")))
 
 
 @_rule(r"(?P<p>thinking\.(?:enabled\.)?budget_tokens): Input should be greater than or equal "
@@ -283,13 +357,14 @@ def _no_effort(m: re.Match[str], param: str | None) -> Refusal:
 
 @_rule(r"'loc': \('body', '(?P<p>[\w.]{1,100})'\), 'msg': 'Extra inputs are not permitted'")
 def _extra_field(m: re.Match[str], param: str | None) -> Refusal:
-    # FastAPI/pydantic validation errors as a Python repr (vLLM before stream_options).
-    return _named(m, Action.DROP)
+    # FastAPI/pydantic validation errors as a Python repr (vLLM before stream_options, before
+    # max_completion_tokens: vllm-project/vllm#10078).
+    return _unknown(m.group("p"))
 
 
 @_name_before(": Extra inputs are not permitted")
 def _extra_input(name: str) -> Refusal:
-    return Refusal(param_of(name), Action.DROP, name, "")
+    return _unknown(name)
 
 
 @_rule(r"'?(?P<p>stream_options)'? (?:is|are) not (?:supported|permitted|allowed)")
@@ -305,6 +380,20 @@ def _over_model_limit(m: re.Match[str], param: str | None) -> Refusal:
                    value=None if limit is None else limit - 1)
 
 
+@_rule(r"max_completion_tokens\\?'? is too large: \d{1,12}\. This model\\?'s maximum context "
+       r"length is (?P<ctx>\d{1,12}) tokens and your request has (?P<inp>\d{1,12}) input tokens")
+def _over_context(m: re.Match[str], param: str | None) -> Refusal | None:
+    # vLLM (vllm-project/vllm#34340): room left = context - input.
+    context, prompt = _count(m.group("ctx")), _count(m.group("inp"))
+    room = None if context is None or prompt is None or context <= prompt else context - prompt
+    return Refusal(Param.MAX_TOKENS, Action.LOWER, "max_tokens", "", value=room)
+
+
+@_rule(r"(?P<p>max_tokens) must be at least (?P<m>\d{1,12}), got")
+def _at_least(m: re.Match[str], param: str | None) -> Refusal:
+    return _named(m, Action.RAISE, value=_count(m.group("m")))
+
+
 # -- Gemini, section 5 ---------------------------------------------------------------------------
 @_rule(r"only set only one of thinking budget and thinking level")
 def _budget_and_level(m: re.Match[str], param: str | None) -> Refusal:
@@ -315,6 +404,14 @@ def _budget_and_level(m: re.Match[str], param: str | None) -> Refusal:
 def _level_not_here(m: re.Match[str], param: str | None) -> Refusal:
     return Refusal(Param.REASONING_EFFORT, Action.CHOOSE, "thinkingLevel", "",
                    value=m.group("got").lower())
+
+
+@_rule(r"'(?P<got>[\w-]{1,40})' is not a supported thinking level for this model\. Allowed "
+       r"values are: (?P<list>[^\n]{1,300})")
+def _level_allowed(m: re.Match[str], param: str | None) -> Refusal:
+    # The Interactions API (fishjar/kiss-translator#1048).
+    return Refusal(Param.REASONING_EFFORT, Action.CHOOSE, "thinking_level", "",
+                   value=m.group("got").lower(), choices=_values(m.group("list")))
 
 
 @_rule(r"thinking level is not supported for this model")
@@ -349,8 +446,11 @@ def _thoughts_need_thinking(m: re.Match[str], param: str | None) -> Refusal:
 
 
 @_rule(r"thinking is not supported by this model|Thinking is not enabled for|"
-       r"thinking_config is not supported|\"[^\"]{1,200}\" does not support thinking")
+       r"thinking_config is not supported| does not support thinking|the provided reasoning "
+       r"config value is invalid")
 def _no_thinking(m: re.Match[str], param: str | None) -> Refusal:
+    # Ollama names the model quoted, or (older) bare: ollama/ollama#11439; Nova 1 on Bedrock
+    # (UKGovernmentBEIS/inspect_ai#5301).
     return Refusal(Param.THINKING, Action.UNSUPPORTED, "thinking", "")
 
 
@@ -384,7 +484,7 @@ def parse_refusal(status: int, body: bytes,
     (or is not a refusal of a request parameter)."""
     if status not in (400, 422):
         return None
-    for message, param, code in _messages(_load(body), MAX_UNWRAP):
+    for message, param, code in messages(body, MAX_UNWRAP):
         found = _match(message, param, code)
         if found is not None:
             return found
@@ -408,95 +508,5 @@ def _with_message(refusal: Refusal, message: str) -> Refusal:
 
 
 def _clip(text: str) -> str:
-    """The server's words for people: redacted, whitespace squeezed, cut (only the start of a
-    long text is read; a word cut at MESSAGE_SCAN is dropped, so no piece of a key survives)."""
-    head = text[:MESSAGE_SCAN]
-    if len(text) > MESSAGE_SCAN:
-        head = head.rpartition(" ")[0]
-    return REDACTOR.clip(" ".join(REDACTOR(head).split()), MESSAGE_LIMIT)
-
-
-def _load(body: bytes | str) -> Any:
-    try:
-        return orjson.loads(body)
-    except orjson.JSONDecodeError:
-        return body.decode("utf-8", "replace") if isinstance(body, bytes) else body
-
-
-def _messages(data: Any, depth: int) -> list[tuple[str, str | None, str | None]]:
-    """(message, param, code) of an error body and of every upstream body wrapped in it,
-    outermost first."""
-    if isinstance(data, list) and data:  # Gemini without alt=sse: a one-element array
-        data = data[0]
-    if isinstance(data, str):
-        return [(data, None, None), *_wrapped(data, depth)]
-    if not isinstance(data, Mapping):
-        return []
-    if isinstance(data.get("detail"), list):  # FastAPI/pydantic: [{loc, msg, type}, …]
-        return _validation_errors(data["detail"])
-    error = data.get("error", data)
-    if isinstance(error, str):  # Ollama: {"error": "…"}
-        return [(error, None, None), *_wrapped(error, depth)]
-    if not isinstance(error, Mapping):
-        return []
-    found: list[tuple[str, str | None, str | None]] = []
-    message = error.get("message")
-    param, code = error.get("param"), error.get("code")
-    if isinstance(message, str):
-        found.append((message, param if isinstance(param, str) else None,
-                      code if isinstance(code, str) else None))
-        found += _wrapped(message, depth)
-    raw = error.get("metadata", {}).get("raw") if isinstance(error.get("metadata"),
-                                                             Mapping) else None
-    if isinstance(raw, str) and depth > 0:  # OpenRouter: the upstream body as a string
-        found += _messages(_load(raw), depth - 1)
-    return found
-
-
-def _validation_errors(details: list[Any]) -> list[tuple[str, str | None, str | None]]:
-    """A validation error's entries as "field: message", the field from its structured `loc`
-    (the first few entries: one is enough to adapt)."""
-    found: list[tuple[str, str | None, str | None]] = []
-    for entry in details[:MAX_CHOICES]:
-        if not isinstance(entry, Mapping) or not isinstance(entry.get("msg"), str):
-            continue
-        loc = [str(part) for part in entry.get("loc") or () if isinstance(part, str | int)]
-        field = ".".join(loc[1:] if loc[:1] == ["body"] else loc)[:100]
-        found.append((f"{field}: {entry['msg']}" if field else entry["msg"], None, None))
-    return found
-
-
-def _wrapped(message: str, depth: int) -> list[tuple[str, str | None, str | None]]:
-    """An upstream error body inside a message (Bedrock's Claude JSON, LiteLLM's
-    `XException - {…}`)."""
-    if depth <= 0:
-        return []
-    text = message.removeprefix(BEDROCK_PREFIX)
-    start = text.find("{")
-    if start < 0:
-        return []
-    inner = text[start:]
-    data = _load(inner)
-    if isinstance(data, str):  # a Python repr (LiteLLM): its message is still plain text
-        return _repr_message(inner[:MESSAGE_SCAN])
-    return _messages(data, depth - 1)
-
-
-def _repr_message(text: str) -> list[tuple[str, str | None, str | None]]:
-    """The `'message': '…', 'type'` of a Python dict's repr (found with `find`, not a pattern
-    that would scan the rest of the text from every quote)."""
-    for quote in ("'", '"'):
-        key = f"{quote}message{quote}:"
-        at = text.find(key)
-        if at < 0:
-            continue
-        start = at + len(key)
-        while start < len(text) and text[start] == " ":
-            start += 1
-        opening = text[start:start + 1]
-        if opening not in ("'", '"'):
-            continue
-        end = text.find(f"{opening}, {quote}type{quote}", start + 1)
-        if end > start + 1:
-            return [(text[start + 1:end], None, None)]
-    return []
+    """The server's words for people: redacted, whitespace squeezed, cut."""
+    return REDACTOR.words(text, MESSAGE_LIMIT)

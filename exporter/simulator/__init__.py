@@ -14,6 +14,8 @@ latency and faults. Used by the demo config, the tests and the benchmarks. Endpo
     GET  /v1/models[/{model}]        OpenAI list (Anthropic's shape with `anthropic-version`)
     GET  /api/tags                   Ollama's model list
     GET  /health                     200 "ok"
+    GET|PATCH|PUT|DELETE /-/simulator/models[/{model}]   run-time faults: a model's profile
+                                     changed while serving, and restored (`admin`)
 
 Timing: every chunk is written at an absolute deadline from the moment the handler started
 (`loop.time()`): token k (reasoning first, then answer) at `start + ttft + k*tpot`, a chunk of

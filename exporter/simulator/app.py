@@ -18,6 +18,7 @@ import structlog
 from aiohttp import web
 
 from ..config import SimulatedModel
+from .admin import add_admin_routes
 from .answers import TEXT, Answer, Output, plan_answer
 from .catalog import add_discovery_routes
 from .dialects import (
@@ -82,6 +83,7 @@ def create_app(models: Mapping[str, SimulatedModel], *, api_key: str | None = No
     for route in ROUTES:
         app.router.add_post(route.path, _handler(route.dialect))
     add_discovery_routes(app)
+    add_admin_routes(app)
     return app
 
 

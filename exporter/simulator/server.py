@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import signal
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import Any
 
@@ -96,13 +97,39 @@ async def start_simulator(config: SimulatorConfig, *, api_key: str | None = None
 
 
 async def serve_forever(config: SimulatorConfig, *, api_key: str | None = None,
-                        seed: int | None = None, logger: Any = None) -> None:
-    """Run the simulator until cancelled (the `simulate` command), then close it."""
+                        seed: int | None = None, logger: Any = None,
+                        reload: Callable[[], SimulatorConfig] | None = None) -> None:
+    """Run the simulator until cancelled (the `simulate` command), then close it. With
+    `reload`, SIGHUP serves the models it returns (an error keeps the running ones)."""
     log = logger or structlog.get_logger("exporter.simulator")
     simulator = await start_simulator(config, api_key=api_key, seed=seed, logger=log)
     log.info("simulator listening", url=simulator.url, models=list(config.models))
+    loop = asyncio.get_running_loop()
+    reloading: set[asyncio.Task[None]] = set()
+
+    async def _reload(read: Callable[[], SimulatorConfig]) -> None:
+        try:
+            fresh = await asyncio.to_thread(read)
+        except Exception as exc:  # a ConfigError, or the file went away: keep serving
+            log.error("simulator reload failed", error=str(exc))
+            return
+        simulator.set_models(fresh.models)
+        log.info("simulator reloaded", models=list(fresh.models))
+        if fresh.listen != config.listen or fresh.api_key != config.api_key:
+            log.warning("simulator reload: listen and api_key apply at the next start")
+
+    def _on_hangup() -> None:
+        if reload is not None:
+            task = loop.create_task(_reload(reload))
+            reloading.add(task)
+            task.add_done_callback(reloading.discard)
+
+    if reload is not None:
+        loop.add_signal_handler(signal.SIGHUP, _on_hangup)
     try:
         await asyncio.Event().wait()
     finally:
+        if reload is not None:
+            loop.remove_signal_handler(signal.SIGHUP)
         await simulator.close()
         log.info("simulator stopped")

@@ -13,6 +13,7 @@ from typing import Any, TypedDict
 
 import orjson
 from aiohttp import web
+from pydantic import ValidationError
 
 from ..config import SimulatedModel
 from .dialects import Credentials, RateLimitSnapshot
@@ -93,7 +94,8 @@ class RateLimiter:
 
 @dataclass
 class SimState:
-    """What every handler of one app shares."""
+    """What every handler of one app shares. `models` is what is served: each configured
+    profile with the run-time overrides of its model (`exporter.simulator.admin`) on top."""
 
     models: Mapping[str, SimulatedModel]
     credentials: Credentials
@@ -103,15 +105,43 @@ class SimState:
     generating: int = 0
     capacity: dict[str, asyncio.Semaphore] = field(default_factory=dict)
     limits: RateLimiter = field(default_factory=RateLimiter)
+    configured: dict[str, SimulatedModel] = field(default_factory=dict)  # from the config
+    overrides: dict[str, dict[str, Any]] = field(default_factory=dict)  # model → fields set
+
+    def __post_init__(self) -> None:
+        self.configured = self.configured or dict(self.models)
 
 
 STATE = web.AppKey("llm_probe_sim_state", SimState)
 
 
 def set_models(app: web.Application, models: Mapping[str, SimulatedModel]) -> None:
-    """Serve these model profiles from the next request on (requests in flight keep theirs);
-    a model whose capacity is unchanged keeps its queue."""
+    """Serve these configured profiles from the next request on (requests in flight keep
+    theirs), with the run-time overrides of the models that remain on top."""
     state = app[STATE]
+    state.configured = dict(models)
+    served = {}
+    for name, model in models.items():
+        try:
+            served[name] = overridden(model, state.overrides.get(name))
+        except ValidationError:  # the new profile takes them no more: it is served as it is
+            served[name] = model
+            state.overrides.pop(name, None)
+    state.overrides = {name: fields for name, fields in state.overrides.items()
+                       if name in models}
+    serve(state, served)
+
+
+def overridden(model: SimulatedModel, fields: Mapping[str, Any] | None) -> SimulatedModel:
+    """`model` with `fields` set, validated as a whole (ValidationError when they do not fit)."""
+    if not fields:
+        return model
+    return SimulatedModel.model_validate({**model.model_dump(by_alias=True), **fields})
+
+
+def serve(state: SimState, models: Mapping[str, SimulatedModel]) -> None:
+    """Serve these profiles from the next request on; a model whose capacity is unchanged
+    keeps its queue."""
     capacity = {}
     for name, model in models.items():
         if model.capacity is None:

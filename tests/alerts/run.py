@@ -11,15 +11,20 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+from tests.alerts import episodes  # noqa: F401  (registers its scenarios)
 from tests.alerts.fleet import Exporter
-from tests.alerts.scenarios import END, EXPORTERS, SCENARIOS, SETUP, Expect, Fleet, Scenario
+from tests.alerts.scenarios import END, EXPORTERS, SCENARIOS, SETUP, Expect, Fleet, Scenario, View
 from tests.alerts.stack import (
     Notification,
+    Prometheus,
     Receiver,
     render_rules,
+    shipped_config,
     start_alertmanager,
     start_prometheus,
+    ungrouped_config,
 )
 from tests.conftest import free_port
 from tests.e2e_support import Process
@@ -83,6 +88,8 @@ class Report:
                   "EXTRA a page nobody asked for.", ""]
         for row in self.rows:
             lines += [f"{row.scenario.name}: {problem}" for problem in row.problems]
+        lines += [f"{row.scenario.name}: {row.scenario.note}" for row in self.rows
+                  if row.scenario.note]
         lines += self.notes
         lines.append(f"{len(self.rows)} scenarios, {sum(r.scenario.quiet for r in self.rows)} "
                      f"quiet; wall time {self.seconds:.0f} s")
@@ -131,8 +138,9 @@ def _true(expect: Expect, n: Notification, fleet: Fleet) -> str | None:
         return f"could not check: {type(exc).__name__}: {exc}"
 
 
-def judge(fleet: Fleet, notifications: list[Notification]) -> list[Row]:
-    """One row per scenario (and one for alerts nobody owns)."""
+def judge(fleet: Fleet, notifications: list[Notification],
+          view: View | None = None) -> list[Row]:
+    """One row per scenario (and one for alerts nobody owns); `view` for the scenarios' checks."""
     rows = {s.name: Row(s) for s in SCENARIOS}
     stray = Row(Scenario("(unattributed)", "alerts no scenario owns", []))
     for n in notifications:
@@ -145,6 +153,12 @@ def judge(fleet: Fleet, notifications: list[Notification]) -> list[Row]:
                 row.cells[expect.alert] = "MISS"
                 row.problems.append(f"{expect.alert}{expect.labels} did not page")
                 continue
+            # Firings, not deliveries: an alert Alertmanager ended while a starved Prometheus
+            # did not resend it comes again with the same start.
+            firings = {(tuple(sorted(n.labels.items())), n.starts_at) for n in found}
+            if expect.count is not None and len(firings) != expect.count:
+                row.problems.append(f"{expect.alert}{expect.labels} fired {len(firings)} times, "
+                                    f"not {expect.count}")
             letter = "P" if expect.labels.get("severity", found[0].labels.get(
                 "severity")) == "critical" else "T"
             lie = next((p for n in found for p in (_named(n), _true(expect, n, fleet)) if p),
@@ -160,6 +174,12 @@ def judge(fleet: Fleet, notifications: list[Notification]) -> list[Row]:
                 row.cells[n.name] = "EXTRA"
                 row.problems.append(f"unexpected {n.name} {n.labels}: "
                                     f"{n.annotations.get('description')!r}")
+        if s.check is not None and view is not None:
+            try:
+                row.problems += s.check(View(view.fleet, row.pages, view.posts, view.prometheus,
+                                             view.start))
+            except Exception as exc:  # a check that cannot read the stack cannot confirm
+                row.problems.append(f"could not check: {type(exc).__name__}: {exc}")
     return [*rows.values(), *([stray] if stray.pages else [])]
 
 
@@ -179,18 +199,24 @@ async def run(tmp: Path, log: bool = True) -> Report:
     fleet: Fleet = {name: Exporter(name, tmp, location) for name, location in EXPORTERS.items()}
     for setup in SETUP:
         setup(fleet)
-    receiver = Receiver(free_port())
+    receiver, shipped = Receiver(free_port()), Receiver(free_port())
     await receiver.start()
+    await shipped.start()
     running: list[Process | Exporter] = []
     try:
         with _stopping(running):
-            manager, manager_url = await asyncio.to_thread(start_alertmanager, tmp, receiver.port)
-            running.append(manager)
+            managers = []
+            for name, config in (("alertmanager", ungrouped_config(receiver.port)),
+                                 ("alertmanager-shipped", shipped_config(shipped.port))):
+                manager, manager_url = await asyncio.to_thread(start_alertmanager, tmp, config,
+                                                               name)
+                running.append(manager)
+                managers.append(manager_url)
             rules = render_rules(tmp / "rules")
             say(f"starting {len(fleet)} exporters ...")
             await asyncio.gather(*(asyncio.to_thread(e.start) for e in fleet.values()))
             running.extend(fleet.values())
-            jobs = [
+            jobs: list[dict[str, Any]] = [
                 {"job_name": "llm-probe-exporter",
                  "static_configs": [{"targets": [e.address for e in fleet.values()]}]},
                 # A Probe object asking for a series the config no longer has: /probe says 400.
@@ -198,21 +224,23 @@ async def run(tmp: Path, log: bool = True) -> Report:
                  "params": {"target": ["removed"], "model": ["removed"], "probe": ["short"]},
                  "static_configs": [{"targets": [fleet["eu"].address]}]},
             ]
-            main = await asyncio.to_thread(start_prometheus, tmp, "main", jobs, rules,
-                                           manager_url)
+            main: Prometheus = await asyncio.to_thread(start_prometheus, tmp, "main", jobs,
+                                                       rules, managers)
             running.append(main)
             absent = await asyncio.to_thread(
                 start_prometheus, tmp, "absent",
                 [{"job_name": "llm-probe-other",
-                  "static_configs": [{"targets": [fleet["eu"].address]}]}], rules, manager_url)
+                  "static_configs": [{"targets": [fleet["eu"].address]}]}], rules, managers)
             running.append(absent)
             start = time.time()
             say(f"stack up after {start - began:.0f} s; scenarios run for {END:.0f} s ...")
             acts = [s.act(fleet, start) for s in SCENARIOS if s.act is not None]
             await asyncio.gather(*acts, asyncio.sleep(END))
-            rows = await asyncio.to_thread(judge, fleet, list(receiver.notifications))
+            view = View(fleet, [], list(shipped.posts), main, start)
+            rows = await asyncio.to_thread(judge, fleet, list(receiver.notifications), view)
     finally:
         await receiver.stop()
+        await shipped.stop()
     alerts = sorted({e.alert for s in SCENARIOS for e in s.expect}
                     | {n.name for n in receiver.notifications},
                     key=lambda a: list(SHORT).index(a) if a in SHORT else len(SHORT))

@@ -17,14 +17,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tests.alerts.fleet import Config, Exporter
-from tests.alerts.stack import Notification
+from tests.alerts.stack import Notification, Post, Prometheus
 
 # Seconds after the start: the drift faults need a minute of history to compare with; every other
 # action happens earlier, before any drift baseline exists, so the CPU they cost (a restart, a
 # dozen reloads) cannot move the TTFT that the drift alerts compare.
 WARMUP = 70.0
 EARLY = 30.0
-END = 140.0  # seconds after the start when the last alert must have arrived
+END = 165.0  # seconds after the start when the last alert must have arrived (episodes.py)
 
 Fleet = dict[str, Exporter]
 Truth = Callable[[Notification, Fleet], str | None]  # None: the description is true
@@ -37,6 +37,21 @@ class Expect:
     alert: str
     labels: dict[str, str]
     truth: Truth | None = None
+    count: int | None = None  # exactly this many notifications (None: at least one)
+
+
+@dataclass
+class View:
+    """What a scenario's check reads after the run."""
+
+    fleet: Fleet
+    pages: list[Notification]  # the scenario's alerts, one notification each (no grouping)
+    posts: list[Post]  # every notification of the shipped routing (deploy/docker-compose)
+    prometheus: Prometheus
+    start: float  # unix time the scenarios started
+
+
+Check = Callable[[View], list[str]]  # the problems found (none: it holds)
 
 
 @dataclass
@@ -49,6 +64,8 @@ class Scenario:
     targets: set[str] = field(default_factory=set)  # alerts with these `target` labels
     exporters: set[str] = field(default_factory=set)  # ... or this exporter's `instance`
     act: Callable[[Fleet, float], Awaitable[None]] | None = None  # (fleet, start time)
+    check: Check | None = None  # more than the pages: timing, grouping (after the run)
+    note: str = ""  # what the scenario measured (shown under the table)
 
     @property
     def quiet(self) -> bool:
@@ -62,13 +79,15 @@ SETUP: list[Callable[[Fleet], None]] = []
 
 def scenario(name: str, description: str, expect: list[Expect], *, targets: set[str] = frozenset(),
              exporters: set[str] = frozenset()) -> Callable[[Callable[..., Any]], Any]:
-    """Register a scenario: the decorated function sets the fleet up and may return an action."""
+    """Register a scenario: the decorated function sets the fleet up and may return an action,
+    or an action and a check."""
     def register(setup: Callable[[Fleet], Any]) -> Callable[[Fleet], Any]:
         entry = Scenario(name, description, expect, set(targets) or {name}, set(exporters))
         SCENARIOS.append(entry)
 
         def run_setup(fleet: Fleet) -> None:
-            entry.act = setup(fleet)
+            plan = setup(fleet)  # an act, or (act, check)
+            entry.act, entry.check = plan if isinstance(plan, tuple) else (plan, None)
         SETUP.append(run_setup)
         return setup
     return register
@@ -151,9 +170,43 @@ def both(*checks: Truth) -> Truth:
     return check
 
 
+# "... budget 100x as fast as its objective allows over the last 5s (16.7x over the last 30s)
+# ...: at this rate it spends 13.89% of its 30-day error budget per hour, all of it in 7h 12m 0s."
+BURN = re.compile(r"budget (\S+)x as fast as its objective allows over the last \w+ "
+                  r"\((\S+)x over the last \w+\).*: at this rate it spends ([\d.]+)% of its "
+                  r"30-day error budget per hour, all of it in (.+)\.$")
+LEAST_FACTOR = 6  # the smallest factor of SHORT_CONFIG's pairs (tests/alerts/stack.py)
+
+
+def _seconds(duration: str) -> float:
+    """humanizeDuration's text ('1d 7h 12m 0s', '25.92s') in seconds."""
+    units = {"d": 86400, "h": 3600, "m": 60, "s": 1}
+    return sum(float(n) * units[u] for n, u in re.findall(r"([\d.]+)([dhms])", duration))
+
+
+def burn_truth(most: float) -> Truth:
+    """The description states an observed burn rate, not a threshold: above the pair's factor,
+    at most `most` (every probe failing against the series' objective), and the cost per hour
+    and the time to spend a whole budget follow from it (720 hours in 30 days)."""
+    def check(n: Notification, fleet: Fleet) -> str | None:
+        found = BURN.search(n.annotations.get("description", ""))
+        if not found:
+            return "description states no burn rate"
+        burn, per_hour, lasts = float(found[1]), float(found[3]) / 100, _seconds(found[4])
+        if not LEAST_FACTOR < burn <= most * 1.001:
+            return f"burn {burn}x is not in ({LEAST_FACTOR}, {most}]"
+        if abs(per_hour - burn / 720) > burn / 720 * 0.001 + 5e-5:
+            return f"{per_hour:.4%} per hour is not {burn}x / 720 hours"
+        # The burn is printed with 4 significant digits, the duration from the exact value.
+        if abs(lasts - 2592000 / burn) > 2592000 / burn * 0.001 + 1:
+            return f"the budget lasts {lasts} s, not 30 days / {burn}"
+        return _series_named(n)
+    return check
+
+
 def burns(target: str, exporter: str = "eu") -> list[Expect]:
-    """Both availability burn-rate alerts of a failing series."""
-    truth = both(percent_above(0.06), latest_is(exporter, *FAILED))
+    """Both availability burn-rate alerts of a failing series (objective 99 %: at most 100x)."""
+    truth = both(burn_truth(100), latest_is(exporter, *FAILED))
     return [Expect("LLMProbeAvailabilityBudgetBurn", {"target": target, "severity": s}, truth)
             for s in ("critical", "warning")]
 
@@ -274,7 +327,8 @@ def _slow_truth(n: Notification, fleet: Fleet) -> str | None:
 
 
 @scenario("latency", "TTFT 600 ms against a 300 ms objective",
-          [Expect("LLMProbeLatencyBudgetBurn", {"objective": "ttft", "severity": s}, _slow_truth)
+          [Expect("LLMProbeLatencyBudgetBurn", {"objective": "ttft", "severity": s},
+                  both(_slow_truth, burn_truth(20)))  # 95 % within: at most 20x
            for s in ("critical", "warning")]
           + [Expect("LLMProbeLatencyHigh", {"objective": "ttft", "severity": "warning"},
                     both(_slow_truth, lambda n, f: None if (_number(
@@ -307,18 +361,30 @@ def _auth(fleet: Fleet) -> None:
     fleet["eu"].add_target("auth-failing", {"rejected": {}}, headers={"x-sim-fault": "401"})
 
 
-def _served_truth(n: Notification, fleet: Fleet) -> str | None:
-    last = fleet["eu"].latest(n.labels["target"])
-    served = last and last.get("served_model")
-    if served != "served-2024-06" or n.labels.get("served_model") != served:
-        return f"label {n.labels.get('served_model')}, last answer from {served}"
-    return _series_named(n)
+SERVED = re.compile(r"changed (once|\d+ times) within the last \w+; its last answer came from "
+                    r"(\S+) \(system_fingerprint \"(\S*)\"\)")
+
+
+def served_truth(*models: str) -> Truth:
+    """The description counts changes the exporter counted and names a model it reported."""
+    def check(n: Notification, fleet: Fleet) -> str | None:
+        found = SERVED.search(n.annotations.get("description", ""))
+        if not found:
+            return "description names no change count and served model"
+        said = 1 if found[1] == "once" else int(found[1].split()[0])
+        counted = fleet["eu"].metric("llm_probe_served_model_changes_total",
+                                     target=n.labels["target"])
+        if not 1 <= said <= counted:
+            return f"description counts {said} changes, the exporter {counted:g}"
+        if found[2] not in models:
+            return f"last answer from {found[2]}, not one of {models}"
+        return _series_named(n)
+    return check
 
 
 @scenario("served-model-changed", "the simulator answers the alias with a new snapshot",
-          [Expect("LLMProbeServedModelChanged", {"severity": "warning",
-                                                 "served_model": "served-2024-06",
-                                                 "system_fingerprint": "fp_b"}, _served_truth)])
+          [Expect("LLMProbeServedModelChanged", {"severity": "warning"},
+                  served_truth("served-2024-06"), count=1)])
 def _served(fleet: Fleet) -> Any:
     fleet["eu"].add_target("served-model-changed", {"served-alias": {
         "served_model": "served-2024-01", "fingerprint": "fp_a"}})
@@ -406,7 +472,8 @@ def _global_truth(n: Notification, fleet: Fleet) -> str | None:
           [Expect("LLMProbeGlobalFailure", {"severity": "critical"}, _global_truth)]
           + burns("global-failure") + [
               Expect("LLMProbeAvailabilityBudgetBurn", {"location": "us-east", "severity": s},
-                     latest_is("us", *FAILED)) for s in ("critical", "warning")])
+                     both(burn_truth(100), latest_is("us", *FAILED)))
+              for s in ("critical", "warning")])
 def _global(fleet: Fleet) -> None:
     fleet["eu"].add_target("global-failure", {"everywhere": {"error_rate": 1.0}})
     fleet["us"].add_target("global-failure", {"everywhere": {"error_rate": 1.0}})
@@ -520,4 +587,4 @@ def _location_down(fleet: Fleet) -> Any:
 # Every exporter process and its location (global.labels.location).
 EXPORTERS = {"eu": "eu-west", "quiet": "eu-west", "us": "us-east", "ap": "ap-south",
              "down": "eu-west", "reload": "eu-west", "lag": "eu-west", "budget": "eu-west",
-             "restart": "eu-west"}
+             "restart": "eu-west", "outage": "eu-west"}

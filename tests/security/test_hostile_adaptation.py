@@ -12,6 +12,7 @@ import pytest
 
 from exporter.config import parse_config
 from exporter.errors import Cause, Result
+from exporter.probe.assembly import USAGE_SLACK
 from exporter.probe.prober import Prober
 from exporter.protocols.reasoning import ceiling
 from tests.conftest import Script, ok_stream
@@ -94,7 +95,9 @@ async def test_a_thinking_shape_switch_never_passes_the_ceiling(scripted_server,
     async with Prober() as prober:
         result = await prober.probe(series)
     assert result.result is Result.HTTP_4XX and result.cause is Cause.PARAMETER_REFUSED
-    assert "ceiling of 100" in result.reason and "budget_tokens" in result.reason
+    assert "ceiling of 100" in result.reason
+    assert "it takes a thinking budget, not a named effort: set reasoning.budget_tokens" \
+        in result.reason
     assert [limit_sent(r) for r in server.requests] == [100]  # never 16,484
 
 
@@ -130,3 +133,26 @@ async def test_an_echo_of_the_request_drops_nothing(scripted_server, body) -> No
     assert first.result is Result.HTTP_4XX and not adapted
     assert [("stream_options" in r["json"]) for r in server.requests] == [True, True]
     assert second.result is Result.SUCCESS and second.token_source.value == "usage"
+
+
+@pytest.mark.parametrize("usage", [
+    {"prompt_tokens": 5, "completion_tokens": 10**15},
+    {"prompt_tokens": 10**15, "completion_tokens": 3},
+    {"prompt_tokens": 10**15, "completion_tokens": 10**15, "prompt_tokens_details": {
+        "cached_tokens": 10**15}},
+])
+async def test_a_server_cannot_inflate_what_a_probe_costs(scripted_server, usage) -> None:
+    # Claimed usage prices the probe (and spends the daily budget): 10^15 tokens at these
+    # prices would be a billion dollars a probe, and stop every probe for the day.
+    server = await scripted_server(ok_stream(["Hi", " there"], usage=usage))
+    cfg = parse_config({
+        "probes": {"p": {"prompt": "Say hi.", "max_tokens": 64}},
+        "targets": [{"name": "t", "base_url": server.url, "models": ["m"],
+                     "prices": {"m": {"input": 1.0, "output": 2.0, "cached_input": 0.5}}}]},
+        env={})
+    async with Prober() as prober:
+        result = await prober.probe(cfg.series[0])
+    assert result.result is Result.SUCCESS
+    assert result.cost is not None and result.cost < 0.2  # at most the slack's worth
+    assert (result.usage.completion or 0) <= 8 * 64 + USAGE_SLACK
+    assert (result.usage.prompt or 0) <= USAGE_SLACK

@@ -101,3 +101,23 @@ def test_every_string_of_a_document_is_redacted_keys_included(redact) -> None:
 def test_text_without_secrets_known_is_returned_as_is() -> None:
     text = "nothing to see " * 100
     assert Redactor()(text) is text
+
+
+@pytest.mark.parametrize("spaces", [0, 1, 50, 400, 1500, 2500, 2600, 2700, 3000])
+@pytest.mark.parametrize("limit", [40, 300])
+def test_words_reads_only_the_start_and_leaks_no_piece_at_its_end(redact, spaces,
+                                                                  limit) -> None:
+    # A body of whitespace and a key: wherever reading stops, no piece of the key is shown.
+    for text in (" " * spaces + KEY + " tail", "x " * spaces + KEY * 3, " \n" * spaces + KEY):
+        out = redact.words(text, limit)
+        assert not leaks(out, [KEY]) and len(out) <= limit, (spaces, out)
+        assert KEY[:4] not in out or out.endswith(REDACTED) or REDACTED in out
+
+
+@pytest.mark.parametrize("piece", range(1, FRAGMENT))
+def test_words_drops_a_key_cut_short_where_reading_stops(redact, piece) -> None:
+    limit = 40
+    need = limit + len(KEY) + 64  # the clip's reach (KEY's escaped forms are KEY itself)
+    text = " " * (4 * need - piece) + KEY
+    assert text[:4 * need].endswith(KEY[:piece])  # reading stops `piece` characters in
+    assert redact.words(text, limit) == ""

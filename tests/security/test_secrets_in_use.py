@@ -25,8 +25,8 @@ from exporter.errors import Result
 from exporter.log import REDACTED, REDACTOR, Redactor
 from exporter.probe.prober import Prober
 from exporter.record import Record
+from exporter.serve.pages import render_status_page, results_document
 from exporter.serve.results import ResultStore
-from exporter.serve.server import _results_document, render_status_page
 from tests.security import hostile
 from tests.security.conftest import canary, hostile_leaks
 
@@ -107,7 +107,7 @@ async def test_keys_in_use_stay_redacted_after_many_reloads(upstream, aws_static
     snapshot = store.snapshot()
     info = {"version": "test"}
     outputs = {"/": render_status_page(snapshot, info, time.time()),
-               "/api/v1/results": _results_document(snapshot, info).decode(),
+               "/api/v1/results": results_document(snapshot, info).decode(),
                "records": orjson.dumps([Record(r).to_json() for r in results]).decode()}
     in_use = [aws_static, rotated]
     found = {name: hostile_leaks(text, in_use) for name, text in outputs.items()}

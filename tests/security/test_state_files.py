@@ -17,9 +17,9 @@ from exporter.config import BudgetConfig, load_config
 from exporter.exposition.metrics import ExporterMetrics
 from exporter.probe.prober import Prober
 from exporter.serve.budget import Budget
+from exporter.serve.pages import render_status_page
 from exporter.serve.results import ResultStore
 from exporter.serve.scheduler import Scheduler
-from exporter.serve.server import render_status_page
 from exporter.state import StateRefused, default_state_dir, private_dir, read_state, write_state
 from tests.conftest import make_config, ok_stream
 

@@ -1,0 +1,147 @@
+"""The pages about the series' last results: the status page (`/`) and `/api/v1/results`,
+rendered in a worker thread from an immutable snapshot of the store; every value redacted before
+it is escaped or serialised, the finished document once more."""
+
+from __future__ import annotations
+
+import html
+from typing import Any
+
+import orjson
+
+from exporter.log import REDACTOR
+from exporter.record import SCHEMA_VERSION, Record, RecordJSON
+from exporter.result import ProbeResult
+from exporter.serve.discovery import discovery_html
+from exporter.serve.results import Snapshot
+
+LOOP_LAG_WARNING = 0.01  # seconds of event-loop lag that make the status page warn
+
+
+def results_document(snapshot: Snapshot, state_info: dict[str, Any]) -> bytes:
+    """/api/v1/results: every series' last result and the recent failures, as records (without
+    their inter-chunk gaps, which `chunks` counts)."""
+    series = []
+    for (target, model, probe), result in snapshot.latest.items():
+        entry: dict[str, str | RecordJSON | None] = {
+            "target": REDACTOR(target), "model": REDACTOR(model), "probe": REDACTOR(probe),
+            "last": None}
+        if result is not None:
+            entry["last"] = Record(result).to_json(gaps=False)
+        series.append(entry)
+    doc = {"schema_version": SCHEMA_VERSION, **REDACTOR.tree(state_info), "series": series,
+           "recent_failures": [Record(r).to_json(gaps=False) for r in snapshot.failures]}
+    # Values were redacted before serialising; the text once more, as a second net.
+    return REDACTOR.net(orjson.dumps(doc).decode()).encode()
+
+
+def _ms(seconds: float | None) -> str:
+    return "–" if seconds is None else f"{seconds * 1000:.0f} ms"
+
+
+def _ago(now: float, then: float) -> str:
+    delta = max(0.0, now - then)
+    if delta < 120:
+        return f"{delta:.0f}s ago"
+    if delta < 7200:
+        return f"{delta / 60:.0f}m ago"
+    return f"{delta / 3600:.1f}h ago"
+
+
+_STYLE = """
+body{font-family:system-ui,sans-serif;margin:1.5rem;color:#1f2328}
+h1{font-size:1.3rem}h2{font-size:1.05rem;margin-top:1.6rem}
+table{border-collapse:collapse;font-size:.85rem;width:100%}
+th,td{padding:.25rem .45rem;border-bottom:1px solid #d0d7de;text-align:left;vertical-align:top}
+th{font-size:.8rem}td{overflow-wrap:break-word}td.series{min-width:10rem;max-width:22rem}
+td.num,td.ok,td.bad,td.none,td.at{white-space:nowrap}
+td.num{text-align:right;font-variant-numeric:tabular-nums}
+.ok{color:#1a7f37;font-weight:600}.bad{color:#cf222e;font-weight:600}.none{color:#656d76}
+.warn{background:#fff8c5;border:1px solid #d4a72c;padding:.5rem .8rem;margin:.5rem 0}
+.reason{min-width:12rem;max-width:40rem}.fp{color:#656d76;font-size:.75rem}
+"""
+
+
+def _reason(result: ProbeResult) -> str:
+    """The reason of a result, and the request parameters adapted for its model."""
+    if not result.adapted:
+        return result.reason
+    adapted = f"adapted: {', '.join(result.adapted)} (see /config)"
+    return f"{result.reason}; {adapted}" if result.reason else adapted
+
+
+def render_status_page(snapshot: Snapshot, info: dict[str, Any], now: float) -> str:
+    """The status page HTML: every series' last result and recent failures."""
+    redact = REDACTOR
+
+    def esc(text: str) -> str:
+        # Redacted before escaping: html.escape can change a secret's bytes past recognition.
+        return html.escape(redact(text))
+
+    rows = []
+    unpriced = {tuple(key) for key in info.get("unpriced", ())}
+    for (target, model, probe), r in snapshot.latest.items():
+        served, fingerprint = snapshot.served.get((target, model, probe), ("", ""))
+        # One cell, a line each: the page stays readable at 1,280 px with long names.
+        by = (f'<br><span class="fp" title="what the server says answered (model, '
+              f'system_fingerprint)">served by {esc(served)} {esc(fingerprint)}</span>'
+              if served or fingerprint else "")
+        names = (f'<tr><td class="series"><b>{esc(target)}</b><br>{esc(model)}<br>'
+                 f'<span class="fp">{esc(probe)}</span>{by}</td>')
+        if r is None:
+            rows.append(names + '<td class="none">pending</td>' + "<td></td>" * 10 + "</tr>")
+            continue
+        t = r.timings
+        css = "ok" if r.success else "bad"
+        tokens = f"{r.usage.prompt or 0}/{r.output_tokens}" + (
+            " (est.)" if r.token_source.value == "estimate" else "")
+        efficiency = "–" if r.token_efficiency is None else f"{r.token_efficiency:.0%}"
+        cost = f"{r.cost:.6f}<br>{esc(r.currency or '')}" if r.cost is not None else (
+            "unknown price" if (target, model, probe) in unpriced else "–")
+        tps = "–" if t.tps is None else f"{t.tps:.1f}"
+        rows.append(
+            f'{names}<td class="{css}">{esc(r.result.value)}</td>'
+            f'<td class="at">{_ago(now, r.finished_at)}</td>'
+            f'<td class="num">{_ms(t.ttft)}</td><td class="num">{_ms(t.time_to_first_answer)}</td>'
+            f'<td class="num">{_ms(t.tpot)}</td><td class="num">{tps}</td>'
+            f'<td class="num">{_ms(t.duration)}</td><td class="num">{tokens}</td>'
+            f'<td class="num">{efficiency}</td>'
+            f'<td class="num">{cost}</td><td class="reason">{esc(_reason(r))}</td></tr>')
+    failures = "".join(
+        f'<tr><td class="at">{_ago(now, r.finished_at)}</td><td>{esc(r.target)}</td>'
+        f"<td>{esc(r.model)}</td>"
+        f'<td>{esc(r.probe)}</td><td class="bad">{esc(r.result.value)}</td>'
+        f'<td class="reason">{esc(r.reason)}</td></tr>'
+        for r in snapshot.failures)
+    warning = ""
+    if info.get("config_reload_error"):
+        warning = ('<div class="warn">The last config reload failed; the previous config is '
+                   f"still running:<pre>{esc(info['config_reload_error'])}</pre></div>")
+    if info.get("budget_problem"):
+        warning += ('<div class="warn">Probes are stopped: the spend record of global.budget '
+                    f"cannot be used ({esc(info['budget_problem'])}). Fix or remove it, then "
+                    "reload.</div>")
+    lag = info.get("event_loop_lag_max_seconds") or 0.0
+    if lag > LOOP_LAG_WARNING:
+        warning += ('<div class="warn">The event loop woke up to '
+                    f"{lag * 1000:.0f} ms late in the last minute: timings taken then may be "
+                    "late by as much (CPU starved, or too many series for this host).</div>")
+    page = f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>llm-probe-exporter</title>
+<meta http-equiv="refresh" content="10"><style>{_STYLE}</style></head><body>
+<h1>llm-probe-exporter {esc(str(info.get('version')))}</h1>
+<p><a href="/metrics">/metrics</a> · <a href="/api/v1/results">/api/v1/results</a> ·
+<a href="/config">/config</a> · {len(snapshot.latest)} series ·
+{info.get('in_flight', 0)} in flight</p>
+{warning}{discovery_html(info.get("discovery", []), esc)}
+<h2>Series</h2>
+<table id="series"><thead><tr><th>target / model / probe</th><th>result</th>
+<th>last run</th><th>TTFT</th><th>first answer</th><th>TPOT</th><th>tokens/s</th><th>E2E</th>
+<th>tokens in/out</th><th>efficiency</th><th>cost</th><th>reason</th></tr></thead>
+<tbody>{''.join(rows)}</tbody></table>
+<h2>Recent failures</h2>
+<table id="failures"><thead><tr><th>when</th><th>target</th><th>model</th><th>probe</th>
+<th>result</th><th>reason</th></tr></thead><tbody>{failures or
+'<tr><td colspan="6" class="none">none</td></tr>'}</tbody></table>
+</body></html>"""
+    return REDACTOR.net(page)  # the whole page once more, as a second net
