@@ -8,7 +8,9 @@ from __future__ import annotations
 import json
 import signal
 from pathlib import Path
+from typing import Any
 
+import aiohttp
 import pytest
 import yaml
 
@@ -108,17 +110,28 @@ async def test_answer_shift_moves_that_share_of_answers_to_other_words() -> None
                                         "models": ["plain", "half", "all"]}]}, env={})
     original, shifted = set(VOCABULARY), set(SHIFTED_VOCABULARY)
     assert not original & shifted
-    shares = {}
+
+    async def share(prober: Prober, series: Any, count: int) -> float:
+        kinds = []
+        for _ in range(count):
+            result = await prober.probe(series)
+            words = {" " + w for w in result.answer.split()}
+            assert words <= original or words <= shifted, result.answer  # never mixed
+            kinds.append(words <= shifted)
+        return sum(kinds) / len(kinds)
+
     try:
-        async with Prober() as prober:
-            for series in config.series:
-                kinds = []
-                for _ in range(200):
-                    result = await prober.probe(series)
-                    words = {" " + w for w in result.answer.split()}
-                    assert words <= original or words <= shifted, result.answer  # never mixed
-                    kinds.append(words <= shifted)
-                shares[series.model] = sum(kinds) / len(kinds)
+        async with Prober() as prober, aiohttp.ClientSession() as http:
+            shares = {s.model: await share(prober, s, 200) for s in config.series}
+            # At run time, through the simulator's fault endpoint (any profile field).
+            plain = config.series[0]
+            async with http.patch(f"{sim.origin}/-/simulator/models/plain",
+                                  json={"answer_shift": 1.0}) as response:
+                assert response.status == 200
+            assert await share(prober, plain, 20) == 1
+            async with http.delete(f"{sim.origin}/-/simulator/models/plain") as response:
+                assert response.status == 200
+            assert await share(prober, plain, 20) == 0
     finally:
         await sim.close()
     assert shares["plain"] == 0 and shares["all"] == 1
