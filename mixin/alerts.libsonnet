@@ -272,6 +272,20 @@ local p = import 'lib/promql.libsonnet';
             + std.join(' ', ['$labels.' + l for l in key]) + ' }}'
             + 'The model the server reports for %s changed %s within the last %s' % [series, changes, sm.window]
             + '{{ with printf `' + info + '` $sel | query }}{{ with first . }}; its last answer came from {{ .Labels.served_model }} (system_fingerprint "{{ .Labels.system_fingerprint }}"){{ end }}{{ end }}.'),
+      // The exporter counts the run of different test windows itself: a window takes a
+      // series' `samples` × its interval (hours, differing per series), so no range could.
+      local ic = cfg.identityChanged;
+      local pvalue = 'llm_probe_identity_pvalue{' + std.strReplace(m(), '%', '%%') + ', %s}';
+      alert('LLMProbeIdentityChanged',
+            'max by (%s) (llm_probe_identity_consecutive_different{%s}) >= %s'
+            % [p.list(key), m(), p.num(ic.windows)],
+            ic['for'], ic.severity,
+            'The answers of %s no longer match its reference sample.' % series,
+            '{{ $sel := printf `' + std.join(', ', [l + '=%q' for l in key]) + '` '
+            + std.join(' ', ['$labels.' + l for l in key]) + ' }}'
+            + 'The last {{ $value }} test windows of %s in a row found its sampled answers different from its reference sample' % series
+            + '{{ with printf `' + pvalue + '` $sel | query }}{{ with first . }} (latest p-value {{ .Value | printf "%.4f" }}){{ end }}{{ end }}'
+            + ': the distribution of its answers changed since the reference was recorded. This does not say why (another or quantised model, a changed prompt template or sampler, a fallback).'),
       local stalls(w) = '(\n  %s\n)\n/\n(\n  %s\n)\n> %s' % [
         p.indent(stalledGaps(w), 2), p.indent(p.count('llm_probe_ttft_seconds', m(), key, w), 2), p.num(sf.ratio),
       ];

@@ -72,6 +72,10 @@
     // LLMProbeServedModelChanged: llm_probe_served_model_changes_total rose within `window`:
     // one alert per series and change episode (never a label per served model or fingerprint).
     servedModelChanged: { window: '1h', 'for': '0m' },
+    // LLMProbeIdentityChanged: the last `windows` test windows of an identity probe in a row were
+    // found different from its reference sample (llm_probe_identity_consecutive_different; by
+    // chance about alpha^windows of the windows: benchmarks/README.md#identity-test-calibration).
+    identityChanged: { windows: 2, 'for': '0m', severity: 'critical' },
     // LLMProbeStreamStalls: pauses longer than `gapSeconds` between two token-bearing chunks,
     // per successful streamed probe, above `ratio` over `window`. `gapSeconds` must be an edge
     // of llm_probe_inter_chunk_seconds (default edges end at 1; `global.buckets.inter_chunk`).

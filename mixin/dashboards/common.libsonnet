@@ -67,6 +67,7 @@ local g = import '../lib/grafana.libsonnet';
       tokens: 'Tokens are disjoint: input (prompt not served from a cache), cached_input, output (answer and tool calls) and reasoning; their sum is the billed total.',
       objectives: "Each series' objectives come from the exporter's slo: config (llm_probe_objective_seconds, llm_probe_objective_ratio): a reasoning model and a chat model can have different ones. A series without an objective shows nothing here and raises no SLO alert.",
       accuracy: 'Accuracy = passed answer checks / all answer checks (llm_probe_checks_total, series whose probe has expect: or a golden set).',
+      identity: 'Identity probes (kind: identity) sample short answers to fixed prompts and test each window of them against a reference sample (MMD² over words, permutation p-value): a small p-value means the answers no longer look like the reference distribution. By chance a window is found different at the probe\'s alpha; LLMProbeIdentityChanged waits for two in a row. It says that the distribution changed, not why.',
       server: "The server's own timings where it reports them: llm_probe_server_duration_seconds (Ollama, llama.cpp: prefill; Bedrock latencyMs: total), vLLM's vllm:time_to_first_token_seconds and LiteLLM's litellm_llm_api_time_to_first_token_metric when the same Prometheus scrapes them (matched by model name). Ours − theirs = queueing + network. A server that reports nothing shows no data.",
     },
   },
