@@ -2,11 +2,13 @@
 
 Every generated token is one short English word with a leading space (`" the"`, `" model"`),
 one token in cl100k_base and in the exporter's heuristic, so a client-side estimate of the
-simulator's output is exact.
+simulator's output is exact. Words come with Zipf weights, as a language model's do.
 """
 
 from __future__ import annotations
 
+import functools
+import itertools
 import random
 import re
 
@@ -51,8 +53,18 @@ def estimate_tokens(text: str) -> int:
     return len(_TOKEN.findall(text))
 
 
+@functools.cache
+def _zipf(size: int) -> tuple[float, ...]:
+    """Cumulative Zipf weights: the k-th word 1/k as likely as the first."""
+    return tuple(itertools.accumulate(1 / rank for rank in range(1, size + 1)))
+
+
 def generate_tokens(rng: random.Random, count: int,
                     vocabulary: tuple[str, ...] = VOCABULARY) -> list[str]:
-    """`count` tokens drawn from `vocabulary`, one word (with its leading space) each."""
-    return rng.choices(vocabulary, k=count) if count > 0 else []
+    """`count` tokens drawn from `vocabulary`, one word (with its leading space) each, with
+    Zipf weights as a language model's words come: a few common, many rare, so two answers of
+    one model share words position by position (what identity probes compare)."""
+    if count <= 0:
+        return []
+    return rng.choices(vocabulary, cum_weights=_zipf(len(vocabulary)), k=count)
 

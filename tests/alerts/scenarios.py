@@ -479,6 +479,40 @@ def _global(fleet: Fleet) -> None:
     fleet["us"].add_target("global-failure", {"everywhere": {"error_rate": 1.0}})
 
 
+# An exporter of its own: its only probe is an identity probe (a reference of 20 answers, windows
+# of 10 at one probe a second; alpha 0.001, so the twin left alone is found different in one
+# window in a thousand).
+IDENTITY_PROBE = {"kind": "identity", "prompts": ["one", "two"], "baseline": 20, "samples": 10,
+                  "alpha": 0.001}
+
+
+def _identity_setup(fleet: Fleet) -> None:
+    identity = fleet["identity"]
+    if "same" not in identity.config["probes"]:
+        identity.config["probes"] = {"same": dict(IDENTITY_PROBE)}
+
+
+def _identity_truth(n: Notification, fleet: Fleet) -> str | None:
+    run = fleet["identity"].metric("llm_probe_identity_consecutive_different",
+                                   target="identity-changed")
+    windows = _number(n.annotations.get("description", ""), r"The last (\d+) test windows")
+    if run < 2 or windows is None or windows < 2:
+        return f"{run:g} different windows in a row; the description says {windows}"
+    return _series_named(n)
+
+
+@scenario("identity-changed", "the model answers from other words from 30 s on (answer_shift 1)",
+          [Expect("LLMProbeIdentityChanged", {"severity": "critical"}, _identity_truth)])
+def _identity_changed(fleet: Fleet) -> Any:
+    _identity_setup(fleet)
+    fleet["identity"].add_target("identity-changed", {"swapped": {}})
+
+    async def act(fleet: Fleet, start: float) -> None:
+        await at(start, EARLY)
+        await fleet["identity"].change(model("swapped", answer_shift=1.0))
+    return act
+
+
 # -- quiet scenarios --------------------------------------------------------------------------
 
 @scenario("healthy-fleet", "two models answer well (and the main Prometheus is not absent)", [],
@@ -499,6 +533,12 @@ def _restart(fleet: Fleet) -> Any:
         await asyncio.to_thread(fleet["restart"].start)
         fleet["restart"].note = f"down {time.monotonic() - stopped:.1f} s"
     return act
+
+
+@scenario("identity-unchanged", "the twin of identity-changed, its answers left alone", [])
+def _identity_unchanged(fleet: Fleet) -> None:
+    _identity_setup(fleet)
+    fleet["identity"].add_target("identity-unchanged", {"kept": {}})
 
 
 @scenario("reloads", "reloads add a series, then remove it", [])
@@ -587,4 +627,4 @@ def _location_down(fleet: Fleet) -> Any:
 # Every exporter process and its location (global.labels.location).
 EXPORTERS = {"eu": "eu-west", "quiet": "eu-west", "us": "us-east", "ap": "ap-south",
              "down": "eu-west", "reload": "eu-west", "lag": "eu-west", "budget": "eu-west",
-             "restart": "eu-west", "outage": "eu-west"}
+             "restart": "eu-west", "outage": "eu-west", "identity": "eu-west"}
