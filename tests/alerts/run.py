@@ -36,6 +36,7 @@ SHORT = {
     "LLMProbeAvailabilityBudgetBurn": "Avail", "LLMProbeLatencyBudgetBurn": "LatBurn",
     "LLMProbeLatencyHigh": "LatHigh", "LLMProbeRateLimited": "429",
     "LLMProbeAuthFailing": "Auth", "LLMProbeServedModelChanged": "Model",
+    "LLMProbeIdentityChanged": "Identity",
     "LLMProbeStreamStalls": "Stall", "LLMProbeLocationFailing": "Loc",
     "LLMProbeGlobalFailure": "Global", "LLMProbeCostOverBudget": "Cost",
     "LLMProbeAccuracyDrift": "AccDrift", "LLMProbeTTFTDrift": "TTFTDrift",
