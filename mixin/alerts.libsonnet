@@ -80,14 +80,20 @@ local p = import 'lib/promql.libsonnet';
             'llm-probe-exporter %s starts probes late.' % instance,
             'p99 of how late %s started probes over the last %s is {{ $value | humanizeDuration }} (and above %ss over the last %s too).'
             % [instance, sl.window, p.num(sl.p99Seconds), sl.short]),
+      // An unusable spend record skips probes with reason="budget" too: that has its own page.
       alert('LLMProbeBudgetExhausted',
-            'sum by (%s) (increase(llm_probe_skipped_total{%s}[%s])) > 0'
+            'sum by (%s) (increase(llm_probe_skipped_total{%s}[%s])) > 0\nunless on (%s)\nllm_probe_budget_record_ok{%s} == 0\n'
             % [p.list([cfg.jobLabel, 'instance'] + cfg.fleetLabels), m(['reason="budget"']),
-               cfg.budgetExhausted.window],
+               cfg.budgetExhausted.window, exporterKey, m()],
             '0m', 'warning',
             'llm-probe-exporter %s skips probes: its daily budget is spent.' % instance,
             '%s skipped about {{ $value | printf "%%.0f" }} probes over the last %s because global.budget.max_cost_per_day is spent for the current UTC day.'
             % [instance, cfg.budgetExhausted.window]),
+      alert('LLMProbeBudgetRecordUnusable', 'llm_probe_budget_record_ok{%s} == 0' % m(),
+            cfg.budgetRecordUnusable['for'], 'critical',
+            'llm-probe-exporter %s stopped probing: it cannot use its spend record.' % instance,
+            "%s has skipped every probe for at least %s: the spend record of global.budget cannot be read, or its path holds a file that is not the exporter's (llm_probe_budget_record_ok is 0). No series of this instance is measured until the record is fixed or removed and the config reloaded."
+            % [instance, cfg.budgetRecordUnusable['for']]),
     ],
   },
 

@@ -66,6 +66,8 @@
     seriesStale: { intervals: 3, 'for': '5m' },
     configReloadFailed: { 'for': '5m' },
     budgetExhausted: { window: '15m' },
+    // A state, not an event: probing has stopped until someone fixes the file and reloads.
+    budgetRecordUnusable: { 'for': '2m' },
     // LLMProbeAuthFailing: the last `probes` probes in a row were answered 401/403
     // (llm_probe_consecutive_results{result="auth"}); one rejected probe that recovers is quiet.
     authFailing: { probes: 2, 'for': '0m' },

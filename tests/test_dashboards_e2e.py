@@ -60,12 +60,18 @@ def test_dashboard_query_returns_data(
     )
 
 
-def test_failing_model_alerts_and_good_model_does_not(
+def test_a_failing_model_burns_its_budget_and_a_good_model_does_not(
     prometheus_with_daemon: Any, deadline: float
 ) -> None:
-    alert = 'ALERTS{alertname="LLMProbeAvailabilityBudgetBurn", model="%s"}'
-    bad = _poll(prometheus_with_daemon, alert % "sim-bad", deadline)
-    assert bad, "LLMProbeAvailabilityBudgetBurn never became pending for sim-bad"
-    assert {r["metric"]["alertstate"] for r in bad} <= {"pending", "firing"}
-    assert not prometheus_with_daemon.query(alert % "sim-good")
-    assert not prometheus_with_daemon.query('ALERTS{model="sim-good", severity="critical"}')
+    # The shipped rules on a fresh series: the page's short window (5m) burns within seconds;
+    # its long window (1h) counts the probes it holds at the series' interval, so a series this
+    # young cannot page yet (at 1 s, after ~4.3 minutes: deploy/prometheus/tests, and the alert
+    # scenarios prove the page itself).
+    burn = "target_model_probe:llm_probe_availability_budget_burn:rate%s{model=%r}"
+    bad = _poll(prometheus_with_daemon, f"{burn % ('5m', 'sim-bad')} > 14.4", deadline)
+    assert bad, "the 5m availability burn of sim-bad never passed the page's factor"
+    hour = prometheus_with_daemon.query(burn % ("1h", "sim-bad"))
+    assert hour and 0 < float(hour[0]["value"][1]) < float(bad[0]["value"][1])
+    good = prometheus_with_daemon.query(burn % ("5m", "sim-good"))
+    assert good and all(float(r["value"][1]) == 0 for r in good)
+    assert not prometheus_with_daemon.query('ALERTS{model="sim-good"}')

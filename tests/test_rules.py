@@ -168,7 +168,8 @@ def test_burn_rates_join_each_series_objective_and_scale_by_coverage() -> None:
 def test_every_page_starts_while_its_condition_is_current() -> None:
     # A page whose condition reads a window may not wait (`for`): the window stays high after the
     # incident, and a wait would start the page after it. Pages on a state keep their `for`.
-    on_state = {"LLMProbeExporterDown", "LLMProbeExporterAbsent", "LLMProbeAuthFailing"}
+    on_state = {"LLMProbeExporterDown", "LLMProbeExporterAbsent", "LLMProbeAuthFailing",
+                "LLMProbeBudgetRecordUnusable"}
     for rule in _alert_rules():
         if rule["labels"]["severity"] == "critical" and rule["alert"] not in on_state:
             assert rule["for"] == "0m", rule["alert"]

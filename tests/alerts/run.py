@@ -33,6 +33,7 @@ SHORT = {
     "LLMProbeExporterDown": "Down", "LLMProbeExporterAbsent": "Absent",
     "LLMProbeSeriesStale": "Stale", "LLMProbeConfigReloadFailed": "Reload",
     "LLMProbeSchedulerLag": "Lag", "LLMProbeBudgetExhausted": "Budget",
+    "LLMProbeBudgetRecordUnusable": "Record",
     "LLMProbeAvailabilityBudgetBurn": "Avail", "LLMProbeLatencyBudgetBurn": "LatBurn",
     "LLMProbeLatencyHigh": "LatHigh", "LLMProbeRateLimited": "429",
     "LLMProbeAuthFailing": "Auth", "LLMProbeServedModelChanged": "Model",

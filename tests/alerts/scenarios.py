@@ -297,6 +297,26 @@ def _budget(fleet: Fleet) -> None:
                       prices={"budget-model": {"input": 1.0, "output": 1.0, "currency": "USD"}})
 
 
+@scenario("budget-record-unusable", "the spend record's path holds a text file",
+          [Expect("LLMProbeBudgetRecordUnusable", {"severity": "critical"},
+                  lambda n, f: None if f["record"].metric("llm_probe_budget_record_ok",
+                                                          currency="USD") == 0
+                  else "the exporter says its record is usable"),
+           Expect("LLMProbeSeriesStale", {"severity": "warning",
+                                          "target": "budget-record-unusable"},
+                  _series_named)],
+          exporters={"record"})
+def _record(fleet: Fleet) -> None:
+    # Not a spent budget (LLMProbeBudgetExhausted stays quiet): a file that is not a record.
+    record = fleet["record"]
+    notes = record.folder / "notes.txt"
+    notes.write_text("someone's notes, not a spend record\n")
+    record.config["global"]["budget"] = {"max_cost_per_day": 100.0, "currency": "USD",
+                                         "state_file": str(notes)}
+    record.add_target("budget-record-unusable", {"record-model": {}},
+                      prices={"record-model": {"input": 1.0, "output": 1.0, "currency": "USD"}})
+
+
 def _cost_truth(n: Notification, fleet: Fleet) -> str | None:
     spent = fleet["eu"].metric("llm_probe_cost_total", target="cost-over-budget")
     value = _number(n.annotations["description"], r"cost ([\d.]+) USD")
@@ -627,4 +647,5 @@ def _location_down(fleet: Fleet) -> Any:
 # Every exporter process and its location (global.labels.location).
 EXPORTERS = {"eu": "eu-west", "quiet": "eu-west", "us": "us-east", "ap": "ap-south",
              "down": "eu-west", "reload": "eu-west", "lag": "eu-west", "budget": "eu-west",
+             "record": "eu-west",
              "restart": "eu-west", "outage": "eu-west", "identity": "eu-west"}

@@ -28,6 +28,7 @@ SHORT_CONFIG = """{ _config+:: {
     configReloadFailed+: { 'for': '5s' },
     schedulerLag+: { window: '20s', short: '5s', 'for': '10s' },
     budgetExhausted+: { window: '30s' },
+    budgetRecordUnusable+: { 'for': '5s' },
     rateLimited+: { window: '20s', short: '5s', 'for': '10s' },
     servedModelChanged+: { window: '1m' },
     streamStalls+: { gapSeconds: 1, window: '20s', short: '5s', 'for': '10s' },
