@@ -68,6 +68,9 @@ def test_a_switched_model_is_found_different_and_its_twin_stays_the_same(tmp_pat
         pvalue = daemon.sample("llm_probe_identity_pvalue", model="sim-b")
         assert pvalue is not None and pvalue <= 0.001
         assert (daemon.sample("llm_probe_identity_pvalue", model="sim-a") or 0) > 0.001
+        # Each run is one request: the usual latency metrics come out of identity probes too.
+        assert (daemon.sample("llm_probe_ttft_seconds_count", model="sim-a") or 0) >= 24
+        assert daemon.sample("llm_probe_requests_total", model="sim-b", result="success")
         # The answers stay with the monitor and the state directory.
         results = json.loads(http_get(f"{daemon.url}/api/v1/results"))
         pages = [daemon.metrics(), http_get(f"{daemon.url}/").decode(), json.dumps(results),
