@@ -63,5 +63,8 @@ dist: setup
 	rm -rf dist
 	$(BIN)/python -m build --outdir dist .
 
+# Every test: the fast ones on every core, then the ones that start real servers, measure time
+# or build an image one at a time (they share the machine with nothing else), the slowest named.
 test: test-deps lint types
-	$(BIN)/pytest -q -p no:cacheprovider
+	$(BIN)/pytest -q -p no:cacheprovider -n auto -m "$(FAST)"
+	$(BIN)/pytest -q -p no:cacheprovider -m "not ($(FAST))" --durations=15
