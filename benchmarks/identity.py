@@ -40,6 +40,7 @@ import math
 import random
 import statistics
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -70,16 +71,16 @@ MC_ANSWERS = 4000  # answers per prompt in a TV estimate
 
 # -- the synthetic model ----------------------------------------------------------------------
 
-class Model:
+class Model(ABC):
     """A distribution over answers per prompt: sample one, or give one's probability."""
 
+    @abstractmethod
     def sample(self, rng: random.Random, prompt: int) -> tuple[int, ...]:
         """An answer (word indices) to `prompt`."""
-        raise NotImplementedError
 
+    @abstractmethod
     def log_prob(self, prompt: int, answer: tuple[int, ...]) -> float:
         """log P(answer | prompt)."""
-        raise NotImplementedError
 
 
 def _softmax(logits: Sequence[float]) -> tuple[list[float], list[float]]:
