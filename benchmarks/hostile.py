@@ -119,6 +119,26 @@ async def _daemon(config_path: str, web: str, listen: str, out: str) -> None:
     await daemon.shutdown()
 
 
+async def start_daemon_child(config: Path, web: Path, port: int, folder: Path,
+                             env: dict[str, str]) -> asyncio.subprocess.Process:
+    """The daemon child on 127.0.0.1:`port`, logging to `folder`/daemon.log, keeping the healthy
+    series' results for `folder`/daemon.json."""
+    with (folder / "daemon.log").open("wb") as log_file:
+        return await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "benchmarks.hostile", "--daemon", str(config), str(web),
+            f"127.0.0.1:{port}", str(folder / "daemon.json"), stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE, stderr=log_file, cwd=ROOT, env=env)
+
+
+async def daemon_ready(daemon: asyncio.subprocess.Process, log: Path) -> None:
+    """Wait for the daemon child's READY (its log in the error otherwise)."""
+    assert daemon.stdout is not None
+    line = (await daemon.stdout.readline()).decode()
+    if line.strip() != "READY":
+        logged = await asyncio.to_thread(log.read_text)
+        raise RuntimeError(f"daemon did not start: {line!r} {logged}")
+
+
 # -- the decoy child --------------------------------------------------------------------------
 
 async def _decoy(port: int, duration: float) -> None:
@@ -346,19 +366,11 @@ async def hostile(args: argparse.Namespace) -> None:
             folder = Path(tmp)
             config, web = write_files(folder, truth.base_url, args.bulk)
             log = folder / "daemon.log"
-            with log.open("wb") as log_file:
-                daemon = await asyncio.create_subprocess_exec(
-                    sys.executable, "-m", "benchmarks.hostile", "--daemon", str(config),
-                    str(web), f"127.0.0.1:{port}", str(folder / "daemon.json"),
-                    stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-                    stderr=log_file, cwd=ROOT, env=env)
+            daemon = await start_daemon_child(config, web, port, folder, env)
             attacker = decoy = None
             phases = Phases(log)
             try:
-                assert daemon.stdout is not None
-                line = (await daemon.stdout.readline()).decode()
-                if line.strip() != "READY":
-                    raise RuntimeError(f"daemon did not start: {line!r} {log.read_text()}")
+                await daemon_ready(daemon, log)
                 load_before = machine_line()
                 await asyncio.sleep(args.warm_up)
                 phases.mark("quiet")

@@ -29,7 +29,15 @@ import yaml
 from aiohttp import web
 
 from benchmarks.common import ROOT, machine_line, stop_process, table, truth_server
-from benchmarks.hostile import HEALTHY, Phases, phase_row, scrape_for, write_files
+from benchmarks.hostile import (
+    HEALTHY,
+    Phases,
+    daemon_ready,
+    phase_row,
+    scrape_for,
+    start_daemon_child,
+    write_files,
+)
 from tests.conftest import free_port
 from tests.security.hostile import REFUSALS
 
@@ -79,18 +87,10 @@ async def run(args: argparse.Namespace) -> None:
                     "models": [f"h{i}" for i in range(args.hostile)]}]
                 config.write_text(yaml.safe_dump(data))
                 log = folder / "daemon.log"
-                with log.open("wb") as log_file:
-                    daemon = await asyncio.create_subprocess_exec(
-                        sys.executable, "-m", "benchmarks.hostile", "--daemon", str(config),
-                        str(web_config), f"127.0.0.1:{port}", str(folder / "daemon.json"),
-                        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-                        stderr=log_file, cwd=ROOT, env=env)
+                daemon = await start_daemon_child(config, web_config, port, folder, env)
                 phases = Phases(log)
                 try:
-                    assert daemon.stdout is not None
-                    line = (await daemon.stdout.readline()).decode()
-                    if line.strip() != "READY":
-                        raise RuntimeError(f"daemon did not start: {line!r}")
+                    await daemon_ready(daemon, log)
                     load_before = machine_line()
                     await asyncio.sleep(args.warm_up)
                     phases.mark("quiet")
