@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import random
 import socket
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -17,11 +19,33 @@ from exporter.simulator import framing
 from exporter.simulator.dialects import openai_chat
 
 
+def _ephemeral_ports() -> tuple[int, int]:
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
+EPHEMERAL = _ephemeral_ports()
+
+
 def free_port() -> int:
-    """A TCP port nobody listens on right now."""
-    with socket.socket() as sock:
+    """A TCP port nobody listens on right now, outside the kernel's ephemeral range: a port
+    from that range can be taken by any outgoing connection (a scrape, a probe) between this
+    check and the server's bind — with a dozen servers started in a row, it once was."""
+    low = max(1024, EPHEMERAL[0] - 20_000)
+    for _ in range(100):
+        port = random.randrange(low, EPHEMERAL[0])
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    with socket.socket() as sock:  # a crowded range: any port the kernel gives
         sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+        return int(sock.getsockname()[1])
 
 
 def chat_chunk(content: str | None = None, *, reasoning: str | None = None,
