@@ -52,6 +52,7 @@ from exporter.config.schema import (
 )
 from exporter.config.secrets import document_secrets
 from exporter.config.shard import parse_shard
+from exporter.config.simkey import points_at, process_key
 from exporter.config.types import (
     MAX_PROBE_NAME,
     MIN_INTERVAL,
@@ -323,10 +324,17 @@ def _build(data: dict[str, Any], env: Mapping[str, str], base_dir: Path, source:
         raise ConfigError("invalid config", problems)
 
     resolved_probes = {name: probe for name, probe in probes.items() if probe is not None}
+    if simulator is not None and not simulator.api_key:
+        # Never an open simulator: another local user could drive the endpoint we measure.
+        simulator = simulator.model_copy(update={"api_key": process_key()})
     built = []
     for target, (key, key_source), path in zip(targets, keys, paths, strict=True):
         assert target is not None and path is not None  # or a problem was reported
         proxy, tls = path
+        if (simulator is not None and simulator.api_key and key is None
+                and key_source.kind is KeyKind.NONE and target.aws_sigv4 is None
+                and points_at(target.base_url, simulator.listen)):
+            key, key_source = Secret(simulator.api_key), KeySource(KeyKind.SIMULATOR)
         if target.aws_sigv4 is not None:
             key_source = KeySource(KeyKind.AWS_SIGV4, target.aws_sigv4.region + (
                 f" (profile {target.aws_sigv4.profile})" if target.aws_sigv4.profile else ""))

@@ -41,7 +41,7 @@ from exporter.serve.scheduler import Scheduler
 from exporter.serve.server import HTTPServer, ServerState, start_server
 from exporter.serve.signals import ProcessSignals
 from exporter.serve.webconfig import LiveWebConfig
-from exporter.simulator import Simulator, start_simulator
+from exporter.simulator import SimulatorThread, start_simulator_thread
 
 LOOP_LAG_PERIOD = 0.25
 SWITCH_INTERVAL = 0.0005
@@ -85,7 +85,7 @@ class Daemon:
         self.prober: Prober | None = None
         self.scheduler: Scheduler | None = None
         self.discovery: Discovery | None = None
-        self.simulator: Simulator | None = None
+        self.simulator: SimulatorThread | None = None
         self.state: ServerState | None = None
         self._runner: HTTPServer | None = None
         self._stop = asyncio.Event()
@@ -153,8 +153,9 @@ class Daemon:
         self.log.info("listening", address=self.listen)
         if config.simulator is not None:
             try:
-                self.simulator = await start_simulator(config.simulator,
-                                                       api_key=config.simulator.api_key)
+                # Its own thread and loop: no client of the simulator can delay a probe's stamps.
+                self.simulator = await start_simulator_thread(config.simulator,
+                                                              api_key=config.simulator.api_key)
             except OSError as exc:
                 raise _cannot_listen("simulator.listen", config.simulator.listen, exc) from None
             self.log.info("simulator started", url=self.simulator.url)
