@@ -6,6 +6,7 @@ at the simulator carry — over real HTTP on loopback."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import io
 import sys
@@ -31,7 +32,7 @@ from exporter.config.simkey import listens_beyond_loopback, points_at
 from exporter.errors import Result
 from exporter.probe.prober import Prober
 from exporter.serve.daemon import Daemon
-from exporter.simulator import Simulator, start_simulator_thread
+from exporter.simulator import Simulator, serve_forever, start_simulator_thread
 from exporter.simulator.app import MAX_BODY
 from tests.conftest import free_port
 from tests.sim_support import profile, simulators
@@ -243,3 +244,33 @@ async def test_the_daemon_simulator_refuses_other_clients_and_serves_its_targets
         gc.set_threshold(*saved[0])
         sys.setswitchinterval(saved[1])
     assert not daemon.simulator.thread.is_alive()
+
+
+class _Log:
+    """A logger that keeps what it was told."""
+
+    def __init__(self) -> None:
+        self.lines: list[tuple[str, str]] = []
+
+    def __getattr__(self, level: str):
+        return lambda event, **kw: self.lines.append((level, event))
+
+
+@pytest.mark.parametrize(("listen", "key", "warned"), [
+    ("0.0.0.0:0", None, True), ("127.0.0.1:0", None, False), ("0.0.0.0:0", "sk-sim-key-1", False),
+])
+async def test_simulate_warns_loudly_when_open_beyond_loopback(listen: str, key: str | None,
+                                                               warned: bool) -> None:
+    log = _Log()
+    config = SimulatorConfig(listen=listen, api_key=key, models={"sim": profile()})
+    task = asyncio.create_task(serve_forever(config, api_key=key, logger=log))
+    for _ in range(200):
+        if any(event == "simulator listening" for _, event in log.lines):
+            break
+        await asyncio.sleep(0.01)
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    loud = [event for level, event in log.lines if level == "warning"
+            and event.startswith("SIMULATOR OPEN TO THE NETWORK WITHOUT A KEY")]
+    assert bool(loud) is warned
