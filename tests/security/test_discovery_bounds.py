@@ -1,0 +1,134 @@
+"""What a gateway says is untrusted input (issue 36): its model list and model info are refused
+before their structure can cost much, over real loopback HTTP to a hostile gateway; a refusal
+is a counted discovery failure and the last good list stays in use."""
+
+from __future__ import annotations
+
+import unicodedata
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from aiohttp import web
+
+from exporter.config import parse_config
+from exporter.errors import Result
+from exporter.exposition.metrics import DiscoveryCollector
+from exporter.log import Redactor
+from exporter.probe.prober import Prober
+from exporter.providers.gateway import (
+    CatalogError,
+    NameRefusal,
+    Structure,
+    max_values,
+    parse_model_list,
+)
+from exporter.serve.discovery import Discovery
+from tests.conftest import free_port
+from tests.security.hostile import HOSTILE_LISTS, LIST_SIZE, HostileGateway, good_list
+
+KEY = "sk-gateway-bounds-0123456789abcdefXYZ"
+
+
+class Log:
+    """A logger that keeps its events."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, dict[str, Any]]] = []
+
+    def _log(self, event: str, **kw: Any) -> None:
+        self.events.append((event, kw))
+
+    info = warning = error = debug = _log
+
+
+@pytest.fixture
+async def gateway() -> AsyncIterator[tuple[HostileGateway, str]]:
+    gw = HostileGateway()
+    runner = web.AppRunner(gw.app(), access_log=None)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    yield gw, f"http://127.0.0.1:{port}/v1"
+    await runner.cleanup()
+
+
+def target_of(url: str, **discover: Any) -> Any:
+    config = parse_config({"probes": {"p": {"prompt": "hi"}}, "targets": [
+        {"name": "gw", "base_url": url, "api_key": KEY, "timeout": "10s",
+         "discover": discover}]})
+    return config.targets[0]
+
+
+async def no_change() -> None:
+    pass
+
+
+@pytest.mark.parametrize("attack", list(HOSTILE_LISTS))
+async def test_a_list_that_costs_more_than_its_bytes_is_refused_and_the_last_kept(
+        gateway: tuple[HostileGateway, str], attack: str) -> None:
+    gw, url = gateway
+    target = target_of(url)
+    collector, log = DiscoveryCollector(), Log()
+    async with Prober(redactor=Redactor([KEY])) as prober:
+        discovery = Discovery(prober, collector, no_change, logger=log)
+        assert await discovery.refresh(target)
+        gw.models = HOSTILE_LISTS[attack](LIST_SIZE)
+        assert not await discovery.refresh(target)
+        status = discovery.status["gw"]
+        assert status.result is Result.STREAM
+        assert [m.name for m in discovery.catalogs["gw"].models] == ["a", "b"]
+        assert collector.refreshes[("gw", Result.STREAM)] == 1
+        if attack != "nesting 100,000 deep":
+            assert "JSON values" in status.error
+            # Refused while it arrived: most of the list was never read.
+            assert gw.sent["models"][-1] < len(gw.models) // 2, gw.sent
+        else:
+            assert "nested deeper" in status.error
+
+
+async def test_hostile_model_info_fails_the_refresh_and_keeps_the_last_list(
+        gateway: tuple[HostileGateway, str]) -> None:
+    gw, url = gateway
+    target = target_of(url)
+    collector = DiscoveryCollector()
+    async with Prober() as prober:
+        discovery = Discovery(prober, collector, no_change, logger=Log())
+        gw.info = good_list("a")
+        assert await discovery.refresh(target)
+        gw.info = HOSTILE_LISTS["many tiny objects"](LIST_SIZE)
+        gw.models = good_list("a", "b", "c")
+        assert not await discovery.refresh(target)
+        assert "the model info holds more" in discovery.status["gw"].error
+        assert [m.name for m in discovery.catalogs["gw"].models] == ["a", "b"]
+        assert gw.sent["info"][-1] < len(gw.info) // 2
+
+
+def test_the_bound_follows_max_models_and_admits_a_real_sized_list() -> None:
+    assert max_values(100) == max_values(1) == 256_000
+    assert max_values(1000) == 512_000
+    # An OpenRouter-like entry (~100 values) × 1,000 entries passes the default bound.
+    entry = {"id": "vendor/model", "pricing": {k: "0.000001" for k in "abcdefgh"},
+             "supported_parameters": [f"p{i}" for i in range(30)],
+             "architecture": {"input_modalities": ["text", "image"],
+                              "output_modalities": ["text"]},
+             "description": "A model, with commas, [links](x), and {braces}. " * 8}
+    import orjson
+    body = orjson.dumps({"data": [{**entry, "id": f"m{i}"} for i in range(1000)]})
+    assert len(parse_model_list(body, max_values=max_values(100)).models) == 1000
+    with pytest.raises(CatalogError, match="JSON values"):
+        Structure(10).feed(b"[" * 11)
+
+
+INVISIBLE = ["gpt\u202e4o", "gpt-4o\u200b", "\ufeffgpt-4o", "gpt\u2066-4o\u2069",
+             "gpt\u200d4o", "ｇｐｔ-4o", "gpt-4o\u00ad", "gpt-\u2160"]
+
+
+def test_invisible_and_look_alike_names_are_refused_and_shown_escaped() -> None:
+    assert all(unicodedata.normalize("NFKC", n) != n or any(
+        unicodedata.category(c) == "Cf" for c in n) for n in INVISIBLE)
+    catalog = parse_model_list(good_list("gpt-4o", "模型-中文", "café", *INVISIBLE))
+    assert [m.name for m in catalog.models] == ["gpt-4o", "模型-中文", "café"]
+    assert catalog.refusals == {NameRefusal.INVISIBLE: len(INVISIBLE)}
+    assert catalog.refused_names[0] == "invisible:gpt\\u202e4o"
+    assert all(name.isascii() for name in catalog.refused_names)
