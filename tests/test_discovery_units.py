@@ -29,7 +29,7 @@ from exporter.providers.prices import (
     library_info,
     library_price,
 )
-from exporter.serve.discovery import ABSENT_REFRESHES, settle
+from exporter.serve.discovery import ABSENT_REFRESHES, Churn, settle
 
 KEY = "sk-discovery-secret-0123456789abcdef"
 
@@ -139,13 +139,19 @@ def test_litellm_model_info_prices_tiers_and_capabilities() -> None:
 
 def test_a_flipping_list_does_not_churn() -> None:
     a, b = Catalog((GatewayModel("a"),)), Catalog((GatewayModel("b"),))
-    current, absent = settle(None, a, {})
-    for fresh in (b, a, b, a):  # every refresh a different model
-        current, absent = settle(current, fresh, absent)
-        assert {m.name for m in current.models} == {"a", "b"}
+    churn = Churn()
+    current, _ = settle(None, a, churn)
+    for fresh in (b, a, b, a):  # every refresh a different model: b is never admitted
+        current, _ = settle(current, fresh, churn)
+        assert {m.name for m in current.models} == {"a"}
+    ab = Catalog((GatewayModel("a"), GatewayModel("b")))
+    current, _ = settle(current, ab, churn)
+    assert [m.name for m in current.models] == ["a"]  # b listed once in a row: waits
+    current, _ = settle(current, ab, churn)
+    assert [m.name for m in current.models] == ["a", "b"]  # twice: admitted
     gone = current
     for _ in range(ABSENT_REFRESHES):
-        gone, absent = settle(gone, a, absent)
+        gone, _ = settle(gone, a, churn)
     assert [m.name for m in gone.models] == ["a"]  # missing twice in a row: it leaves
 
 

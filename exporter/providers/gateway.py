@@ -33,6 +33,7 @@ import orjson
 
 from exporter.apis import Feature
 from exporter.config.types import MAX_MODEL_NAME
+from exporter.exposition.families import NameRefusal
 from exporter.log import Redactor
 from exporter.providers.prices import ModelPrice, PriceSource, PriceTier, Rates, valid_rate
 
@@ -69,17 +70,6 @@ class CatalogError(Exception):
 
 class TooComplex(CatalogError):
     """The document holds more JSON values than allowed (refused before it is parsed)."""
-
-
-class NameRefusal(StrEnum):
-    """Why a listed name is not used (`llm_probe_discovery_names_refused_total{reason}`)."""
-
-    INVALID = "invalid"  # not a string, empty, too long, control characters, padded
-    INVISIBLE = "invisible"  # format characters (bidi, zero-width, BOM) or NFKC look-alikes
-    SECRET = "secret"  # holds a secret the redactor knows (the key, echoed)
-    DUPLICATE = "duplicate"  # listed twice
-    PATTERN_TIMEOUT = "pattern_timeout"  # an include/exclude pattern ran out of time on it
-    DAILY_LIMIT = "daily_limit"  # past the target's new names for the UTC day
 
 
 def max_values(max_models: int) -> int:
