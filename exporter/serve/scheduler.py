@@ -6,7 +6,9 @@ a heap entry (~0.2 KiB), not a task with its frame, future and timer handle (~1.
 tick costs a heap push and pop. The first probe of a series new to the schedule (every series
 at start, the ones a reload adds) comes within min(interval, window) of being added, spread by
 the same stable offset, then the series joins its grid; the window is 10 s, longer when more
-than 250 first probes a second would start (`first_probe_window`).
+than 250 first probes a second would start (`first_probe_window`). A series discovery adds
+later (a model a gateway began to list) spreads its first probe over its whole interval: a
+gateway that lists many new names at once cannot make the exporter probe them all at once.
 A tick that finds the previous probe of the same series still running is skipped
 (`reason="overlap"`). On-demand probes (`run_now`, the `/probe` endpoint) run outside the
 scheduled concurrency limit, so they can never starve scheduled series.
@@ -103,6 +105,7 @@ class Scheduler:
         # changes. A healthy series has no entry.
         self._health: dict[SeriesKey, tuple[Result, int]] = {}
         self._stopping = False
+        self._started = False  # after the first apply: discovered series spread further
         self.budget: Budget | None = None
         self._budget_config: object = None
         self._save_lock = asyncio.Lock()
@@ -147,11 +150,13 @@ class Scheduler:
         window = first_probe_window(len(added))
         for series in added:
             interval = series.interval
+            spread = interval if self._started and series.discovered else window
             # A stable offset spreads series the same way after every restart.
-            first, next_tick = first_ticks(now, interval, series.stable_fraction(), window)
+            first, next_tick = first_ticks(now, interval, series.stable_fraction(), spread)
             ticks = self._ticks[series.key] = _Ticks(series, next_tick)
-            self._push(first + self._rng.uniform(0.0, series.jitter * min(interval, window)),
+            self._push(first + self._rng.uniform(0.0, series.jitter * min(interval, spread)),
                        ticks)
+        self._started = True
         self._arm(loop)
 
     def _push(self, planned: float, ticks: _Ticks) -> None:
