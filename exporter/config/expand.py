@@ -4,10 +4,12 @@ each model's price and capabilities.
 The same function makes the series of a config as loaded (the models `models:` lists) and again
 whenever discovery brings a new list (`expand`), so a discovered model's series are built, and
 removed, exactly like a configured one's. A model's probes are its entry's `probes:`, else the
-target's, less those the gateway says the model cannot serve (an embedding model gets no chat
-probe, a model without function calling no tool probe) — what the config names explicitly is
-never second-guessed. Its price is the config's `prices:`, else the gateway's model info, else
-the price library's, else unknown (`providers.prices`).
+target's; a discovered model's less those the gateway says it cannot serve (an embedding model
+gets no chat probe, a model without function calling no tool probe). What the config names is
+never second-guessed: a configured model keeps every series, and a probe the gateway says it
+cannot serve is skipped at run time, counted and warned about (`Series.claimed_unsupported`).
+Its price is the config's `prices:`, else the gateway's model info, else the price library's,
+else unknown (`providers.prices`); the library is asked only for the models kept.
 
 Discovered models come after the configured ones, in name order, each with all its series or
 none, until `discover.max_models` or `global.max_series` is reached (the rest is counted in
@@ -142,7 +144,10 @@ def plan_series(global_: GlobalConfig, probes: Mapping[str, ProbeConfig],
         catalog = catalogs.get(target.name)
         for model in target.models:
             info = catalog.by_name.get(model) if catalog is not None else None
-            configured += _series_of(global_, probes, target, model, info, False)
+            # Never second-guessed: a gateway's claim skips a probe at run time (counted,
+            # warned), it never removes a series the user configured.
+            configured += _series_of(global_, probes, target, model, info, False,
+                                     probes_of(target, model, None, probes))
     room = global_.max_series - len(configured)
     extra: list[Series] = []
     trimmed: dict[str, int] = {}

@@ -204,7 +204,9 @@ class Discovery:
             return False
         if answered is False:
             status.ask_info = False  # no `/model/info` here: asked again after a reload
-        fresh, timed_out, slow = chosen(target, fresh)
+        # In a worker thread: the patterns may take up to LIST_BUDGET on hostile names, and
+        # the regex engine releases the GIL while it matches, so the loop keeps stamping.
+        fresh, timed_out, slow = await asyncio.to_thread(chosen, target, fresh)
         assert target.discover is not None
         catalog, limited = settle(status.catalog, fresh, status.churn,
                                   day=int(self._wall() // DAY),

@@ -105,6 +105,7 @@ class Scheduler:
         # changes. A healthy series has no entry.
         self._health: dict[SeriesKey, tuple[Result, int]] = {}
         self._stopping = False
+        self._claims: set[SeriesKey] = set()  # series whose unsupported skip was logged
         self._started = False  # after the first apply: discovered series spread further
         self.budget: Budget | None = None
         self._budget_config: object = None
@@ -140,6 +141,7 @@ class Scheduler:
             if wanted.get(key) != ticks.series:
                 ticks.active = False  # an in-flight probe of this series is left to finish
                 del self._ticks[key]
+        self._claims &= wanted.keys()
         for known in (self._paused_until, self._health):
             for key in [k for k in known if k not in wanted]:
                 del known[key]
@@ -199,6 +201,8 @@ class Scheduler:
 
     def skip_reason(self, series: Series) -> SkipReason | None:
         """Why a probe of this series must not be sent now (rate-limited, budget), if so."""
+        if series.claimed_unsupported:
+            return SkipReason.UNSUPPORTED
         if self._paused_until.get(series.key, float("-inf")) > self._clock():
             return SkipReason.RATE_LIMITED
         if self.budget is not None and self.budget.exhausted():
@@ -219,6 +223,14 @@ class Scheduler:
         reason = self.skip_reason(series)
         if reason is not None:
             self._metrics.record_skip(key, reason)
+            if reason is SkipReason.UNSUPPORTED and key not in self._claims:
+                self._claims.add(key)  # once per series while it is configured
+                gateway = series.gateway
+                self._log.warning(
+                    "probe skipped: the gateway says the model cannot serve it",
+                    target=key[0], model=key[1], probe=key[2],
+                    mode=gateway.mode.value if gateway and gateway.mode else None,
+                    lacks=sorted(f.value for f in gateway.lacks) if gateway else [])
             return
         self._track(key, asyncio.create_task(self._run(series, planned), name=f"probe {key}"))
 

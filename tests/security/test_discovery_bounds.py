@@ -132,3 +132,79 @@ def test_invisible_and_look_alike_names_are_refused_and_shown_escaped() -> None:
     assert catalog.refusals == {NameRefusal.INVISIBLE: len(INVISIBLE)}
     assert catalog.refused_names[0] == "invisible:gpt\\u202e4o"
     assert all(name.isascii() for name in catalog.refused_names)
+
+
+# -- churn: a gateway that lists new names on every refresh -------------------------------------
+
+async def test_new_names_wait_for_two_lists_and_a_daily_limit(
+        gateway: tuple[HostileGateway, str]) -> None:
+    gw, url = gateway
+    target = target_of(url, max_new_per_day=3)
+    collector, log = DiscoveryCollector(), Log()
+    day = [20_000 * 86_400.0]
+    async with Prober() as prober:
+        discovery = Discovery(prober, collector, no_change, logger=log,
+                              wall_clock=lambda: day[0])
+        gw.models = good_list("a")
+        assert await discovery.refresh(target)  # the first list is taken whole
+        for turn in range(5):  # new names on every refresh: none ever gets series
+            gw.models = good_list("a", *(f"rot-{turn}-{i}" for i in range(50)))
+            assert not await discovery.refresh(target)
+            assert [m.name for m in discovery.catalogs["gw"].models] == ["a"]
+        steady = good_list("a", *(f"new-{i}" for i in range(5)))
+        gw.models = steady
+        assert not await discovery.refresh(target)  # listed once: waiting
+        assert await discovery.refresh(target)  # twice in a row: 3 of 5 admitted today
+        names = [m.name for m in discovery.catalogs["gw"].models]
+        assert names == ["a", "new-0", "new-1", "new-2"]
+        assert collector.refused[("gw", NameRefusal.DAILY_LIMIT)] == 2
+        assert not await discovery.refresh(target)  # still refused today, counted again
+        assert collector.refused[("gw", NameRefusal.DAILY_LIMIT)] == 4
+        day[0] += 86_400  # the next UTC day: the rest comes
+        assert await discovery.refresh(target)
+        assert len(discovery.catalogs["gw"].models) == 6
+    warned = [kw for event, kw in log.events if event == "discovered names refused"]
+    assert warned and warned[0]["refused"] == {"daily_limit": 2}
+
+
+async def test_a_backtracking_pattern_on_hostile_names_costs_a_bounded_time(
+        gateway: tuple[HostileGateway, str]) -> None:
+    """Issue 36: `^(a|aa)+$` froze the whole process 13 s on a 29-character name. With the
+    regex engine's timeout the names it cannot decide are refused and counted, and the list's
+    budget bounds the rest."""
+    gw, url = gateway
+    target = target_of(url, include=["^(a|aa)+$"])
+    collector, log = DiscoveryCollector(), Log()
+    hostile = [("a" * (40 + i)) + "!" for i in range(100)]
+    gw.models = good_list("aaaa", *hostile)
+    async with Prober() as prober:
+        discovery = Discovery(prober, collector, no_change, logger=log)
+        assert await discovery.refresh(target)
+    assert [m.name for m in discovery.catalogs["gw"].models] == ["aaaa"]
+    assert collector.refused[("gw", NameRefusal.PATTERN_TIMEOUT)] == 100
+    warned = next(kw for event, kw in log.events if event == "discovered names refused")
+    assert warned["slow_pattern"] == "^(a|aa)+$"
+    assert warned["names"][0].startswith("pattern_timeout:aaaa")
+
+
+async def test_refused_names_are_counted_by_reason_and_logged_escaped_without_the_key(
+        gateway: tuple[HostileGateway, str]) -> None:
+    gw, url = gateway
+    target = target_of(url)
+    collector, log = DiscoveryCollector(), Log()
+    gw.models = good_list("ok", "gpt\u202e4o", f"leak-{KEY}", "ok", "\u200bok")
+    async with Prober() as prober:
+        discovery = Discovery(prober, collector, no_change, logger=log,
+                              redactor=Redactor([KEY]))
+        assert await discovery.refresh(target)
+        assert not await discovery.refresh(target)
+    assert [m.name for m in discovery.catalogs["gw"].models] == ["ok"]
+    assert {r: collector.refused[("gw", r)] for r in NameRefusal
+            if ("gw", r) in collector.refused} == {
+        NameRefusal.INVISIBLE: 4, NameRefusal.SECRET: 2, NameRefusal.DUPLICATE: 2}
+    warned = [kw for event, kw in log.events if event == "discovered names refused"]
+    assert len(warned) == 1  # the same refusals again: not logged again
+    shown = " ".join(warned[0]["names"])
+    assert "gpt\\u202e4o" in shown and "\\u200bok" in shown
+    assert KEY not in str(log.events) and KEY[:16] not in shown
+    assert all(n.isascii() for n in warned[0]["names"])
