@@ -7,8 +7,9 @@ request's arrival and each token's write recorded), the real `Daemon` (a child, 
 HostileGateway`, refreshed every `--refresh` s, its models excluded so only the lists cost
 anything), scrapes `/metrics` every 0.25 s and reads the daemon's resident memory
 (`/proc/<pid>/status`: VmRSS every 0.1 s, VmHWM at each phase's end). In the quiet phase the
-gateway lists two models; in the hostile one a list of just under 16 MiB of tiny JSON containers
-(the attack of issue 36: `[],` about 5.6 million times), then of short strings.
+gateway lists two models; in the hostile ones a list of just under 16 MiB of tiny JSON
+containers (the attack of issue 36: `[],` about 5.6 million times), then of short strings, then
+tiny containers just under the structure bound (the most a list can make the daemon parse).
 
     python -m benchmarks.hostile_lists [--duration 20] [--refresh 2] [--smoke]
 """
@@ -37,10 +38,16 @@ from benchmarks.hostile import (
     start_daemon_child,
     write_files,
 )
+from exporter.providers.gateway import max_values
 from tests.conftest import free_port
 from tests.security.hostile import HOSTILE_LISTS, LIST_SIZE, HostileGateway
 
-ATTACKS = ("many tiny lists", "many short strings")
+# Phase → its body: 16 MiB lists (refused while they arrive), and tiny lists just under the
+# structure bound of the default `max_models` (parsed: the most a list can cost).
+AT_BOUND = "tiny lists under the bound"
+ATTACKS = {"many tiny lists": HOSTILE_LISTS["many tiny lists"](LIST_SIZE),
+           "many short strings": HOSTILE_LISTS["many short strings"](LIST_SIZE),
+           AT_BOUND: HOSTILE_LISTS["many tiny lists"](3 * (max_values(100) - 8) // 2)}
 
 
 def memory_mb(pid: int, field: str) -> float:
@@ -77,7 +84,8 @@ async def run(args: argparse.Namespace) -> None:
     await runner.setup()
     gateway_port = free_port()
     await web.TCPSite(runner, "127.0.0.1", gateway_port).start()
-    bodies = {name: HOSTILE_LISTS[name](LIST_SIZE) for name in ATTACKS}
+    bodies = {name: body for name, body in ATTACKS.items() if not args.smoke or
+              name != AT_BOUND}
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -100,7 +108,7 @@ async def run(args: argparse.Namespace) -> None:
                     await daemon_ready(daemon, log)
                     load_before = machine_line()
                     await asyncio.sleep(args.warm_up)
-                    for name in ("quiet", *ATTACKS):
+                    for name in ("quiet", *bodies):
                         gateway.models = bodies.get(name, gateway.models)
                         before = gateway.requests
                         phases.mark(name)
@@ -130,7 +138,8 @@ async def run(args: argparse.Namespace) -> None:
         rows.append([*row[:1], str(lists), f"{peak:.0f}", f"{high:.0f}", *row[1:-1]])
     print(f"### hostile lists ({load_before})\n")
     print(f"a discovering target refreshed every {args.refresh:g} s beside the healthy series "
-          f"({'/'.join(HEALTHY)}, 1 s); hostile lists of {LIST_SIZE / 2**20:.1f} MiB; "
+          f"({'/'.join(HEALTHY)}, 1 s); hostile lists of {LIST_SIZE / 2**20:.1f} MiB "
+          f"(under the bound: {len(ATTACKS[AT_BOUND]) / 2**10:.0f} KiB); "
           f"{args.duration:g} s per phase; scrapes every 0.25 s\n")
     print(table(["phase", "lists served", "peak RSS MB", "VmHWM MB", "scrapes",
                  "scrape p50 ms", "p95", "max", "failed", "probes", "probe failures",

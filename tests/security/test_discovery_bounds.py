@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import unicodedata
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from aiohttp import web
 
 from exporter.config import parse_config
@@ -25,6 +27,7 @@ from exporter.providers.gateway import (
 )
 from exporter.serve.discovery import Discovery
 from tests.conftest import free_port
+from tests.e2e_support import start_daemon, wait_for
 from tests.security.hostile import HOSTILE_LISTS, LIST_SIZE, HostileGateway, good_list
 
 KEY = "sk-gateway-bounds-0123456789abcdefXYZ"
@@ -208,3 +211,37 @@ async def test_refused_names_are_counted_by_reason_and_logged_escaped_without_th
     assert "gpt\\u202e4o" in shown and "\\u200bok" in shown
     assert KEY not in str(log.events) and KEY[:16] not in shown
     assert all(n.isascii() for n in warned[0]["names"])
+
+
+# -- a gateway's claims never remove what the user configured -----------------------------------
+
+@pytest.mark.e2e
+def test_a_claim_skips_a_configured_probe_but_never_removes_its_series(tmp_path: Path) -> None:
+    port = free_port()
+    fast = {"ttft": "20ms", "tpot": "2ms", "output_tokens": 8, "jitter": 0}
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump({
+        "global": {"interval": "1s", "allow_short_intervals": True},
+        "simulator": {"listen": f"127.0.0.1:{port}", "models": {
+            "gw-embed": {"mode": "embedding"}, "gw-chat": fast}},
+        "probes": {"short": {"prompt": "hi", "max_tokens": 16},
+                   "embed": {"kind": "embedding", "input": "text"}},
+        "targets": [{"name": "gateway", "base_url": f"http://127.0.0.1:{port}/v1",
+                     "discover": {"refresh": "1s", "include": ["^gw-chat$"]},
+                     "models": ["gw-embed"]}]}))
+    daemon = start_daemon(config, tmp_path)
+    try:
+        wait_for(lambda: daemon.sample("llm_probe_skipped_total", model="gw-embed",
+                                       probe="short", reason="unsupported"), 30,
+                 "the claimed probe to be skipped")
+        wait_for(lambda: daemon.sample("llm_probe_requests_total", model="gw-embed",
+                                       probe="embed", result="success"), 30,
+                 "the embedding probe to run")
+        # The configured series stays visible, never probed.
+        assert daemon.sample("llm_probe_requests_total", model="gw-embed", probe="short",
+                             result="success") == 0
+        assert daemon.sample("llm_probe_success", model="gw-embed", probe="short") is not None
+    finally:
+        assert daemon.stop() == 0, daemon.output()
+    output = daemon.output()
+    assert output.count("probe skipped: the gateway says the model cannot serve it") == 1, output
