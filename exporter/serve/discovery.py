@@ -4,7 +4,7 @@ One task per discovering target asks the gateway at once, then every `discover.r
 list replaces the one in use, with hysteresis both ways, so a gateway that changes its list on
 every refresh cannot churn series: a model must be missing from ABSENT_REFRESHES lists in a row
 before it goes, and a new name must be on ADMIT_REFRESHES lists in a row before it comes (the
-first good list is taken whole), and at most `discover.max_new_per_day` new names come per UTC
+first good list, and the first after a reload changed the target, is taken whole), and at most `discover.max_new_per_day` new names come per UTC
 day (the rest wait, refused and counted as `daily_limit`). Names the `include`/`exclude`
 patterns ran out of time on are refused too (`config.patterns`). When the models in use
 changed, the daemon rebuilds its series as a reload does (`config.expand`): new models get
@@ -62,6 +62,7 @@ class TargetStatus:
     churn: Churn = field(default_factory=Churn)
     refusals: dict[NameRefusal, int] = field(default_factory=dict)  # of the last good list
     ask_info: bool = True  # False once `/model/info` turned out not to exist
+    whole: bool = True  # take the next good list whole (the first, or after a reload)
 
 
 def settle(current: Catalog | None, fresh: Catalog, churn: Churn, *, day: int = 0,
@@ -159,6 +160,10 @@ class Discovery:
             del self._tasks[name]
             if new is None or new.base_url != target.base_url:
                 self.status.pop(name, None)
+            elif name in self.status:
+                # The user changed the target (patterns, limits): what it now selects comes
+                # at the next list, not two lists and the day's limit later.
+                self.status[name].whole = True
         for name, target in wanted.items():
             if name not in self._tasks:
                 self.status.setdefault(name, TargetStatus())
@@ -208,10 +213,12 @@ class Discovery:
         # the regex engine releases the GIL while it matches, so the loop keeps stamping.
         fresh, timed_out, slow = await asyncio.to_thread(chosen, target, fresh)
         assert target.discover is not None
-        catalog, limited = settle(status.catalog, fresh, status.churn,
+        catalog, limited = settle(None if status.whole else status.catalog, fresh,
+                                  status.churn,
                                   day=int(self._wall() // DAY),
                                   max_new_per_day=target.discover.max_new_per_day,
                                   configured=configured_names(target))
+        status.whole = False
         self._refused(target, fresh, timed_out, slow, limited)
         old = status.catalog
         changed = old is None or old.models != catalog.models
