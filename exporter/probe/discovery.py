@@ -7,9 +7,10 @@ Bounded: one deadline for the whole refresh, at most MAX_LIST_BYTES read per ans
 0.1 ms per 64 KiB), so a document of millions of tiny containers is refused before it is read
 whole, let alone parsed (parsed, such a list grew the process by ~500 MB and held the GIL for
 seconds). JSON parsed in a worker thread: at the value bound its worst case is ~25 MB and ~40 ms
-of CPU (benchmarks/README.md, "hostile lists"). A failure is one `DiscoveryFailed` with the same `result` vocabulary as a probe's
-and a redacted reason; the model info is optional (a missing or broken one only leaves the
-models undescribed; one past the byte or structure bound fails the refresh like a list).
+of CPU (benchmarks/README.md, "hostile lists"). A failure is one `DiscoveryFailed` with the same
+`result` vocabulary as a probe's and a redacted reason; the model info is optional (a missing
+or broken one only leaves the models undescribed; one past the byte or structure bound fails
+the refresh like a list).
 """
 
 from __future__ import annotations

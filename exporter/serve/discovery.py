@@ -3,13 +3,13 @@
 One task per discovering target asks the gateway at once, then every `discover.refresh`. A good
 list replaces the one in use, with hysteresis both ways, so a gateway that changes its list on
 every refresh cannot churn series: a model must be missing from ABSENT_REFRESHES lists in a row
-before it goes, and a new name must be on ADMIT_REFRESHES lists in a row before it comes (the
-first good list, and the first after a reload changed the target, is taken whole), and at most `discover.max_new_per_day` new names come per UTC
-day (the rest wait, refused and counted as `daily_limit`). Names the `include`/`exclude`
-patterns ran out of time on are refused too (`config.patterns`). When the models in use
-changed, the daemon rebuilds its series as a reload does (`config.expand`): new models get
-series, a model that left loses its series on /metrics. The models of `models:` are the user's:
-always kept.
+before it goes, and a new name must be on ADMIT_REFRESHES lists in a row before it comes, at
+most `discover.max_new_per_day` new names per UTC day (the rest wait, refused and counted as
+`daily_limit`). The first good list, and the first after a reload changed the target, is taken
+whole. Names the `include`/`exclude` patterns ran out of time on are refused too
+(`config.patterns`). When the models in use changed, the daemon rebuilds its series as a reload
+does (`config.expand`): new models get series, a model that left loses its series on /metrics.
+The models of `models:` are the user's: always kept.
 
 A failed refresh (timeout, 401, 5xx, malformed, oversized or too complex list) keeps the last
 good list, counts `llm_probe_discovery_refreshes_total{result}`, shows on the status page and is
