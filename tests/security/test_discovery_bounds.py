@@ -245,3 +245,34 @@ def test_a_claim_skips_a_configured_probe_but_never_removes_its_series(tmp_path:
         assert daemon.stop() == 0, daemon.output()
     output = daemon.output()
     assert output.count("probe skipped: the gateway says the model cannot serve it") == 1, output
+
+
+async def test_what_a_reload_newly_selects_comes_with_the_next_list(
+        gateway: tuple[HostileGateway, str]) -> None:
+    """Hysteresis holds back what the gateway adds, not what the user asked for: after a
+    reload changed the target's patterns, the next list is taken whole."""
+    import asyncio
+
+    gw, url = gateway
+    gw.models = good_list("a1", "b1")
+
+    def config(include: str) -> Any:
+        return parse_config({"probes": {"p": {"prompt": "hi"}}, "targets": [
+            {"name": "gw", "base_url": url, "timeout": "10s",
+             "discover": {"include": [include]}}]})
+
+    async def listed(discovery: Discovery, names: list[str]) -> None:
+        for _ in range(200):
+            catalog = discovery.catalogs.get("gw")
+            if catalog is not None and [m.name for m in catalog.models] == names:
+                return
+            await asyncio.sleep(0.02)
+        raise AssertionError(discovery.status)
+
+    async with Prober() as prober:
+        discovery = Discovery(prober, DiscoveryCollector(), no_change, logger=Log())
+        discovery.apply(config("^a"))
+        await listed(discovery, ["a1"])
+        discovery.apply(config("^(a|b)"))
+        await listed(discovery, ["a1", "b1"])
+        await discovery.stop()
