@@ -140,6 +140,13 @@ def test_simulator_host_smoke() -> None:
     assert "peak RSS" in out
 
 
+@pytest.mark.slow
+def test_hostile_lists_smoke() -> None:
+    out = run_benchmark("hostile_lists")
+    assert "| quiet " in out and "| many tiny lists " in out and "peak RSS MB" in out
+    assert "TTFT err p50 ms" in out
+
+
 # ---------------------------------------------------------------------------------------------
 # Reading each tool's per-request export (shapes taken from real runs of each version)
 

@@ -270,6 +270,8 @@ def own_series(config: Config) -> Count:
         elif spec.key in (Family.DISCOVERY_MODELS, Family.DISCOVERY_REFRESHES,
                           Family.DISCOVERY_LAST_SUCCESS):
             total += len(config.discovering)  # (refreshes: one result, success, when well)
+        elif spec.key is Family.DISCOVERY_NAMES_REFUSED:
+            pass  # none while the gateway lists clean names
         else:
             total += len(spec.values) or 1
     return Count(total, total)

@@ -13,7 +13,7 @@ from typing import Any, cast
 
 from exporter.apis import Api
 from exporter.config.network import TLS, Proxy
-from exporter.config.probe import ProbeConfig, SloConfig
+from exporter.config.probe import ProbeConfig, ProbeKind, SloConfig
 from exporter.config.reasoning import Effort, merge_patches
 from exporter.config.schema import (
     AwsSigV4Config,
@@ -161,6 +161,14 @@ class Series:
     def key(self) -> SeriesKey:
         """The (target, model, probe) label values."""
         return (self.target.name, self.model, self.probe_name)
+
+    @property
+    def claimed_unsupported(self) -> bool:
+        """Whether the gateway says this model cannot serve the probe (its `mode`, its
+        capabilities): a configured model's series stays, its probe is skipped
+        (`llm_probe_skipped_total{reason="unsupported"}`); a discovered one gets no series."""
+        return self.gateway is not None and not self.gateway.serves(
+            self.probe.features, self.probe.kind is ProbeKind.EMBEDDING)
 
     @property
     def family_name(self) -> str:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
+import regex as pyregex
 from pydantic import ConfigDict, Field, field_validator, model_validator
 from yarl import URL
 
@@ -324,6 +325,7 @@ def check_proxy_url(url: str) -> str:
 
 
 MAX_DISCOVERED = 1000  # models one target may discover at most (discover.max_models)
+MAX_NEW_PER_DAY = 100_000  # discover.max_new_per_day at most
 MAX_PATTERN = 512  # characters of one include/exclude pattern
 MIN_REFRESH = 60.0  # shorter discovery refreshes need global.allow_short_intervals
 
@@ -346,6 +348,8 @@ class DiscoverConfig(StrictModel):
     exclude: tuple[str, ...] = ()
     refresh: PositiveDuration = 600.0
     max_models: int = Field(default=100, ge=1, le=MAX_DISCOVERED)
+    # Names admitted after the first good list, per UTC day; the rest wait (refused, counted).
+    max_new_per_day: int = Field(default=100, ge=0, le=MAX_NEW_PER_DAY)
 
     @field_validator("include", "exclude")
     @classmethod
@@ -354,8 +358,9 @@ class DiscoverConfig(StrictModel):
             if not pattern or len(pattern) > MAX_PATTERN:
                 raise ValueError(f"a pattern must be 1 to {MAX_PATTERN} characters")
             try:
-                re.compile(pattern)
-            except re.error as exc:
+                re.compile(pattern)  # the stdlib's syntax, which `regex` (used to match) accepts
+                pyregex.compile(pattern)
+            except (re.error, pyregex.error) as exc:
                 raise ValueError(f"{pattern!r} is not a regular expression: {exc}") from None
         return patterns
 

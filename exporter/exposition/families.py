@@ -44,6 +44,20 @@ class SkipReason(StrEnum):
     BUDGET = "budget"
     OVERLAP = "overlap"
     RATE_LIMITED = "rate_limited"
+    # A configured model the gateway says cannot serve this probe (its `mode` or capabilities):
+    # the series stays, its probe is not sent.
+    UNSUPPORTED = "unsupported"
+
+
+class NameRefusal(StrEnum):
+    """`llm_probe_discovery_names_refused_total{reason}`: why a listed name is not used."""
+
+    INVALID = "invalid"  # not a string, empty, too long, control characters, padded
+    INVISIBLE = "invisible"  # format characters (bidi, zero-width, BOM) or NFKC look-alikes
+    SECRET = "secret"  # holds a secret the redactor knows (the key, echoed)
+    DUPLICATE = "duplicate"  # listed twice
+    PATTERN_TIMEOUT = "pattern_timeout"  # an include/exclude pattern ran out of time on it
+    DAILY_LIMIT = "daily_limit"  # past the target's new names for the UTC day
 
 
 class CheckOutcome(StrEnum):
@@ -155,6 +169,7 @@ class Family(StrEnum):
     DISCOVERY_MODELS = "discovery_models"
     DISCOVERY_REFRESHES = "discovery_refreshes"
     DISCOVERY_LAST_SUCCESS = "discovery_last_success_timestamp_seconds"
+    DISCOVERY_NAMES_REFUSED = "discovery_names_refused"
     # /probe
     ONDEMAND_SUCCESS = "ondemand_success"
     ONDEMAND_RESULT = "ondemand_result"
@@ -362,6 +377,11 @@ FAMILIES: tuple[FamilySpec, ...] = (
     FamilySpec(Family.DISCOVERY_LAST_SUCCESS, "llm_probe_discovery_last_success_timestamp_seconds",
                _G, _E, "Unix time of the target's last successful model list refresh.",
                ("target",)),
+    FamilySpec(Family.DISCOVERY_NAMES_REFUSED, "llm_probe_discovery_names_refused", _C, _E,
+               "Listed names not used, per refresh, by reason: invalid, invisible (bidi, "
+               "zero-width or look-alike characters), secret, duplicate, pattern_timeout "
+               "(include/exclude ran out of time), daily_limit (past discover.max_new_per_day).",
+               ("target", "reason")),
     # -- /probe (one run, blackbox-style) --------------------------------------------------
     _spec(Family.ONDEMAND_SUCCESS, "llm_probe_ondemand_success", _G, _O,
           "Whether this probe succeeded (1/0)."),

@@ -52,6 +52,7 @@ from exporter.exposition.families import (
     FamilySpec,
     IdentityOutcome,
     IdentityWindow,
+    NameRefusal,
     Shape,
     SkipReason,
 )
@@ -209,6 +210,13 @@ class DiscoveryCollector:
         self.models: dict[str, int] = {}
         self.refreshes: dict[tuple[str, Result], int] = {}
         self.succeeded: dict[str, float] = {}
+        self.refused: dict[tuple[str, NameRefusal], int] = {}
+
+    def refuse(self, target: str, counts: Mapping[NameRefusal, int]) -> None:
+        """Names one refresh of `target` did not use, by reason."""
+        for reason, count in counts.items():
+            if count:
+                self.refused[(target, reason)] = self.refused.get((target, reason), 0) + count
 
     def record(self, target: str, result: Result, models: int | None,
                succeeded_at: float | None) -> None:
@@ -227,9 +235,11 @@ class DiscoveryCollector:
                 del known[target]
         for key in [k for k in self.refreshes if k[0] not in wanted]:
             del self.refreshes[key]
+        for refused in [k for k in self.refused if k[0] not in wanted]:
+            del self.refused[refused]
 
     def collect(self) -> Iterator[Metric]:
-        """The three families (empty without a discovering target)."""
+        """The four families (empty without a discovering target)."""
         models, refreshes, success = (BY_KEY[f] for f in (
             Family.DISCOVERY_MODELS, Family.DISCOVERY_REFRESHES, Family.DISCOVERY_LAST_SUCCESS))
         family = GaugeMetricFamily(models.name, models.help, labels=models.labels)
@@ -244,6 +254,11 @@ class DiscoveryCollector:
         for target, when in sorted(self.succeeded.items()):
             family.add_metric([target], when)
         yield family
+        names = BY_KEY[Family.DISCOVERY_NAMES_REFUSED]
+        counter = CounterMetricFamily(names.name, names.help, labels=names.labels)
+        for (target, reason), count in sorted(self.refused.items()):
+            counter.add_metric([target, reason.value], count)
+        yield counter
 
 
 class ExporterMetrics:
