@@ -64,6 +64,7 @@ async def test_scheduler_skips_probes_once_budget_is_spent(scripted_server, tmp_
                                                             "completion_tokens": 1000}))
     state = tmp_path / "budget.json"
     config = make_config(server.url, target={"prices": {"m": {"input": 1.0, "output": 1.0}}},
+                         probe={"max_tokens": 1000},  # the claim fits the charge ceiling
                          global_={"interval": "50ms", "jitter": 0,
                                   "budget": {"max_cost_per_day": 0.005,
                                              "state_file": str(state)}})

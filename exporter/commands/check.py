@@ -22,6 +22,7 @@ from exporter.commands.plan import (
 )
 from exporter.config import Config, format_duration
 from exporter.log import REDACTOR
+from exporter.probe.charge import CHARGE_FACTOR, PROMPT_ALLOWANCE
 
 
 def _int(value: float) -> str:
@@ -179,8 +180,11 @@ def print_plan(config: Config, plan: Plan, path: str, console: Console | None = 
         console.print("¹ reasons: reasoning tokens count within the output limit sent.")
     console.print("≤ ceilings: the output limit of every probe (max_tokens, plus a thinking "
                   "budget where one is sent); ≈ input tokens estimated from the "
-                  "prompts as sent (images not counted); cost = input at the uncached price + "
-                  "output at the ceiling.", soft_wrap=True)
+                  "prompts as sent (images not counted); cost = what the daemon charges a "
+                  f"probe at most: (input + {PROMPT_ALLOWANCE} tokens and an image's, at the "
+                  f"dearer input price, + output at the ceiling) × {CHARGE_FACTOR:g}; a usage "
+                  "claim above it is charged this and counted (llm_probe_cost_capped_total).",
+                  soft_wrap=True)
     if plan.budget_limit is not None:
         console.print(f"budget: {plan.budget_limit:g} {cell(plan.budget_currency or '')}/day "
                       "(global.budget)")

@@ -6,7 +6,9 @@ ceiling (the output limit every probe sends: `max_tokens`, plus the thinking bud
 is sent — every API counts reasoning tokens within the limit); an estimate
 of the input tokens (the prompt as sent, nonce included, counted like the prober counts an answer
 without usage, plus a few tokens per message); and from the price table the cost ceiling
-(input at the uncached price, output at the ceiling). The series count comes from
+(input at the uncached price, output at the ceiling), as the daemon's charge ceiling of a probe
+(`probe.charge`: × CHARGE_FACTOR, with PROMPT_ALLOWANCE input tokens and an image's): what the
+budget can be charged at most. The series count comes from
 `exposition.children` — the children `ExporterMetrics` creates — and the families as served
 (`global.metrics`, the config's edges): exact for the text page (classic buckets) and for a
 Prometheus with native histograms (one series per histogram child), with what may appear later
@@ -22,11 +24,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-import orjson
-
 from exporter.config import (
     Config,
-    ProbeConfig,
     ProbeKind,
     Series,
     Target,
@@ -44,12 +43,10 @@ from exporter.exposition.families import (
     Shape,
     families,
 )
+from exporter.probe.charge import charged, image_tokens, input_tokens, output_tokens
 from exporter.probe.discovery import DiscoveryFailed, fetch_catalog
 from exporter.probe.prober import Prober
-from exporter.probe.tokens import estimate_tokens
 from exporter.protocols.advice import reasoning_advice
-from exporter.protocols.base import embedding_input, make_prompt
-from exporter.protocols.reasoning import ceiling
 from exporter.providers.gateway import Catalog
 from exporter.providers.prices import LibraryInfo, ModelPrice, library_info
 
@@ -57,11 +54,6 @@ SECONDS_PER_DAY = 86_400
 # Active series past which `check` warns: managed Prometheus offerings bill by active series,
 # and their free tiers end around here.
 SERIES_WARNING = 10_000
-# Chat templates add a few tokens per message and a few to prime the answer (OpenAI's
-# published counting: 3 per message, 3 for the reply); a little more covers other templates.
-TOKENS_PER_MESSAGE = 4
-TOKENS_PER_REQUEST = 3
-_NONCE = "0" * 12  # as long as the prober's
 
 
 class WarningKind(StrEnum):
@@ -163,6 +155,7 @@ class SeriesPlan:
     families: Mapping[Family, Count]  # from the config's load
     later: Mapping[Family, Count]  # may appear on first need
     identity: IdentityPlan | None = None  # an identity probe's samples and tests
+    image_tokens: int = 0  # an image's input tokens per probe, at most
 
     @property
     def probes_per_day(self) -> float:
@@ -181,8 +174,9 @@ class SeriesPlan:
 
     @property
     def cost_per_probe(self) -> float | None:
-        """The cost ceiling of one probe (None: no price)."""
-        return probe_cost(self.price, self.input_tokens, self.max_tokens)
+        """The cost ceiling of one probe, what the daemon charges it at most (None: no price):
+        `probe.charge.charged`."""
+        return charged(self.price, self.input_tokens + self.image_tokens, self.max_tokens)
 
     @property
     def cost_per_day(self) -> float | None:
@@ -201,45 +195,6 @@ class SeriesPlan:
         return sum(self.later.values(), Count())
 
 
-def probe_cost(price: ModelPrice | None, input_tokens: int, output_tokens: int) -> float | None:
-    """The cost of one probe at a price (per 1M tokens); input at the uncached price, both at
-    the tier the prompt falls in."""
-    if price is None:
-        return None
-    rates = price.at(input_tokens)
-    return (input_tokens * rates.input + output_tokens * rates.output) / 1e6
-
-
-def input_tokens(probe: ProbeConfig) -> int:
-    """The input tokens of one probe, estimated: the largest of its prompts (cases rotate) as
-    sent, with the tools and the response schema it sends; an image is not counted."""
-    if probe.kind is ProbeKind.EMBEDDING:
-        return estimate_tokens(embedding_input(probe, _NONCE if probe.nonce else None))
-    nonce = _NONCE if probe.nonce else None
-    largest = 0
-    for case in probe.rotation or (None,):
-        prompt = make_prompt(probe, case, nonce)
-        texts = [content for _, content in prompt.messages]
-        if prompt.system:
-            texts.append(prompt.system)
-        tokens = sum(map(estimate_tokens, texts)) + TOKENS_PER_MESSAGE * len(texts)
-        largest = max(largest, tokens + TOKENS_PER_REQUEST)
-    extra = [orjson.dumps(tool.model_dump(mode="json", exclude_none=True)).decode()
-             for tool in probe.tools]
-    if probe.response_format is not None:
-        extra.append(orjson.dumps(probe.response_format.json_schema).decode())
-    return largest + sum(map(estimate_tokens, extra))
-
-
-def output_tokens(series: Series) -> int:
-    """The output tokens of one probe at most: the output limit its request may send
-    (`max_tokens`, plus the thinking budget where one may be sent: `reasoning.ceiling`); an
-    embedding generates none."""
-    if series.probe.kind is ProbeKind.EMBEDDING:
-        return 0
-    return ceiling(series)
-
-
 def plan_series(series: Series, specs: Mapping[Family, FamilySpec],
                 shapes: Mapping[Family, Shape], prompt_tokens: int | None = None) -> SeriesPlan:
     """One series' plan (`prompt_tokens`: its probe's `input_tokens`, if known)."""
@@ -250,7 +205,7 @@ def plan_series(series: Series, specs: Mapping[Family, FamilySpec],
         reasons=reasons(series), price=series.price,
         families=_count(at_load(series, shapes), specs),
         later=_count([c for c in later(series, shapes) if c[0] in specs], specs),
-        identity=identity_plan(series))
+        identity=identity_plan(series), image_tokens=image_tokens(probe.image))
 
 
 def own_series(config: Config) -> Count:

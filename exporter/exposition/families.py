@@ -117,6 +117,7 @@ class Family(StrEnum):
     TOKENS = "tokens"
     ESTIMATED_TOKENS = "estimated_tokens"
     COST = "cost"
+    COST_CAPPED = "cost_capped"
     SKIPPED = "skipped"
     CHECKS = "checks"
     OBJECTIVE_SECONDS = "objective_seconds"
@@ -262,6 +263,10 @@ FAMILIES: tuple[FamilySpec, ...] = (
           "Output tokens that were estimated because the server sent no usage."),
     _spec(Family.COST, "llm_probe_cost", _C, _P,
           "Cost of probes from the configured prices.", "currency"),
+    _spec(Family.COST_CAPPED, "llm_probe_cost_capped", _C, _P,
+          "Probes whose usage, as the server reported it, would cost more than the plan's "
+          "ceiling for the probe (prompt and output limit at its price, x2, +256 prompt "
+          "tokens): charged the ceiling instead. Any increase is an upstream over-claim."),
     _spec(Family.SKIPPED, "llm_probe_skipped", _C, _P,
           "Scheduled probes that did not run, by reason.", "reason", SkipReason),
     _spec(Family.CHECKS, "llm_probe_checks", _C, _P,

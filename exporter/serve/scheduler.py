@@ -102,6 +102,7 @@ class Scheduler:
         # Last result of each failing series and how many failures in a row: logs follow
         # changes. A healthy series has no entry.
         self._health: dict[SeriesKey, tuple[Result, int]] = {}
+        self._overclaimed: dict[SeriesKey, int] = {}  # charges capped so far (warned at the first)
         self._stopping = False
         self.budget: Budget | None = None
         self._budget_config: object = None
@@ -137,7 +138,7 @@ class Scheduler:
             if wanted.get(key) != ticks.series:
                 ticks.active = False  # an in-flight probe of this series is left to finish
                 del self._ticks[key]
-        for known in (self._paused_until, self._health):
+        for known in (self._paused_until, self._health, self._overclaimed):
             for key in [k for k in known if k not in wanted]:
                 del known[key]
         loop = asyncio.get_running_loop()
@@ -240,6 +241,8 @@ class Scheduler:
         result = self.identity.observe(result)  # an identity answer stays with the monitor
         self._metrics.record(result)
         self._store.record(result)
+        if result.claimed_cost is not None:
+            self._warn_overclaim(result)
         if self.budget is not None and result.cost and self.budget.add(result.cost,
                                                                         result.currency):
             self._metrics.set_budget(self.budget)
@@ -248,6 +251,17 @@ class Scheduler:
             self._paused_until[result.key] = self._clock() + result.retry_after
         self._log_change(result)
         return result
+
+    def _warn_overclaim(self, result: ProbeResult) -> None:
+        """One warning per series when the server's usage first claims more than the probe's
+        charge ceiling (later ones at debug; `llm_probe_cost_capped_total` counts them all)."""
+        count = self._overclaimed.get(result.key, 0) + 1
+        self._overclaimed[result.key] = count
+        log = self._log.warning if count == 1 else self._log.debug
+        log("usage claimed above the probe's cost ceiling; charged the ceiling",
+            target=result.target, model=result.model, probe=result.probe,
+            claimed=result.claimed_cost, charged=result.cost, currency=result.currency,
+            times=count)
 
     def _log_change(self, result: ProbeResult) -> None:
         """One warning when a series starts failing (or fails differently), one info when it
