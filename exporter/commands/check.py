@@ -77,15 +77,17 @@ def price_table(plan: Plan) -> Table:
             continue
         seen.add(s.key[:2])
         price = s.price
+        refused = f" ({s.refused_price.describe()})" if s.refused_price else ""
         if price is None:
             table.add_row(cell(s.key[0]), cell(s.key[1]), "unknown", "", "", "", "",
-                          "no cost counted: set targets[].prices")
+                          cell("no cost counted: set targets[].prices" + refused))
             continue
         tiers = "".join(f"; > {t.above:,} prompt tokens: {t.rates.input:g} / "
                         f"{t.rates.output:g}" for t in price.tiers)
         table.add_row(cell(s.key[0]), cell(s.key[1]), price.source.value, f"{price.input:g}",
                       "" if price.cached_input is None else f"{price.cached_input:g}",
-                      f"{price.output:g}", cell(price.currency), cell(price.origin + tiers))
+                      f"{price.output:g}", cell(price.currency),
+                      cell(price.origin + tiers + refused))
     return table
 
 

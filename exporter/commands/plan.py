@@ -43,11 +43,13 @@ from exporter.exposition.families import (
     Shape,
     families,
 )
+from exporter.exposition.metrics import refused_prices
 from exporter.probe.charge import charged, image_tokens, input_tokens, output_tokens
 from exporter.probe.discovery import DiscoveryFailed, fetch_catalog
 from exporter.probe.prober import Prober
 from exporter.protocols.advice import reasoning_advice
 from exporter.providers.gateway import Catalog
+from exporter.providers.price_bounds import RefusedPrice
 from exporter.providers.prices import LibraryInfo, ModelPrice, library_info
 
 SECONDS_PER_DAY = 86_400
@@ -65,6 +67,7 @@ class WarningKind(StrEnum):
     SERIES_OVER_LIMIT = "series_over_limit"  # more Prometheus series than the threshold
     REASONING = "reasoning"  # a probe may spend its limit thinking, or sends a refused value
     DISCOVERY = "discovery"  # a gateway lists more models than its cap, or none could be read
+    PRICE_REFUSED = "price_refused"  # a gateway's or library price broke a sanity bound
 
 
 @dataclass(frozen=True)
@@ -156,6 +159,7 @@ class SeriesPlan:
     later: Mapping[Family, Count]  # may appear on first need
     identity: IdentityPlan | None = None  # an identity probe's samples and tests
     image_tokens: int = 0  # an image's input tokens per probe, at most
+    refused_price: RefusedPrice | None = None  # a gateway's or library price out of bounds
 
     @property
     def probes_per_day(self) -> float:
@@ -205,7 +209,8 @@ def plan_series(series: Series, specs: Mapping[Family, FamilySpec],
         reasons=reasons(series), price=series.price,
         families=_count(at_load(series, shapes), specs),
         later=_count([c for c in later(series, shapes) if c[0] in specs], specs),
-        identity=identity_plan(series), image_tokens=image_tokens(probe.image))
+        identity=identity_plan(series), image_tokens=image_tokens(probe.image),
+        refused_price=series.refused_price)
 
 
 def own_series(config: Config) -> Count:
@@ -222,6 +227,8 @@ def own_series(config: Config) -> Count:
             total += config.global_.budget is not None
         elif spec.key is Family.PRICE_INFO:
             total += len({(s.target.name, s.model) for s in config.series})
+        elif spec.key is Family.PRICES_REFUSED:
+            total += len(refused_prices(config))
         elif spec.key in (Family.DISCOVERY_MODELS, Family.DISCOVERY_REFRESHES,
                           Family.DISCOVERY_LAST_SUCCESS):
             total += len(config.discovering)  # (refreshes: one result, success, when well)
@@ -366,6 +373,7 @@ class Plan:
                 "input_tokens_per_day": s.input_tokens_per_day, "reasons": s.reasons,
                 "currency": s.price.currency if s.price else None,
                 "price": s.price.to_json() if s.price else "unknown",
+                "price_refused": s.refused_price.to_json() if s.refused_price else None,
                 "cost_per_day": s.cost_per_day,
                 "prometheus_series": {**s.series.to_json(), "later": s.extra.to_json()},
                 "identity": s.identity.to_json() if s.identity else None,
@@ -462,6 +470,12 @@ def _warnings(plan: Plan, series_warning: int) -> Iterable[PlanWarning]:
             yield PlanWarning(WarningKind.UNPRICED,
                            f"{len(unpriced)} of {len(plan.series)} series have no price "
                            f"(targets[].prices): the budget cannot count their cost")
+    refused = {s.key[:2]: s.refused_price for s in plan.series if s.refused_price is not None}
+    if refused:
+        yield PlanWarning(WarningKind.PRICE_REFUSED,
+                          f"{len(refused)} models' prices refused by a sanity bound (see the "
+                          "Prices table): their cost is counted at the next source's price, "
+                          "or not at all")
     if plan.series_in_force > series_warning:
         kind = "classic" if plan.classic else "native"
         yield PlanWarning(WarningKind.SERIES_OVER_LIMIT,

@@ -152,6 +152,7 @@ class Family(StrEnum):
     HTTP_CONNECTIONS_LIMIT = "http_connections_limit"
     HTTP_CONNECTIONS_CLOSED = "http_connections_closed"
     PRICE_INFO = "price_info"
+    PRICES_REFUSED = "prices_refused"
     DISCOVERY_MODELS = "discovery_models"
     DISCOVERY_REFRESHES = "discovery_refreshes"
     DISCOVERY_LAST_SUCCESS = "discovery_last_success_timestamp_seconds"
@@ -353,6 +354,11 @@ FAMILIES: tuple[FamilySpec, ...] = (
                "1 per probed (target, model): where its price comes from (config, gateway, "
                "library) and its currency; source=\"unknown\": no price, its cost is not "
                "counted.", ("target", "model", "source", "currency")),
+    FamilySpec(Family.PRICES_REFUSED, "llm_probe_prices_refused", _G, _E,
+               "Probed models whose price from a gateway or the library was refused by a "
+               "sanity bound (above_ceiling: over 1,000 per 1M tokens; above_library: a "
+               "gateway's over 10x the library's for the model); the next source is used.",
+               ("target", "source", "reason")),
     FamilySpec(Family.DISCOVERY_MODELS, "llm_probe_discovery_models", _G, _E,
                "Models a discovering target probes from the gateway's last good list (after "
                "include/exclude and the caps).", ("target",)),

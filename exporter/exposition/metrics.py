@@ -133,6 +133,18 @@ class _Restricted:
                     yield restricted
 
 
+def refused_prices(config: Config) -> dict[tuple[str, str, str], int]:
+    """Probed models whose price was refused, by (target, source, reason)."""
+    models = {(s.target.name, s.model): s.refused_price for s in config.series
+              if s.refused_price is not None}
+    counts: dict[tuple[str, str, str], int] = {}
+    for (target, _), refused in models.items():
+        assert refused is not None
+        key = (target, refused.source.value, refused.reason.value)
+        counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
 def _own_gauge(family: Family, registry: CollectorRegistry) -> Gauge:
     spec = BY_KEY[family]
     return Gauge(spec.name, spec.help, spec.labels, registry=registry)
@@ -281,6 +293,7 @@ class ExporterMetrics:
         self.reload_time = _own_gauge(Family.RELOAD_TIME, own)
         self.price_info = _own_gauge(Family.PRICE_INFO, own)
         self._priced: dict[tuple[str, str], tuple[str, str]] = {}  # (target, model) → labels
+        self.prices_refused = _own_gauge(Family.PRICES_REFUSED, own)
         self.discoveries = DiscoveryCollector()
         own.register(self.discoveries)
         if process_metrics:
@@ -358,6 +371,9 @@ class ExporterMetrics:
             if key not in self._priced:
                 self.price_info.labels(*key, *labels).set(1)
                 self._priced[key] = labels
+        self.prices_refused.clear()
+        for (target, source, reason), count in refused_prices(config).items():
+            self.prices_refused.labels(target, source, reason).set(count)
 
     def _sync(self, values: SeriesValues, series: Series) -> None:
         """Give a series the children `children.at_load` lists (keeping those that appeared on

@@ -103,6 +103,7 @@ class Scheduler:
         # changes. A healthy series has no entry.
         self._health: dict[SeriesKey, tuple[Result, int]] = {}
         self._overclaimed: dict[SeriesKey, int] = {}  # charges capped so far (warned at the first)
+        self._refused: set[tuple[str, str, str]] = set()  # (target, model, why) warned about
         self._stopping = False
         self.budget: Budget | None = None
         self._budget_config: object = None
@@ -132,6 +133,7 @@ class Scheduler:
         elif self.budget is not None and self.budget.problem:
             self.budget.load()  # a reload is how an operator says the record was fixed
             self._metrics.set_budget(self.budget)
+        self._warn_prices(config)
         self.identity.apply(config)
         wanted = {s.key: s for s in config.series}
         for key, ticks in list(self._ticks.items()):
@@ -251,6 +253,25 @@ class Scheduler:
             self._paused_until[result.key] = self._clock() + result.retry_after
         self._log_change(result)
         return result
+
+    def _warn_prices(self, config: Config) -> None:
+        """One warning per (target, model) whose gateway or library price a bound refused,
+        when it first is (again after it was accepted)."""
+        refused = {(s.target.name, s.model): s for s in config.series
+                   if s.refused_price is not None}
+        now = set()
+        for (target, model), series in refused.items():
+            why = series.refused_price
+            assert why is not None
+            key = (target, model, why.describe())
+            now.add(key)
+            if key not in self._refused:
+                self._log.warning("price refused by a sanity bound", target=target, model=model,
+                                  source=why.source.value, reason=why.reason.value,
+                                  rate=why.rate, value=why.value, bound=why.bound,
+                                  using=series.price.source.value if series.price
+                                  else "unknown")
+        self._refused = now
 
     def _warn_overclaim(self, result: ProbeResult) -> None:
         """One warning per series when the server's usage first claims more than the probe's
