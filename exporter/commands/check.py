@@ -188,8 +188,11 @@ def print_plan(config: Config, plan: Plan, path: str, console: Console | None = 
                   "claim above it is charged this and counted (llm_probe_cost_capped_total).",
                   soft_wrap=True)
     if plan.budget_limit is not None:
+        shares = ", ".join(f"{cell(target)} {amount:,.2f}"
+                           for target, amount in plan.budget_shares.items())
         console.print(f"budget: {plan.budget_limit:g} {cell(plan.budget_currency or '')}/day "
-                      "(global.budget)")
+                      f"(global.budget); each target at most its share: {shares}",
+                      soft_wrap=True)
     for warning in plan.warnings:
         console.print(f"[yellow]warning:[/yellow] {cell(warning.message)}", soft_wrap=True)
     if config.simulator is not None:

@@ -68,6 +68,7 @@ class WarningKind(StrEnum):
     REASONING = "reasoning"  # a probe may spend its limit thinking, or sends a refused value
     DISCOVERY = "discovery"  # a gateway lists more models than its cap, or none could be read
     PRICE_REFUSED = "price_refused"  # a gateway's or library price broke a sanity bound
+    COST_OVER_SHARE = "cost_over_share"  # a target's ceiling passes its share of the budget
 
 
 @dataclass(frozen=True)
@@ -225,6 +226,8 @@ def own_series(config: Config) -> Count:
             total += len(config.buckets.get(spec.key) or spec.buckets) + 3
         elif spec.key in (Family.BUDGET_SPENT, Family.BUDGET_LIMIT, Family.BUDGET_RECORD_OK):
             total += config.global_.budget is not None
+        elif spec.key in (Family.BUDGET_TARGET_SPENT, Family.BUDGET_TARGET_LIMIT):
+            total += len(config.targets) if config.global_.budget is not None else 0
         elif spec.key is Family.PRICE_INFO:
             total += len({(s.target.name, s.model) for s in config.series})
         elif spec.key is Family.PRICES_REFUSED:
@@ -304,6 +307,7 @@ class Plan:
     library: LibraryInfo = dataclasses.field(default_factory=library_info)
     discovering: tuple[tuple[str, str], ...] = ()  # (target, how it discovers)
     discovered: tuple[Discovered, ...] = ()  # with `check --discover`
+    budget_shares: Mapping[str, float] = dataclasses.field(default_factory=dict)  # by target
 
     def discovery_notes(self) -> list[str]:
         """What the plan leaves to run time, or what discovery found now."""
@@ -336,6 +340,14 @@ class Plan:
         for s in self.series:
             if s.price is not None and s.cost_per_day is not None:
                 costs[s.price.currency] += s.cost_per_day
+        return dict(costs)
+
+    def target_costs(self) -> dict[str, float]:
+        """The cost ceiling of a day per target, in the budget's currency."""
+        costs: defaultdict[str, float] = defaultdict(float)
+        for s in self.series:
+            if s.price is not None and s.price.currency == self.budget_currency:
+                costs[s.key[0]] += s.cost_per_day or 0.0
         return dict(costs)
 
     def by_family(self, extra: bool = False) -> dict[Family, Count]:
@@ -401,7 +413,9 @@ class Plan:
                                         if d.target == target), None)}
                           for target, how in self.discovering],
             "budget": None if self.budget_limit is None else {
-                "max_cost_per_day": self.budget_limit, "currency": self.budget_currency},
+                "max_cost_per_day": self.budget_limit, "currency": self.budget_currency,
+                "shares": dict(self.budget_shares),
+                "cost_per_day_by_target": self.target_costs()},
             "warnings": [{"kind": w.kind.value, "message": w.message} for w in self.warnings],
         }
 
@@ -421,7 +435,9 @@ def make_plan(config: Config, *, series_warning: int = SERIES_WARNING,
                  own_series(config), budget.max_cost_per_day if budget else None,
                  budget.currency if budget else None, (),
                  discovering=tuple((t.name, _how(t)) for t in config.discovering),
-                 discovered=tuple(discovered))
+                 discovered=tuple(discovered),
+                 budget_shares=budget.amounts(t.name for t in config.targets) if budget
+                 else {})
     advice = [PlanWarning(WarningKind.REASONING, str(a)) for a in reasoning_advice(config.series)]
     return dataclasses.replace(draft, warnings=(*_warnings(draft, series_warning), *advice,
                                                 *_discovery_warnings(draft.discovered)))
@@ -460,6 +476,14 @@ def _warnings(plan: Plan, series_warning: int) -> Iterable[PlanWarning]:
                            f"cost ceiling {ceiling:.2f} {currency}/day exceeds global.budget "
                            f"({plan.budget_limit:g} {currency}/day): at the ceiling, probing "
                            f"stops for the day after about {hours:.1f} h (UTC)")
+        for target, cost in sorted(plan.target_costs().items()):
+            share = plan.budget_shares.get(target)
+            if share is not None and cost > share and len(plan.budget_shares) > 1:
+                yield PlanWarning(WarningKind.COST_OVER_SHARE,
+                                  f"{target}: cost ceiling {cost:.2f} {currency}/day exceeds its "
+                                  f"share of global.budget ({share:.2f} {currency}/day): at the "
+                                  f"ceiling its probes stop for the day after about "
+                                  f"{24 * share / cost:.1f} h (UTC); set global.budget.shares")
         for other, cost in sorted(costs.items()):
             if other != currency:
                 yield PlanWarning(WarningKind.OTHER_CURRENCY,

@@ -145,6 +145,8 @@ class Family(StrEnum):
     BUDGET_SPENT = "budget_spent"
     BUDGET_LIMIT = "budget_limit"
     BUDGET_RECORD_OK = "budget_record_ok"
+    BUDGET_TARGET_SPENT = "budget_target_spent"
+    BUDGET_TARGET_LIMIT = "budget_target_limit"
     RELOAD_OK = "config_last_reload_successful"
     RELOAD_TIME = "config_last_reload_success_timestamp_seconds"
     WEB_CONFIG_RELOAD_OK = "web_config_last_reload_successful"
@@ -334,6 +336,13 @@ FAMILIES: tuple[FamilySpec, ...] = (
           "1: the spend record of global.budget is usable; 0: it cannot be read or the path "
           "holds another file, and every probe is skipped (reason budget) until it can be.",
           "currency"),
+    FamilySpec(Family.BUDGET_TARGET_SPENT, "llm_probe_budget_target_spent", _G, _E,
+               "Spent today (UTC) by the target's probes against its share of global.budget.",
+               ("target", "currency")),
+    FamilySpec(Family.BUDGET_TARGET_LIMIT, "llm_probe_budget_target_limit", _G, _E,
+               "The target's share of global.budget.max_cost_per_day (global.budget.shares, "
+               "else an equal part of what the named shares leave); its probes are skipped "
+               "(reason budget) once it is spent.", ("target", "currency")),
     _spec(Family.RELOAD_OK, "llm_probe_config_last_reload_successful", _G, _E,
           "Whether the last config load succeeded."),
     _spec(Family.RELOAD_TIME, "llm_probe_config_last_reload_success_timestamp_seconds", _G, _E,

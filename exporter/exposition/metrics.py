@@ -289,6 +289,8 @@ class ExporterMetrics:
         self.budget_spent = _own_gauge(Family.BUDGET_SPENT, own)
         self.budget_limit = _own_gauge(Family.BUDGET_LIMIT, own)
         self.budget_record_ok = _own_gauge(Family.BUDGET_RECORD_OK, own)
+        self.budget_target_spent = _own_gauge(Family.BUDGET_TARGET_SPENT, own)
+        self.budget_target_limit = _own_gauge(Family.BUDGET_TARGET_LIMIT, own)
         self.reload_ok = _own_gauge(Family.RELOAD_OK, own)
         self.reload_time = _own_gauge(Family.RELOAD_TIME, own)
         self.price_info = _own_gauge(Family.PRICE_INFO, own)
@@ -500,10 +502,16 @@ class ExporterMetrics:
         self.budget_spent.clear()
         self.budget_limit.clear()
         self.budget_record_ok.clear()
+        self.budget_target_spent.clear()
+        self.budget_target_limit.clear()
         if budget is not None:
             self.budget_spent.labels(budget.currency).set(budget.spent)
             self.budget_limit.labels(budget.currency).set(budget.limit)
             self.budget_record_ok.labels(budget.currency).set(0 if budget.problem else 1)
+            for target, share in budget.shares.items():
+                self.budget_target_limit.labels(target, budget.currency).set(share)
+                self.budget_target_spent.labels(target, budget.currency).set(
+                    budget.by_target.get(target, 0.0))
 
     def reload_status(self, ok: bool, when: float | None = None) -> None:
         """Record the outcome of a config (re)load."""

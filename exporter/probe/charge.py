@@ -55,9 +55,16 @@ def input_tokens(probe: ProbeConfig) -> int:
     return largest + sum(map(estimate_tokens, extra))
 
 
-def _input_tokens_cached(probe: ProbeConfig) -> int:
-    """`input_tokens`, kept per probe object (the prober asks at every probe; the probe is
-    held, so its id is not reused while the entry lives)."""
+def planned(probe: ProbeConfig) -> bool:
+    """Whether `planned_input` of this probe is kept already (costs nothing on the loop)."""
+    kept = _inputs.get(id(probe))
+    return kept is not None and kept[0] is probe
+
+
+def planned_input(probe: ProbeConfig) -> int:
+    """`input_tokens`, kept per probe object (the prober asks at every probe, and first from a
+    worker thread: the estimate may load the token vocabulary; the probe is held, so its id is
+    not reused while the entry lives)."""
     kept = _inputs.get(id(probe))
     if kept is not None and kept[0] is probe:
         return kept[1]
@@ -108,6 +115,6 @@ def charge_ceiling(series: Series, prompt_tokens: int | None = None) -> float | 
     (`prompt_tokens`, else estimated), its image and its output limit."""
     if series.price is None:
         return None
-    tokens = _input_tokens_cached(series.probe) if prompt_tokens is None else prompt_tokens
+    tokens = planned_input(series.probe) if prompt_tokens is None else prompt_tokens
     return charged(series.price, tokens + image_tokens(series.probe.image),
                    output_tokens(series))

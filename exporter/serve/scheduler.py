@@ -127,12 +127,14 @@ class Scheduler:
             self.budget = None
             if config.global_.budget is not None:
                 self.budget = Budget(config.global_.budget, state_dir=config.state_dir,
-                                     wall_clock=self._wall, logger=self._log)
+                                     wall_clock=self._wall, logger=self._log,
+                                     targets=(t.name for t in config.targets))
                 self.budget.load()
-            self._metrics.set_budget(self.budget)
         elif self.budget is not None and self.budget.problem:
             self.budget.load()  # a reload is how an operator says the record was fixed
-            self._metrics.set_budget(self.budget)
+        if self.budget is not None:
+            self.budget.set_targets(t.name for t in config.targets)
+        self._metrics.set_budget(self.budget)
         self._warn_prices(config)
         self.identity.apply(config)
         wanted = {s.key: s for s in config.series}
@@ -199,7 +201,7 @@ class Scheduler:
         """Why a probe of this series must not be sent now (rate-limited, budget), if so."""
         if self._paused_until.get(series.key, float("-inf")) > self._clock():
             return SkipReason.RATE_LIMITED
-        if self.budget is not None and self.budget.exhausted():
+        if self.budget is not None and self.budget.exhausted(series.target.name):
             return SkipReason.BUDGET
         return None
 
@@ -245,8 +247,8 @@ class Scheduler:
         self._store.record(result)
         if result.claimed_cost is not None:
             self._warn_overclaim(result)
-        if self.budget is not None and result.cost and self.budget.add(result.cost,
-                                                                        result.currency):
+        if self.budget is not None and result.cost and self.budget.add(
+                result.cost, result.currency, result.target):
             self._metrics.set_budget(self.budget)
             asyncio.get_running_loop().create_task(self._save_budget(self.budget))
         if result.retry_after:
