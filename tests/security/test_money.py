@@ -5,15 +5,17 @@ loopback HTTP, with the result, the metrics and the plan inspected."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 
 import pytest
+import yaml
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 from rich.console import Console
 
 from exporter.commands.check import price_table
-from exporter.commands.plan import make_plan, own_series
+from exporter.commands.plan import discover_now, make_plan, own_series
 from exporter.config import expand, parse_config
 from exporter.exposition.metrics import ExporterMetrics
 from exporter.probe.assembly import USAGE_SLACK
@@ -23,7 +25,9 @@ from exporter.probe.prober import Prober
 from exporter.providers.price_bounds import LIBRARY_FACTOR, PRICE_CEILING, PriceRefusal
 from exporter.providers.prices import PriceSource
 from tests.conftest import free_port, make_config, ok_stream
-from tests.security.hostile_gateway import HostileGateway
+from tests.e2e_support import start_daemon, wait_for
+from tests.security.hostile import serve_in_thread
+from tests.security.hostile_gateway import OUTRAGEOUS, HostileGateway
 
 # The dearest price a config may hold for one model: the attack is the claim, not the price.
 PRICE = {"m": {"input": 100.0, "output": 600.0}}
@@ -146,3 +150,108 @@ async def test_a_gateway_price_out_of_bounds_is_refused_counted_and_shown(
     # The charge ceiling follows the bounded price: one o1-pro probe stays under a dollar.
     ceiling = charge_ceiling(pro)
     assert ceiling is not None and ceiling < 1.0
+
+
+@pytest.mark.e2e
+def test_a_lying_gateway_spends_only_its_share_and_the_honest_target_goes_on(tmp_path) -> None:
+    # A real daemon probes an honest target (its embedded simulator) and a hostile gateway that
+    # lists a dear model (priced within the bounds), a model priced 83 × the library's, and
+    # claims 60,000 prompt and output tokens per answer. The gateway's probes are charged their
+    # ceiling, its share of the budget stops it, and the simulator is probed all along.
+    gateway = HostileGateway(models=["gw-dear", "gpt-4o-mini"],
+                             prices={"gw-dear": (100.0, 600.0), "gpt-4o-mini": (0.15, 50.0)})
+    sim_port = free_port()
+    with serve_in_thread(gateway.app()) as origin:
+        config = tmp_path / "config.yaml"
+        config.write_text(yaml.safe_dump({
+            "global": {"interval": "1s", "allow_short_intervals": True, "jitter": 0,
+                       "budget": {"max_cost_per_day": 1.0, "currency": "USD",
+                                  "state_file": str(tmp_path / "budget.json")}},
+            "simulator": {"listen": f"127.0.0.1:{sim_port}", "models": {
+                "sim-chat": {"ttft": "5ms", "tpot": "1ms", "output_tokens": 8}}},
+            "probes": {"short": {"prompt": "Say hi.", "max_tokens": 16}},
+            "targets": [
+                {"name": "honest", "base_url": f"http://127.0.0.1:{sim_port}/v1",
+                 "models": ["sim-chat"], "prices": {"sim-chat": {"input": 0.5, "output": 1.5}}},
+                {"name": "hostile", "base_url": f"{origin}/v1", "api_key": "sk-gw",
+                 "discover": {"refresh": "1s"}}]}))
+        daemon = start_daemon(config, tmp_path)
+        try:
+            def skipped() -> float:
+                return daemon.sample("llm_probe_skipped_total", target="hostile",
+                                     model="gw-dear", reason="budget") or 0
+
+            wait_for(lambda: skipped() > 0, 60, "the gateway's share to be spent")
+            page = daemon.metrics()
+            share = daemon.sample("llm_probe_budget_target_limit", target="hostile",
+                                  currency="USD")
+            spent = daemon.sample("llm_probe_budget_target_spent", target="hostile",
+                                  currency="USD")
+            capped = daemon.sample("llm_probe_cost_capped_total", target="hostile",
+                                   model="gw-dear", probe="short")
+            probes = daemon.sample("llm_probe_requests_total", target="hostile",
+                                   model="gw-dear", probe="short", result="success")
+            honest = daemon.sample("llm_probe_requests_total", target="honest",
+                                   model="sim-chat", probe="short", result="success") or 0
+            chats = gateway.chats
+            wait_for(lambda: (daemon.sample("llm_probe_requests_total", target="honest",
+                                            model="sim-chat", probe="short",
+                                            result="success") or 0) > honest + 2, 20,
+                     "the honest target to be probed on")
+            assert gateway.chats <= chats + 2  # the gateway is not asked again (in flight: 2)
+            output = daemon.output()
+        finally:
+            assert daemon.stop() == 0, daemon.output()
+    assert share == pytest.approx(0.5)
+    # Every probe of the gateway was capped: its 60,000-token claims cost ~$37 each.
+    assert capped and probes and capped == probes
+    ceiling = (daemon_spent := spent or 0) / capped
+    assert ceiling < 0.1
+    # The share holds within what was in flight when it ran out (two series).
+    assert 0.5 <= daemon_spent <= 0.5 + 2 * ceiling
+    assert 'llm_probe_prices_refused{reason="above_library",source="gateway",target="hostile"} 1' \
+        in page.replace(", ", ",")
+    events = [json.loads(line) for line in output.splitlines() if line.startswith("{")]
+    shares = [e for e in events if e["event"].startswith("a target's share of the daily")]
+    assert [(e["target"], e["share"]) for e in shares] == [("hostile", 0.5)]  # once, and who
+    claims = [e for e in events if e["event"].startswith("usage claimed above")]
+    assert {e["model"] for e in claims if e["level"] == "warning"} == {"gw-dear", "gpt-4o-mini"}
+    assert len([e for e in claims if e["level"] == "warning"]) == 2  # once per series
+    refused = [e for e in events if e["event"] == "price refused by a sanity bound"]
+    assert [(e["model"], e["reason"], e["using"]) for e in refused] == [
+        ("gpt-4o-mini", "above_library", "library")]
+    assert not [e for e in events if e["event"].startswith("daily budget spent")]
+
+
+async def test_check_discover_bounds_every_probe_of_what_the_gateway_lists(
+        hostile_gateway: tuple[HostileGateway, str]) -> None:
+    # `check --discover` plans the gateway's models at their bounded prices; then each one's
+    # probes, whatever usage the gateway claims, cost at most the plan's cost per probe.
+    gateway, url = hostile_gateway
+    gateway.models = ["gw-dear", "gpt-4o-mini", "gw-private"]
+    gateway.prices = {"gw-dear": (100.0, 600.0), "gpt-4o-mini": (0.15, 50.0),
+                      "gw-private": (1.0, 5_000.0)}
+    config = parse_config({
+        "probes": {"p": {"prompt": "hi", "max_tokens": 16},
+                   "q": {"messages": [{"role": "user", "content": "word " * 200}],
+                         "max_tokens": 64, "image": {"width": 1024, "height": 512}}},
+        "targets": [{"name": "gw", "base_url": url, "api_key": "sk-test", "discover": {}}]},
+        env={})
+    expanded, found = await discover_now(config)
+    assert found[0].models == 3
+    plan = {s.key: s for s in make_plan(expanded).series}
+    async with Prober() as prober:
+        for series in expanded.series:
+            for usage in (OUTRAGEOUS, {"prompt_tokens": 5, "completion_tokens": 3}):
+                gateway.usage = dict(usage)
+                result = await prober.probe(series)
+                assert result.success, result.reason
+                ceiling = plan[series.key].cost_per_probe
+                if series.price is None:
+                    assert result.cost is None and ceiling is None
+                    continue
+                assert ceiling is not None and result.cost is not None
+                assert result.cost <= ceiling * (1 + 1e-9), series.key
+    # The plan's day is those ceilings: a true upper bound of what the budget can be charged.
+    dear = plan[("gw", "gw-dear", "p")]
+    assert dear.cost_per_day == pytest.approx(dear.cost_per_probe * dear.probes_per_day)
