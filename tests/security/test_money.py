@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator
 
+import orjson
 import pytest
 import yaml
 from aiohttp import web
@@ -25,7 +26,7 @@ from exporter.probe.prober import Prober
 from exporter.providers.price_bounds import LIBRARY_FACTOR, PRICE_CEILING, PriceRefusal
 from exporter.providers.prices import PriceSource
 from tests.conftest import free_port, make_config, ok_stream
-from tests.e2e_support import start_daemon, wait_for
+from tests.e2e_support import http_get, start_daemon, wait_for
 from tests.security.hostile import serve_in_thread
 from tests.security.hostile_gateway import OUTRAGEOUS, HostileGateway
 
@@ -194,6 +195,8 @@ def test_a_lying_gateway_spends_only_its_share_and_the_honest_target_goes_on(tmp
             honest = daemon.sample("llm_probe_requests_total", target="honest",
                                    model="sim-chat", probe="short", result="success") or 0
             chats = gateway.chats
+            status = http_get(f"{daemon.url}/").decode()
+            shown = orjson.loads(http_get(f"{daemon.url}/config?format=json"))["prices"]
             wait_for(lambda: (daemon.sample("llm_probe_requests_total", target="honest",
                                             model="sim-chat", probe="short",
                                             result="success") or 0) > honest + 2, 20,
@@ -203,6 +206,11 @@ def test_a_lying_gateway_spends_only_its_share_and_the_honest_target_goes_on(tmp
         finally:
             assert daemon.stop() == 0, daemon.output()
     assert share == pytest.approx(0.5)
+    # The refused price is shown with the source used instead, on /config and the status page.
+    mini = shown["hostile"]["gpt-4o-mini"]
+    assert mini["source"] == "library" and mini["refused"]["reason"] == "above_library"
+    assert shown["hostile"]["gw-dear"]["source"] == "gateway"
+    assert "price refused" in status and "above_library" in status
     # Every probe of the gateway was capped: its 60,000-token claims cost ~$37 each.
     assert capped and probes and capped == probes
     ceiling = (daemon_spent := spent or 0) / capped
