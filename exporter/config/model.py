@@ -34,6 +34,7 @@ from exporter.config.types import Secret
 from exporter.exposition.families import Family, Objective, RatioObjective
 from exporter.log import REDACTED, Redactor
 from exporter.providers.gateway import GatewayModel
+from exporter.providers.price_bounds import RefusedPrice
 from exporter.providers.prices import ModelPrice
 from exporter.providers.rules import lookup, quiet_default
 
@@ -154,6 +155,7 @@ class Series:
     jitter: float
     slo: Objectives = field(default_factory=Objectives)
     price: ModelPrice | None = None  # None: unknown, no cost is counted
+    refused_price: RefusedPrice | None = None  # a gateway's or library price out of bounds
     gateway: GatewayModel | None = None  # what the gateway says of the model (discovery)
     discovered: bool = False  # listed by the gateway, not by `models:`
 

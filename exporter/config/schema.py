@@ -5,6 +5,7 @@ The probes and the objectives they share with every level are in config/probe.py
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from typing import Any, Literal
 
 import regex as pyregex
@@ -41,6 +42,29 @@ class BudgetConfig(StrictModel):
     # Sharded (`--shard i/n`): max_cost_per_day is the whole fleet's, each shard stops at its
     # n-th; `per_shard: true` makes it every shard's own limit instead.
     per_shard: bool = False
+    # The most a target may spend of the day's limit, as a fraction; the targets not named
+    # share what is left equally (serve/budget.py).
+    shares: dict[str, float] = Field(default_factory=dict)
+
+    def amounts(self, targets: Iterable[str]) -> dict[str, float]:
+        """Each target's share of the day's limit, as an amount: its `shares:` fraction, else
+        an equal part of what the named fractions leave."""
+        names = list(dict.fromkeys(targets))
+        rest = [name for name in names if name not in self.shares]
+        left = max(0.0, 1.0 - sum(self.shares.values()))
+        return {name: self.max_cost_per_day * (self.shares[name] if name in self.shares
+                                               else left / len(rest)) for name in names}
+
+    @field_validator("shares")
+    @classmethod
+    def _check_shares(cls, shares: dict[str, float]) -> dict[str, float]:
+        for name, fraction in shares.items():
+            if not (0 < fraction <= 1):
+                raise ValueError(f"{name}: a share is a fraction of the budget above 0 and at "
+                                 "most 1")
+        if sum(shares.values()) > 1 + 1e-9:
+            raise ValueError(f"the shares add up to {sum(shares.values()):g}; at most 1")
+        return shares
 
     @field_validator("state_file")
     @classmethod

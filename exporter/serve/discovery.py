@@ -295,6 +295,9 @@ def price_table(config: Config) -> dict[str, dict[str, Any]]:
         prices = table.setdefault(series.target.name, {})
         if series.model not in prices:
             prices[series.model] = series.price.to_json() if series.price else "unknown"
+            if series.refused_price is not None:
+                prices[series.model] = {**(series.price.to_json() if series.price else {
+                    "source": "unknown"}), "refused": series.refused_price.to_json()}
     return table
 
 
