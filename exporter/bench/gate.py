@@ -86,14 +86,21 @@ def _pool(requests: Sequence[Sequence[float]]) -> list[float]:
 
 
 def interval(baseline: Samples, current: Samples, stat: Callable[[Sequence[float]], float | None],
-             relative: bool, confidence: float, rng: random.Random) -> tuple[float, float]:
+             relative: bool, confidence: float, rng: random.Random,
+             resamples: int = RESAMPLES) -> tuple[float, float]:
     """The percentile-bootstrap interval of the change (two-sided, at `confidence`)."""
     draws = max(1, len(_pool(baseline)) + len(_pool(current)))
-    resamples = max(MIN_RESAMPLES, min(RESAMPLES, MAX_DRAWS // draws))
+    resamples = max(MIN_RESAMPLES, min(resamples, MAX_DRAWS // draws))
+    single = all(len(v) == 1 for v in baseline) and all(len(v) == 1 for v in current)
+    base_flat, cur_flat = _pool(baseline), _pool(current)
     changes: list[float] = []
     for _ in range(resamples):
-        a = stat(_pool(rng.choices(baseline, k=len(baseline))))
-        b = stat(_pool(rng.choices(current, k=len(current))))
+        if single:  # one value per request (all but inter-chunk gaps): no pooling needed
+            a = stat(rng.choices(base_flat, k=len(base_flat)))
+            b = stat(rng.choices(cur_flat, k=len(cur_flat)))
+        else:
+            a = stat(_pool(rng.choices(baseline, k=len(baseline))))
+            b = stat(_pool(rng.choices(current, k=len(current))))
         if a is not None and b is not None:
             changes.append(change_of(a, b, relative))
     if not changes:
@@ -107,7 +114,8 @@ def interval(baseline: Samples, current: Samples, stat: Callable[[Sequence[float
 
 
 def decide(baseline: Samples, current: Samples, *, stat: str, limit: float, relative: bool,
-           confidence: float = DEFAULT_CONFIDENCE, seed: int = SEED) -> Decision | None:
+           confidence: float = DEFAULT_CONFIDENCE, seed: int = SEED,
+           resamples: int = RESAMPLES) -> Decision | None:
     """The verdict on `limit` (signed: + means up is bad) from both runs' samples; None when a
     side has no value at all."""
     fn = statistic(stat)
@@ -119,7 +127,8 @@ def decide(baseline: Samples, current: Samples, *, stat: str, limit: float, rela
     if n < MIN_REQUESTS:
         return Decision(Verdict.UNDECIDED, point, -math.inf, math.inf, confidence, n,
                         requests_needed=MIN_REQUESTS)
-    low, high = interval(baseline, current, fn, relative, confidence, random.Random(seed))
+    low, high = interval(baseline, current, fn, relative, confidence, random.Random(seed),
+                         resamples)
     # In "bad" terms: positive is the direction the limit guards against.
     sign = 1.0 if limit > 0 else -1.0
     bad, bad_low, bad_high, bound = sign * point, min(sign * low, sign * high), \
@@ -129,19 +138,15 @@ def decide(baseline: Samples, current: Samples, *, stat: str, limit: float, rela
     if bad > bound and bad_low > 0:
         return Decision(Verdict.REGRESSION, point, low, high, confidence, n)
     return Decision(Verdict.UNDECIDED, point, low, high, confidence, n,
-                    requests_needed=requests_needed(n, bad, bad_low, bad_high, bound))
+                    requests_needed=requests_needed(n, bad_high - bad_low, bound))
 
 
-def requests_needed(n: int, bad: float, bad_low: float, bad_high: float,
-                    bound: float) -> int | None:
-    """Requests per run for the interval to settle: its half-width shrinks as 1/√n, so the side
-    that straddles the decision (the limit, or zero for a change beyond it) must move past it.
-    An estimate from this run's spread; None when it cannot be told (the change sits at the
-    boundary, or the interval is unbounded)."""
-    if bad <= bound:
-        width, distance = bad_high - bad, bound - bad
-    else:
-        width, distance = bad - bad_low, bad
-    if distance <= 0 or not math.isfinite(width) or width <= 0:
+def requests_needed(n: int, width: float, bound: float) -> int | None:
+    """Requests per run that resolve a limit of `bound`: the interval's width shrinks as 1/√n,
+    and a width of one limit decides both ways — with nothing changed the interval (±½ limit)
+    stays inside the limit unless the estimate itself strays ~2 standard errors, and a change of
+    2.5 limits keeps it clear of zero. An estimate from this run's spread (None when the
+    interval is unbounded)."""
+    if bound <= 0 or not math.isfinite(width) or width <= 0:
         return None
-    return min(MAX_NEEDED, max(n + 1, math.ceil(n * (width / distance) ** 2)))
+    return min(MAX_NEEDED, max(n + 1, math.ceil(n * (width / bound) ** 2)))
