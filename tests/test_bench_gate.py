@@ -6,14 +6,21 @@ from __future__ import annotations
 
 import math
 import random
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
 
+from rich.console import Console
+
+from exporter.bench.compare import compare
 from exporter.bench.gate import MIN_REQUESTS, Verdict, decide
-from exporter.bench.options import parse_confidence
+from exporter.bench.model import RunDocument, Slo
+from exporter.bench.options import parse_confidence, parse_fail_on
+from exporter.bench.summary import summarize
+from exporter.bench.tables import print_comparison
 from exporter.cli import main
 from tests.test_cli_probe import sim_config
 
@@ -103,12 +110,11 @@ def load(path: Path) -> dict[str, Any]:
 
 
 def test_bench_says_when_its_requests_cannot_decide(tmp_path: Path, capsys) -> None:
-    """A noisy endpoint, nothing changed, 6 requests against a +20% p95 limit: exit 3, the
-    verdict in words, and how many requests would decide."""
-    noisy = {"ttft": "30ms", "tpot": "1ms", "output_tokens": 4, "jitter": 0.9}
-    config = str(sim_config(tmp_path, {"m": noisy}))
+    """Nothing changed, 4 requests against a +20% p95 limit: exit 3, the verdict in words, and
+    how many requests would decide; a run.json that says so."""
+    config = str(sim_config(tmp_path))
     base, current = tmp_path / "base.json", tmp_path / "current.json"
-    args = ("--config.file", config, "--requests", "6", "--warmup", "0")
+    args = ("--config.file", config, "--requests", str(MIN_REQUESTS - 1), "--warmup", "0")
     assert main(["bench", *args, "--output", str(base)]) == 0
     capsys.readouterr()
     code = main(["bench", *args, "--baseline", str(base), "--fail-on", "ttft_p95=+20%",
@@ -117,19 +123,54 @@ def test_bench_says_when_its_requests_cannot_decide(tmp_path: Path, capsys) -> N
     assert code == 3, out
     assert "not enough requests to decide a +20% change" in out
     assert "1 limit(s) undecided, neither pass nor fail" in out
+    assert f"Run about {MIN_REQUESTS} requests per level" in out
     assert "REGRESSION" not in out and "no regression" not in out
     comparison = load(current)["comparison"]
     assert comparison["undecided"] == 1 and comparison["regressions"] == 0
     assert comparison["confidence"] == pytest.approx(0.95)
     (delta,) = comparison["deltas"]
-    assert delta["undecided"] is True and delta["requests"] == 6
-    low, high = delta["interval"]
-    assert low < 0.2 < high
-    assert delta["requests_needed"] > 6
-    assert f"Run about {delta['requests_needed']} requests per level" in out
+    assert delta["undecided"] is True and delta["requests"] == MIN_REQUESTS - 1
+    assert delta["requests_needed"] == MIN_REQUESTS
 
-    # The same runs against a limit noise cannot reach: decided, a pass.
-    code = main(["bench", *args, "--baseline", str(base), "--fail-on", "ttft_p95=+2000%"])
-    out = capsys.readouterr().out
-    assert code == 0, out
-    assert "no regression beyond the --fail-on limits" in out
+
+def with_ttfts(document: RunDocument, values: list[tuple[float]]) -> RunDocument:
+    """The run with its requests' TTFTs replaced (summaries recomputed from the records)."""
+    records = tuple(replace(r, result=replace(r.result, timings=replace(
+        r.result.timings, ttft=v))) for r, (v,) in zip(document.records, values, strict=True))
+    summary = document.summaries[0]
+    return replace(document, records=records, summaries=(summarize(
+        records, series=(summary.target, summary.model, summary.probe), level=summary.at,
+        wall_seconds=summary.wall_seconds, slo=Slo()),))
+
+
+def test_noisy_runs_are_undecided_and_a_slowdown_is_caught(tmp_path: Path, capsys) -> None:
+    """Real records of a bench run, their TTFTs replaced by long-tailed draws: 12 requests with
+    nothing changed cannot decide +20% on p95 (the old point comparison said REGRESSION:
+    +40%); the same draws 2.5× slower are a regression."""
+    config = str(sim_config(tmp_path))
+    path = tmp_path / "run.json"
+    assert main(["bench", "--config.file", config, "--requests", "12", "--warmup", "0",
+                 "--output", str(path)]) == 0
+    capsys.readouterr()
+    run = RunDocument.from_json(load(path))
+    base = with_ttfts(run, ttfts(12, seed=19))
+    same = with_ttfts(run, ttfts(12, seed=119))
+    slower = with_ttfts(run, ttfts(12, scale=2.5, seed=119))
+    rules = parse_fail_on("ttft_p95=+20%")
+
+    (delta,) = compare(base.summaries, same.summaries, rules, baseline_records=base.records,
+                       current_records=same.records)
+    assert delta.change is not None and delta.change > 0.2  # what the old gate failed on
+    assert delta.undecided and not delta.regression
+    assert delta.interval is not None and delta.interval[0] < 0.2 < delta.interval[1]
+    assert delta.requests_needed is not None and delta.requests_needed > 12
+    console = Console(width=400, record=True)
+    print_comparison(console, [delta], 0.95)
+    text = console.export_text()
+    assert "95% interval" in text and f"12 → {delta.requests_needed}" in text
+    assert "not enough requests to decide a +20% change" in text
+
+    (delta,) = compare(base.summaries, slower.summaries, rules, baseline_records=base.records,
+                       current_records=slower.records)
+    assert delta.regression and not delta.undecided
+    assert delta.interval is not None and delta.interval[0] > 0
