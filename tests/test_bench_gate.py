@@ -12,7 +12,6 @@ from typing import Any
 
 import orjson
 import pytest
-
 from rich.console import Console
 
 from exporter.bench.compare import compare
