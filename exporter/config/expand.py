@@ -107,6 +107,12 @@ def probes_of(target: Target, model: str, info: GatewayModel | None,
                  if info.serves(probes[name].features, probes[name].kind is ProbeKind.EMBEDDING))
 
 
+def interval_of(target: Target, model: str, probe: ProbeConfig) -> float:
+    """A series' cadence, most specific first: the `models:` entry's, the probe's, the
+    target's (which is global.interval unless the target sets one)."""
+    return target.model_interval.get(model) or probe.interval or target.interval
+
+
 def discovered(target: Target, catalog: Catalog | None) -> list[GatewayModel]:
     """The listed models discovery adds to a target (not in `models:`), filtered by
     `discover.include` / `exclude`, in name order."""
@@ -126,7 +132,8 @@ def _series_of(global_: GlobalConfig, probes: Mapping[str, ProbeConfig], target:
                model: str, info: GatewayModel | None, found: bool) -> list[Series]:
     price = price_of(target, model, info)
     return [Series(target=target, model=model, probe_name=p, probe=probes[p],
-                   interval=target.interval, timeout=target.timeout, jitter=target.jitter,
+                   interval=interval_of(target, model, probes[p]), timeout=target.timeout,
+                   jitter=target.jitter,
                    slo=objectives(global_.slo, target.slo, probes[p].slo,
                                   target.model_slo.get(model)),
                    price=price, gateway=info, discovered=found)

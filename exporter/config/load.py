@@ -291,6 +291,9 @@ def _build(data: dict[str, Any], env: Mapping[str, str], base_dir: Path, source:
         raw_global = {}
     interval_floor = 0.0 if raw_global.get("allow_short_intervals") is True else MIN_INTERVAL
     _check_interval(raw_global, ("global",), interval_floor, problems)
+    for name, value in (raw_probes.items() if isinstance(raw_probes, dict) else ()):
+        if isinstance(value, dict):
+            _check_interval(value, ("probes", name), interval_floor, problems)
     names: dict[str, int] = {}
     keys: list[tuple[Secret | None, KeySource]] = []
     paths: list[tuple[Proxy | None, TLS] | None] = []
@@ -312,6 +315,10 @@ def _build(data: dict[str, Any], env: Mapping[str, str], base_dir: Path, source:
                     ("targets", index, "probes", j),
                     f"unknown probe {probe_name!r} (defined: {', '.join(probes)})"))
         _check_interval(raw, ("targets", index), interval_floor, problems)
+        entries = raw.get("models")
+        for j, entry in enumerate(entries if isinstance(entries, list) else []):
+            if isinstance(entry, dict):
+                _check_interval(entry, ("targets", index, "models", j), interval_floor, problems)
         _check_refresh(raw, ("targets", index), interval_floor > 0, problems)
         keys.append(_resolve_key(raw, index, env, base_dir, problems, reads))
         if target is not None:
@@ -345,6 +352,7 @@ def _build(data: dict[str, Any], env: Mapping[str, str], base_dir: Path, source:
             proxy=proxy, tls=tls, aws_sigv4=target.aws_sigv4,
             params=dict(target.params), model_family=target.families,
             model_probes={e.name: e.probes for e in target.entries if e.probes},
+            model_interval={e.name: e.interval for e in target.entries if e.interval},
             discover=target.discover, slo=target.slo, model_slo=dict(target.model_slo),
         ))
     series, _ = plan_series(global_, resolved_probes, built, {})

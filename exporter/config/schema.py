@@ -318,13 +318,14 @@ MIN_REFRESH = 60.0  # shorter discovery refreshes need global.allow_short_interv
 
 
 class ModelEntry(StrictModel):
-    """One model of a target: its name, and optionally which probes run on it and the hosted
-    family its request rules follow (`{name, probes, model_family}`; a plain name is
-    `{name}`)."""
+    """One model of a target: its name, and optionally which probes run on it, the hosted
+    family its request rules follow and its cadence (`{name, probes, model_family, interval}`;
+    a plain name is `{name}`)."""
 
     name: str
     probes: tuple[str, ...] | None = Field(default=None, min_length=1)
     model_family: str | None = Field(default=None, min_length=1, max_length=MAX_MODEL_NAME)
+    interval: PositiveDuration | None = None  # every probe of this model; wins over all others
 
 
 class DiscoverConfig(StrictModel):
