@@ -95,16 +95,29 @@ def price_of(target: Target, model: str, info: GatewayModel | None) -> ModelPric
 
 
 def probes_of(target: Target, model: str, info: GatewayModel | None,
-              probes: Mapping[str, ProbeConfig]) -> tuple[str, ...]:
+              probes: Mapping[str, ProbeConfig], found: bool = False) -> tuple[str, ...]:
     """The probes that run on a model: its entry's, else the target's that the gateway does
-    not say the model cannot serve."""
+    not say the model cannot serve. A discovered model (`found`) also passes each probe's
+    `discover.probes` filter, and gets an embedding probe only when the gateway says it embeds
+    or that filter names it: a gateway that states no mode (LiteLLM outside its cost map) says
+    nothing either way, and most routes chat."""
     named = target.model_probes.get(model)
     if named is not None:
         return named
     if info is None:
         return target.probes
-    return tuple(name for name in target.probes
-                 if info.serves(probes[name].features, probes[name].kind is ProbeKind.EMBEDDING))
+    filters = target.discover.probes if found and target.discover is not None else {}
+    chosen = []
+    for name in target.probes:
+        embedding = probes[name].kind is ProbeKind.EMBEDDING
+        rule = filters.get(name)
+        if rule is not None and not rule.admits(model):
+            continue
+        if found and embedding and info.mode is None and rule is None:
+            continue
+        if info.serves(probes[name].features, embedding):
+            chosen.append(name)
+    return tuple(chosen)
 
 
 def interval_of(target: Target, model: str, probe: ProbeConfig) -> float:
@@ -137,7 +150,7 @@ def _series_of(global_: GlobalConfig, probes: Mapping[str, ProbeConfig], target:
                    slo=objectives(global_.slo, target.slo, probes[p].slo,
                                   target.model_slo.get(model)),
                    price=price, gateway=info, discovered=found)
-            for p in probes_of(target, model, info, probes)]
+            for p in probes_of(target, model, info, probes, found)]
 
 
 def plan_series(global_: GlobalConfig, probes: Mapping[str, ProbeConfig],

@@ -453,19 +453,29 @@ def _check_target(target: TargetConfig, index: int, probes: Mapping[str, ProbeCo
                 problems.append(_problem((*where, "model_slo", model),
                                          "objectives for a model this target does not probe"))
     if target.discover is not None:
-        problems += _discover_problems(target, where)
+        problems += _discover_problems(target, where, probes)
     problems += [_problem(loc, message)
                  for loc, message in reasoning_problems(target, where, probes)]
 
 
-def _discover_problems(target: TargetConfig, where: Loc) -> list[ConfigProblem]:
-    """What keeps a target from discovering its models."""
+def _discover_problems(target: TargetConfig, where: Loc,
+                       probes: Mapping[str, ProbeConfig | None]) -> list[ConfigProblem]:
+    """What keeps a target from discovering its models; per-probe filters of probes it does
+    not run."""
+    assert target.discover is not None
+    problems = []
     if target.api not in DISCOVERABLE:
         able = ", ".join(api.value for api in DISCOVERABLE)
-        return [_problem((*where, "discover"), f"{target.api.value} lists no models at "
-                         f"GET {{base_url}}/models in a shape discovery reads ({able} do); "
-                         "list the models (models:)")]
-    return []
+        problems.append(_problem((*where, "discover"), f"{target.api.value} lists no models at "
+                                 f"GET {{base_url}}/models in a shape discovery reads ({able} "
+                                 "do); list the models (models:)"))
+    runs = target.probes or tuple(probes)
+    for name in target.discover.probes:
+        if name not in runs:
+            problems.append(_problem((*where, "discover", "probes", name),
+                                     f"probe {name!r} does not run on this target (it runs: "
+                                     f"{', '.join(runs)})"))
+    return problems
 
 
 def _resolve_network(target: TargetConfig, index: int, env: Mapping[str, str], base: Path,

@@ -328,26 +328,45 @@ class ModelEntry(StrictModel):
     interval: PositiveDuration | None = None  # every probe of this model; wins over all others
 
 
+def _check_patterns(patterns: tuple[str, ...]) -> tuple[str, ...]:
+    """Regular expressions of 1 to MAX_PATTERN characters that compile."""
+    for pattern in patterns:
+        if not pattern or len(pattern) > MAX_PATTERN:
+            raise ValueError(f"a pattern must be 1 to {MAX_PATTERN} characters")
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise ValueError(f"{pattern!r} is not a regular expression: {exc}") from None
+    return patterns
+
+
+class NameFilter(StrictModel):
+    """Which discovered models one probe runs on: regular expressions searched in the name."""
+
+    include: tuple[str, ...] = ()  # none: every discovered model
+    exclude: tuple[str, ...] = ()
+
+    _patterns = field_validator("include", "exclude")(_check_patterns)
+
+    def admits(self, name: str) -> bool:
+        """Whether a model of this name passes the filter."""
+        return ((not self.include or any(re.search(p, name) for p in self.include))
+                and not any(re.search(p, name) for p in self.exclude))
+
+
 class DiscoverConfig(StrictModel):
     """Probe what the gateway lists at `GET {base_url}/models`, filtered by regular
-    expressions (searched anywhere in the name), refreshed every `refresh`."""
+    expressions (searched anywhere in the name), refreshed every `refresh`; `probes` narrows
+    (or, for an embedding probe on a model whose mode the gateway does not state, grants)
+    one probe's discovered models."""
 
     include: tuple[str, ...] = ()  # none: every listed model
     exclude: tuple[str, ...] = ()
     refresh: PositiveDuration = 600.0
     max_models: int = Field(default=100, ge=1, le=MAX_DISCOVERED)
+    probes: dict[str, NameFilter] = Field(default_factory=dict)
 
-    @field_validator("include", "exclude")
-    @classmethod
-    def _check_patterns(cls, patterns: tuple[str, ...]) -> tuple[str, ...]:
-        for pattern in patterns:
-            if not pattern or len(pattern) > MAX_PATTERN:
-                raise ValueError(f"a pattern must be 1 to {MAX_PATTERN} characters")
-            try:
-                re.compile(pattern)
-            except re.error as exc:
-                raise ValueError(f"{pattern!r} is not a regular expression: {exc}") from None
-        return patterns
+    _patterns = field_validator("include", "exclude")(_check_patterns)
 
 
 def check_model_name(model: str) -> str:
