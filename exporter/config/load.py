@@ -27,6 +27,7 @@ from pydantic import (
 )
 
 from exporter.apis import Api
+from exporter.config.cadence import check_cadence
 from exporter.config.errors import ConfigError, ConfigProblem, format_location
 from exporter.config.expand import bucket_edges, check_references, plan_series, shard_series
 from exporter.config.interpolate import Scrubber, Substitution, interpolate
@@ -45,7 +46,6 @@ from exporter.config.probe import ProbeConfig
 from exporter.config.rules_check import reasoning_problems
 from exporter.config.schema import (
     CONTROL,
-    MIN_REFRESH,
     GlobalConfig,
     SimulatorConfig,
     TargetConfig,
@@ -54,10 +54,7 @@ from exporter.config.secrets import document_secrets
 from exporter.config.shard import parse_shard
 from exporter.config.types import (
     MAX_PROBE_NAME,
-    MIN_INTERVAL,
     Secret,
-    format_duration,
-    parse_duration,
 )
 from exporter.config.urls import split_query
 from exporter.files import FileRefused, YAMLDocument, parse_yaml, read_limited
@@ -286,14 +283,7 @@ def _build(data: dict[str, Any], env: Mapping[str, str], base_dir: Path, source:
                for index, value in enumerate(raw_targets)]
 
     # Cross-field checks, on the sections as written, so they run even where validation failed.
-    raw_global = data.get("global")
-    if not isinstance(raw_global, dict):
-        raw_global = {}
-    interval_floor = 0.0 if raw_global.get("allow_short_intervals") is True else MIN_INTERVAL
-    _check_interval(raw_global, ("global",), interval_floor, problems)
-    for name, value in (raw_probes.items() if isinstance(raw_probes, dict) else ()):
-        if isinstance(value, dict):
-            _check_interval(value, ("probes", name), interval_floor, problems)
+    problems += check_cadence(data)
     names: dict[str, int] = {}
     keys: list[tuple[Secret | None, KeySource]] = []
     paths: list[tuple[Proxy | None, TLS] | None] = []
@@ -314,12 +304,6 @@ def _build(data: dict[str, Any], env: Mapping[str, str], base_dir: Path, source:
                 problems.append(_problem(
                     ("targets", index, "probes", j),
                     f"unknown probe {probe_name!r} (defined: {', '.join(probes)})"))
-        _check_interval(raw, ("targets", index), interval_floor, problems)
-        entries = raw.get("models")
-        for j, entry in enumerate(entries if isinstance(entries, list) else []):
-            if isinstance(entry, dict):
-                _check_interval(entry, ("targets", index, "models", j), interval_floor, problems)
-        _check_refresh(raw, ("targets", index), interval_floor > 0, problems)
         keys.append(_resolve_key(raw, index, env, base_dir, problems, reads))
         if target is not None:
             _check_target(target, index, probes, problems)
@@ -380,36 +364,6 @@ def _build(data: dict[str, Any], env: Mapping[str, str], base_dir: Path, source:
                   raw=data, files=tuple(path for path, _ in reads),
                   interpolated_secrets=tuple(dict.fromkeys(s.value for s in substituted
                                                            if s.secret)), shard=shard)
-
-
-def _check_interval(section: Mapping[str, Any], loc: Loc, floor: float,
-                    problems: list[ConfigProblem]) -> None:
-    """An interval under MIN_INTERVAL without the opt-in (invalid ones are reported elsewhere)."""
-    try:
-        seconds = parse_duration(section.get("interval", MIN_INTERVAL))
-    except ValueError:
-        return
-    if 0 < seconds < floor:
-        problems.append(_problem((*loc, "interval"), f"{format_duration(seconds)} is shorter "
-                                 f"than {format_duration(MIN_INTERVAL)} (a typo for minutes?); "
-                                 "set global.allow_short_intervals: true if you mean it"))
-
-
-def _check_refresh(section: Mapping[str, Any], loc: Loc, enforce: bool,
-                   problems: list[ConfigProblem]) -> None:
-    """A discovery refresh under MIN_REFRESH without `global.allow_short_intervals`."""
-    discover = section.get("discover")
-    if not enforce or not isinstance(discover, dict) or "refresh" not in discover:
-        return
-    try:
-        seconds = parse_duration(discover["refresh"])
-    except ValueError:
-        return
-    if 0 < seconds < MIN_REFRESH:
-        problems.append(_problem((*loc, "discover", "refresh"), f"{format_duration(seconds)} "
-                                 f"is shorter than {format_duration(MIN_REFRESH)}: every refresh "
-                                 "lists the gateway's models; set "
-                                 "global.allow_short_intervals: true if you mean it"))
 
 
 def _check_target(target: TargetConfig, index: int, probes: Mapping[str, ProbeConfig | None],
