@@ -25,7 +25,7 @@ from exporter.bench.tables import (
     totals_table,
 )
 from exporter.commands.cells import cell, make_console
-from exporter.commands.selection import Selection, select_series
+from exporter.commands.selection import Selection, discover_selected, select_series
 from exporter.config import Config
 from exporter.files import read_limited
 
@@ -60,8 +60,9 @@ async def run_bench_command(config: Config, selection: Selection, *, options: Be
     or nothing succeeded), 2 (usage, or a run that may pass the budget without `yes`), 3 (a
     `--fail-on` limit the requests were too few to decide, and nothing failed), 130
     (interrupted)."""
+    config, listing = await discover_selected(config, selection)
     try:
-        series = select_series(config, selection)
+        series = select_series(config, selection, listing)
         rules = parse_fail_on(outputs.fail_on)
         baseline = read_baseline(outputs.baseline) if outputs.baseline is not None else None
     except (ValueError, OSError) as exc:
