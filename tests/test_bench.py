@@ -266,24 +266,24 @@ def test_baseline_comparison_passes_and_fails(tmp_path: Path, capsys) -> None:
     # Same endpoint again, generous limits: passes.
     current = tmp_path / "current.json"
     code = bench("--config.file", str(fast), "--requests", "8", "--baseline", str(base),
-                 "--fail-on", "ttft_p95=+400%,success_rate=-1%,cost=+15%",
+                 "--fail-on", "ttft_p50=+400%,success_rate=-1%,cost=+15%",
                  "--output", str(current))
     out = capsys.readouterr().out
     assert code == 0, out
     assert "compared with baseline" in out and "no regression" in out
     comparison = load(current)["comparison"]
     assert comparison["regressions"] == 0
-    assert {d["metric"] for d in comparison["deltas"]} == {"ttft_p95", "success_rate", "cost"}
+    assert {d["metric"] for d in comparison["deltas"]} == {"ttft_p50", "success_rate", "cost"}
 
     # The same series, four times slower to the first token: fails.
     slow = sim_config(tmp_path, {"m": {**FAST, "ttft": "120ms"}}, name="slow.yaml")
     code = bench("--config.file", str(slow), "--requests", "8", "--baseline", str(base),
-                 "--fail-on", "ttft_p95=+20%,success_rate=-1%", "--output", str(current))
+                 "--fail-on", "ttft_p50=+20%,success_rate=-1%", "--output", str(current))
     out = capsys.readouterr().out
     assert code == 1
-    assert "REGRESSION" in out and "ttft_p95" in out
+    assert "REGRESSION" in out and "ttft_p50" in out
     deltas = {d["metric"]: d for d in load(current)["comparison"]["deltas"]}
-    assert deltas["ttft_p95"]["regression"] is True and deltas["ttft_p95"]["change"] > 0.2
+    assert deltas["ttft_p50"]["regression"] is True and deltas["ttft_p50"]["change"] > 0.2
     assert deltas["success_rate"]["regression"] is False
 
     assert bench("--config.file", str(slow), "--fail-on", "ttft_p95=+20%") == 2

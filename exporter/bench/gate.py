@@ -62,6 +62,17 @@ class Decision:
     requests_needed: int | None = None
 
 
+def least_requests(stat: str) -> int:
+    """The fewest requests per run that decide anything about `stat`: MIN_REQUESTS, and for a
+    percentile q enough that about one request lies beyond it (p95: 20, p99: 100) — below that
+    a p95 is the largest value or two, and a bootstrap of it claims a certainty it has not (at
+    10 requests it called 6 % of unchanged runs regressions: benchmarks/README.md)."""
+    if stat.startswith("p") and stat[1:].isdigit():
+        q = float(stat[1:])
+        return max(MIN_REQUESTS, math.ceil(1 / (1 - q / 100) - 1e-9)) if q < 100 else MIN_REQUESTS
+    return MIN_REQUESTS
+
+
 def statistic(stat: str) -> Callable[[Sequence[float]], float | None]:
     """The function computing `p95`, `mean`, `min`… of values (as the summaries do)."""
     if stat.startswith("p") and stat[1:].isdigit():
@@ -124,15 +135,19 @@ def decide(baseline: Samples, current: Samples, *, stat: str, limit: float, rela
         return None
     point = change_of(a, b, relative)
     n = min(len(baseline), len(current))
+    least = least_requests(stat)
     if n < MIN_REQUESTS:
         return Decision(Verdict.UNDECIDED, point, -math.inf, math.inf, confidence, n,
-                        requests_needed=MIN_REQUESTS)
+                        requests_needed=least)
     low, high = interval(baseline, current, fn, relative, confidence, random.Random(seed),
                          resamples)
     # In "bad" terms: positive is the direction the limit guards against.
     sign = 1.0 if limit > 0 else -1.0
     bad, bad_low, bad_high, bound = sign * point, min(sign * low, sign * high), \
         max(sign * low, sign * high), abs(limit)
+    if n < least:
+        return Decision(Verdict.UNDECIDED, point, low, high, confidence, n, requests_needed=max(
+            least, requests_needed(n, bad_high - bad_low, bound) or least))
     if bad_high <= bound:
         return Decision(Verdict.OK, point, low, high, confidence, n)
     if bad > bound and bad_low > 0:
