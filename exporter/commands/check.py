@@ -57,7 +57,8 @@ def series_table(plan: Plan, title: str) -> Table:
             _int(s.probes_per_day),
             _int(s.output_tokens_per_day) + (" ¹" if s.reasons else ""),
             _int(s.input_tokens_per_day),
-            "unknown" if cost is None or s.price is None
+            "at run time" if plan.priced_at_run_time(s)
+            else "unknown" if cost is None or s.price is None
             else f"{cost:,.2f} {cell(s.price.currency)}",
             _series(s.series, s.extra, plan.classic))
     return table
@@ -76,6 +77,11 @@ def price_table(plan: Plan) -> Table:
             continue
         seen.add(s.key[:2])
         price = s.price
+        if price is None and plan.priced_at_run_time(s):
+            table.add_row(cell(s.key[0]), cell(s.key[1]), "gateway", "", "", "", "",
+                          "priced by gateway at run time (its model info; `check "
+                          "--discover` asks now)")
+            continue
         if price is None:
             table.add_row(cell(s.key[0]), cell(s.key[1]), "unknown", "", "", "", "",
                           "no cost counted: set targets[].prices")
@@ -158,9 +164,12 @@ def print_plan(config: Config, plan: Plan, path: str, console: Console | None = 
     console.print(series_table(plan, f"{len(plan.series)} series in {cell(path)}: a day"))
     console.print(keys_table(config))
     console.print(price_table(plan))
-    unknown = sum(s.price is None for s in plan.series)
+    later = sum(plan.priced_at_run_time(s) for s in plan.series)
+    unknown = sum(s.price is None for s in plan.series) - later
     console.print(f"price data: {plan.library.describe()}; {unknown:,} of {len(plan.series):,} "
-                  "series have no known price (cost unknown, not counted).", soft_wrap=True)
+                  "series have no known price (cost unknown, not counted)"
+                  + (f"; {later:,} priced by gateway at run time" if later else "") + ".",
+                  soft_wrap=True)
     for note in plan.discovery_notes():
         console.print(cell(note), soft_wrap=True)
     console.print(family_table(plan))

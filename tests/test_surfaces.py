@@ -1,0 +1,96 @@
+"""One truth on every surface (issue 37): a discovering target's list counted once (listed,
+kept, probed) for `check`, the metrics and the status page; gateway prices that `check`
+without `--discover` leaves to run time instead of calling them unknown."""
+
+from __future__ import annotations
+
+import html
+import io
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+from rich.console import Console
+
+from exporter.commands.check import print_plan
+from exporter.commands.plan import Discovered, WarningKind, make_plan
+from exporter.config import Config, expand, parse_config
+from exporter.config.census import discovery_counts
+from exporter.errors import Result
+from exporter.exposition.metrics import ExporterMetrics
+from exporter.providers.gateway import Catalog, GatewayModel
+from exporter.serve.discovery import discovery_html
+from tests.e2e_support import table_cells
+
+
+def gateway(discover: dict[str, Any], models: list[Any], budget: bool = False) -> Config:
+    data: dict[str, Any] = {
+        "global": {"interval": "1m", **({"budget": {"max_cost_per_day": 5.0}} if budget
+                                        else {})},
+        "probes": {"short": {"prompt": "hi", "max_tokens": 8}},
+        "targets": [{"name": "gw", "base_url": "http://127.0.0.1:1/v1", "discover": discover,
+                     "models": models}]}
+    return parse_config(data, env={})
+
+
+CATALOG = Catalog(models=tuple(GatewayModel(n) for n in (
+    "route-a", "route-b", "route-c", "route-d", "route-e", "hidden-f")), listed=7, refused=1)
+
+
+def test_a_configured_model_on_the_list_is_kept_and_probed() -> None:
+    # The issue's gateway: six routes, three named with their own probes, three discovered.
+    config = expand(gateway({"exclude": ["^hidden"]},
+                            [{"name": "route-a", "probes": ["short"]}, "route-b", "route-c",
+                             "not-listed"]), {"gw": CATALOG})
+    counts = discovery_counts(config, config.targets[0], CATALOG)
+    assert (counts.listed, counts.refused, counts.kept, counts.probed, counts.trimmed) == (
+        7, 1, 5, 5, 0)
+
+
+def test_models_left_out_by_the_cap_are_kept_but_not_probed() -> None:
+    config = expand(gateway({"max_models": 1}, ["route-a"]), {"gw": CATALOG})
+    counts = discovery_counts(config, config.targets[0], CATALOG)
+    # route-a is configured (always probed); one discovered model fits the cap of 1.
+    assert (counts.kept, counts.probed, counts.trimmed) == (6, 2, 4)
+
+
+def test_the_metrics_and_the_status_page_show_the_same_counts() -> None:
+    config = expand(gateway({}, ["route-a"]), {"gw": CATALOG})
+    counts = discovery_counts(config, config.targets[0], CATALOG)
+    registry = CollectorRegistry()
+    metrics = ExporterMetrics(registry, process_metrics=False, refresh=False)
+    metrics.discoveries.record("gw", Result.SUCCESS, 1.0)
+    metrics.discoveries.set_counts("gw", counts)
+    value = registry.get_sample_value
+    assert value("llm_probe_discovery_listed_models", {"target": "gw"}) == 7
+    assert value("llm_probe_discovery_kept_models", {"target": "gw"}) == 6
+    assert value("llm_probe_discovery_models", {"target": "gw"}) == 6
+    entry = {"target": "gw", **counts.to_json(), "result": "success", "error": None,
+             "last_success_seconds_ago": 3.0}
+    [row] = table_cells(discovery_html([entry], html.escape), "discovery")
+    assert row == {"target": "gw", "last refresh": "ok", "listed": "7", "kept": "6",
+                   "probed": "6", "left out by the caps": "0", "names refused": "1",
+                   "prices refused": "0", "last good list": "3s ago"}
+
+
+def test_check_leaves_gateway_prices_to_run_time_without_discover() -> None:
+    config = gateway({}, ["house-route-without-a-library-price"], budget=True)
+    plan = make_plan(config)
+    [series] = plan.series
+    assert series.price is None and plan.priced_at_run_time(series)
+    assert plan.to_json()["series"][0]["price"] == "gateway_at_run_time"
+    assert not [w for w in plan.warnings if w.kind is WarningKind.UNPRICED]
+    out = io.StringIO()
+    print_plan(config, plan, "c.yaml", Console(file=out, width=250))
+    text = out.getvalue()
+    assert "priced by gateway at run time" in text
+    assert "0 of 1 series have no known price" in text
+    assert "no cost counted" not in text and "cannot count" not in text
+
+
+def test_check_with_discover_says_unknown_when_the_gateway_gives_no_price() -> None:
+    config = expand(gateway({}, ["route-a"], budget=True), {"gw": CATALOG})
+    counts = discovery_counts(config, config.targets[0], CATALOG)
+    plan = make_plan(config, discovered=[Discovered("gw", counts)])
+    assert not any(plan.priced_at_run_time(s) for s in plan.series)
+    [warning] = [w for w in plan.warnings if w.kind is WarningKind.UNPRICED]
+    assert "6 of 6 series have no price" in warning.message
