@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import orjson
@@ -17,10 +18,13 @@ from exporter.commands.plan import (
     Count,
     Discovered,
     Plan,
+    PlanWarning,
+    WarningKind,
     discover_now,
     make_plan,
 )
-from exporter.config import Config, format_duration
+from exporter.config import Config, ConfigProblem, format_duration
+from exporter.config.offline import Unresolved
 from exporter.log import REDACTOR
 
 
@@ -203,23 +207,42 @@ def print_plan(config: Config, plan: Plan, path: str, console: Console | None = 
 
 def print_plan_json(config: Config, plan: Plan, path: str) -> None:
     """The plan as one JSON document on stdout (redacted as a whole, a second net)."""
-    document = {"config": path, **plan.to_json(), "targets": REDACTOR.tree(targets_json(config))}
+    document = {"config": path, "valid": True, **plan.to_json(),
+                "targets": REDACTOR.tree(targets_json(config))}
     text = orjson.dumps(document,
                         option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS).decode()
     sys.stdout.write(REDACTOR.net(text) + "\n")
 
 
+def print_failure_json(path: str, message: str,
+                       problems: Sequence[ConfigProblem] = ()) -> None:
+    """`check --output json` when the config is invalid (or check failed): the problems, each
+    with its location, as one JSON document — a CI parsing stdout always gets one."""
+    document = {"config": path, "valid": False, "error": message,
+                "problems": [{"location": p.location, "error": p.error, "line": p.line}
+                             for p in problems]}
+    text = orjson.dumps(document, option=orjson.OPT_INDENT_2).decode()
+    sys.stdout.write(REDACTOR.net(REDACTOR(text)) + "\n")
+
+
 def run_check(config: Config, path: str, *, output: str = "table",
-              series_warning: int | None = None, discover: bool = False) -> int:
+              series_warning: int | None = None, discover: bool = False,
+              unresolved: Sequence[Unresolved] = ()) -> int:
     """The `check` command on a loaded config: print the plan; exit 0 (warnings included).
 
     Discovering targets are asked for their models only with `discover` (a request with the
-    target's key); otherwise the plan says their models come at run time."""
+    target's key); otherwise the plan says their models come at run time. `unresolved`: the
+    secrets `--allow-missing-secrets` let pass, shown as warnings."""
     found: list[Discovered] = []
     if discover and config.discovering:
         config, found = asyncio.run(discover_now(config))
     plan = make_plan(config, series_warning=SERIES_WARNING if series_warning is None
                      else series_warning, discovered=found)
+    if unresolved:
+        missing = tuple(PlanWarning(WarningKind.MISSING_SECRET,
+                                    f"{u} (checked without it: --allow-missing-secrets)")
+                        for u in unresolved)
+        plan = dataclasses.replace(plan, warnings=(*missing, *plan.warnings))
     if output == "json":
         print_plan_json(config, plan, path)
     else:

@@ -74,6 +74,7 @@ class WarningKind(StrEnum):
     SERIES_OVER_LIMIT = "series_over_limit"  # more Prometheus series than the threshold
     REASONING = "reasoning"  # a probe may spend its limit thinking, or sends a refused value
     DISCOVERY = "discovery"  # a gateway lists more models than its cap, or none could be read
+    MISSING_SECRET = "missing_secret"  # checked without it (`--allow-missing-secrets`)
 
 
 @dataclass(frozen=True)
