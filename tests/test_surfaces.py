@@ -8,10 +8,12 @@ import html
 import io
 from typing import Any
 
+import pytest
 from prometheus_client import CollectorRegistry
 from rich.console import Console
 
-from exporter.commands.check import print_plan
+from exporter.commands.cells import fmt_span
+from exporter.commands.check import identity_table, print_plan
 from exporter.commands.plan import Discovered, WarningKind, make_plan
 from exporter.config import Config, expand, parse_config
 from exporter.config.census import discovery_counts
@@ -94,3 +96,26 @@ def test_check_with_discover_says_unknown_when_the_gateway_gives_no_price() -> N
     assert not any(plan.priced_at_run_time(s) for s in plan.series)
     [warning] = [w for w in plan.warnings if w.kind is WarningKind.UNPRICED]
     assert "6 of 6 series have no price" in warning.message
+
+
+@pytest.mark.parametrize(("seconds", "shown"), [
+    (45, "45 s"), (360, "6 min"), (3600, "60 min"), (2 * 3600, "2.0 h"), (6.67 * 3600, "6.7 h"),
+    (33 * 3600, "33 h"), (60 * 3600, "2.5 days")])
+def test_spans_are_printed_in_the_unit_people_read(seconds: float, shown: str) -> None:
+    assert fmt_span(seconds) == shown
+
+
+def test_check_prints_identity_durations_in_minutes_and_hours() -> None:
+    config = parse_config({
+        "global": {"interval": "1m"},
+        "probes": {"same": {"kind": "identity", "prompts": ["a", "b"], "baseline": 400,
+                            "samples": 6}},
+        "targets": [{"name": "t", "base_url": "http://127.0.0.1:1/v1", "models": ["m"]}]},
+        env={})
+    table = identity_table(make_plan(config))
+    assert table is not None
+    out = io.StringIO()
+    Console(file=out, width=250).print(table)
+    text = out.getvalue()
+    assert "400 answers, 6.7 h" in text and "6 answers, 6 min" in text
+    assert "0.1 h" not in text

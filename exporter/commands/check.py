@@ -12,7 +12,7 @@ import orjson
 from rich.console import Console
 from rich.table import Table
 
-from exporter.commands.cells import cell, make_console
+from exporter.commands.cells import cell, fmt_span, make_console
 from exporter.commands.plan import (
     SERIES_WARNING,
     Count,
@@ -135,11 +135,13 @@ def identity_table(plan: Plan) -> Table | None:
         identity = s.identity
         assert identity is not None
         hours = identity.hours_to_reference
-        reference = (f"{identity.baseline:,} answers, {hours:,.1f} h" if hours is not None
+        reference = (f"{identity.baseline:,} answers, {fmt_span(hours * 3600)}"
+                     if hours is not None
                      else f"from {cell(identity.reference[0])} / {cell(identity.reference[1])}"
                      if identity.reference else "")
         table.add_row(*(cell(name) for name in s.key), _int(s.probes_per_day), reference,
-                      f"{identity.samples:,} answers, {identity.hours_per_window:,.1f} h",
+                      f"{identity.samples:,} answers, "
+                      f"{fmt_span(identity.hours_per_window * 3600)}",
                       f"{identity.tests_per_day:,.1f}", f"{identity.alpha:g}")
     return table
 
