@@ -21,7 +21,7 @@ from exporter.errors import Result
 from exporter.exposition.metrics import ExporterMetrics
 from exporter.providers.gateway import Catalog, GatewayModel
 from exporter.serve.discovery import discovery_html
-from tests.e2e_support import table_cells
+from tests.e2e_support import ROOT, table_cells
 
 
 def gateway(discover: dict[str, Any], models: list[Any], budget: bool = False) -> Config:
@@ -119,3 +119,11 @@ def test_check_prints_identity_durations_in_minutes_and_hours() -> None:
     text = out.getvalue()
     assert "400 answers, 6.7 h" in text and "6 answers, 6 min" in text
     assert "0.1 h" not in text
+
+
+def test_the_identity_runbook_finds_a_record_by_what_the_surfaces_show() -> None:
+    runbook = (ROOT / "docs" / "runbooks" / "LLMProbeIdentityChanged.md").read_text()
+    # The /config key and the record's field it names are the ones the exporter writes
+    # (tests/test_identity_daemon.py reads both from a running daemon).
+    assert ".state.identity_records[]" in runbook and '"series"' in runbook
+    assert "restart" in runbook  # a reload keeps a reference already in memory
