@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import html
 import io
+import re
+import tomllib
 from typing import Any
 
 import pytest
@@ -127,3 +129,14 @@ def test_the_identity_runbook_finds_a_record_by_what_the_surfaces_show() -> None
     # (tests/test_identity_daemon.py reads both from a running daemon).
     assert ".state.identity_records[]" in runbook and '"series"' in runbook
     assert "restart" in runbook  # a reload keeps a reference already in memory
+
+
+def test_the_docs_install_the_exporter_from_where_it_is() -> None:
+    """The distribution is not on an index: a doc that installs it names its source."""
+    name = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["name"]
+    bare = re.compile(rf"pip install ['\"]?{re.escape(name)}(?!\s*@)")
+    for doc in (ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))):
+        for number, line in enumerate(doc.read_text(encoding="utf-8").splitlines(), 1):
+            assert not bare.search(line), f"{doc.name}:{number}: {line.strip()}"
+    bench = (ROOT / "docs" / "bench.md").read_text(encoding="utf-8")
+    assert f'pip install "{name} @ git+https://' in bench
