@@ -4,16 +4,20 @@ without `--discover` leaves to run time instead of calling them unknown."""
 
 from __future__ import annotations
 
+import dataclasses
 import html
 import io
 import re
 import tomllib
 from typing import Any
 
+import orjson
 import pytest
 from prometheus_client import CollectorRegistry
 from rich.console import Console
 
+from exporter.bench.model import Comparison, Delta, RunDocument
+from exporter.bench.report import render_report
 from exporter.commands.cells import fmt_span
 from exporter.commands.check import identity_table, print_plan
 from exporter.commands.plan import Discovered, WarningKind, make_plan
@@ -140,3 +144,25 @@ def test_the_docs_install_the_exporter_from_where_it_is() -> None:
             assert not bare.search(line), f"{doc.name}:{number}: {line.strip()}"
     bench = (ROOT / "docs" / "bench.md").read_text(encoding="utf-8")
     assert f'pip install "{name} @ git+https://' in bench
+
+
+def test_the_bench_report_prints_compared_times_in_ms() -> None:
+    run = RunDocument.from_json(orjson.loads(
+        (ROOT / "tests" / "testdata" / "bench" / "run-204416b.json").read_bytes()))
+    def delta(metric: str, baseline: float, current: float) -> Delta:
+        return Delta(series="sim/m/short", level="c=1", metric=metric, baseline=baseline,
+                     current=current, change=current / baseline - 1, limit=None,
+                     regression=False)
+
+    compared = Comparison(baseline="base.json", fail_on=None, regressions=0, deltas=(
+        delta("ttft_p95", 0.29712345678901234, 0.3123456789012345),
+        delta("tpot_p50", 0.0041234567890123, 0.004),
+        delta("success_rate", 1.0, 0.95),
+        delta("cost", 0.000123456789012, 0.000123456789012)))
+    page = render_report(dataclasses.replace(run, comparison=compared))
+    section = page[page.index("Compared with"):]
+    rows = [row for row in table_cells(section.replace("<table>", '<table id="c">', 1), "c")]
+    assert [(r["metric"], r["baseline"], r["current"]) for r in rows] == [
+        ("ttft_p95", "297 ms", "312 ms"), ("tpot_p50", "4.1 ms", "4.0 ms"),
+        ("success_rate", "100.0%", "95.0%"), ("cost", "0.000123", "0.000123")]
+    assert not re.search(r"\d\.\d{7,}", section)  # no raw float anywhere in it
