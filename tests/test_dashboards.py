@@ -315,7 +315,9 @@ def test_units() -> None:
 
 
 def test_rate_windows_follow_grafana() -> None:
-    allowed = {"$__rate_interval", "$__range", "1d", mixin_config()["drift"]["window"]}
+    # (the SLO period: an error budget is a period's, whatever the range shown)
+    allowed = {"$__rate_interval", "$__range", "1d", mixin_config()["drift"]["window"],
+               mixin_config()["sloPeriod"]}
     for query in dashboard_queries() + annotation_queries():
         windows = set(re.findall(r"\[([^\]]+)\]", query.expr))
         assert windows <= allowed, query

@@ -24,10 +24,12 @@ from exporter.commands.plan import Discovered, WarningKind, make_plan
 from exporter.config import Config, expand, parse_config
 from exporter.config.census import discovery_counts
 from exporter.errors import Result
+from exporter.exposition.families import Scope
 from exporter.exposition.metrics import ExporterMetrics
 from exporter.providers.gateway import Catalog, GatewayModel
 from exporter.serve.discovery import discovery_html
 from tests.e2e_support import ROOT, table_cells
+from tests.test_dashboards import FAMILIES, dashboard_queries, family_of, mixin_config
 
 
 def gateway(discover: dict[str, Any], models: list[Any], budget: bool = False) -> Config:
@@ -166,3 +168,42 @@ def test_the_bench_report_prints_compared_times_in_ms() -> None:
         ("ttft_p95", "297 ms", "312 ms"), ("tpot_p50", "4.1 ms", "4.0 ms"),
         ("success_rate", "100.0%", "95.0%"), ("cost", "0.000123", "0.000123")]
     assert not re.search(r"\d\.\d{7,}", section)  # no raw float anywhere in it
+
+
+# -- dashboards (the queries run against a real Prometheus in tests/test_dashboards_e2e.py) ----
+
+def _panel(title: str) -> list[str]:
+    queries = [q.expr for q in dashboard_queries() if q.panel.startswith(title)]
+    assert queries, title
+    return queries
+
+
+def test_error_budget_left_is_the_slo_periods_and_never_below_zero() -> None:
+    [expr] = _panel("Error budget left")
+    period = mixin_config()["sloPeriod"]
+    assert "$__range" not in expr and f"[{period}]" in expr
+    assert expr.strip().startswith("clamp_min(") and re.search(r",\s*0\s*\)\s*$", expr)
+
+
+def test_probes_run_is_a_whole_number() -> None:
+    [expr] = _panel("Probes run")
+    assert expr.startswith("round(")
+
+
+def test_every_panel_on_a_target_labelled_family_follows_the_target_variable() -> None:
+    """Discovery and price panels too: the exporter's own families that name a target."""
+    named = {spec.name for spec in FAMILIES
+             if spec.scope is Scope.PROBE or "target" in spec.labels}
+    checked = 0
+    for query in dashboard_queries():
+        for name, matchers in re.findall(r"\b(llm_probe_[a-z_]+)\{([^}]*)\}", query.expr):
+            if family_of(name) in named:
+                assert 'target=~"$target"' in matchers, (query.dashboard, query.panel, name)
+                checked += 1
+    assert checked > 50
+
+
+def test_the_overview_has_an_identity_panel() -> None:
+    overview = [q for q in dashboard_queries() if q.dashboard.startswith("llm-probe-overview")]
+    assert any("llm_probe_identity_consecutive_different" in q.expr for q in overview)
+    assert any("llm_probe_identity_pvalue" in q.expr for q in overview)

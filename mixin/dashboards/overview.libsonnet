@@ -82,25 +82,40 @@ local p = import '../lib/promql.libsonnet';
            '%s / ($__range_s / 3600)' % p.sumBy(fleet + ['currency'], 'increase', 'llm_probe_cost_total', s, R),
            'short', legend=currencyLegend(''), defaults={ decimals: 2 },
            overrides=g.currencyOverrides(d.currencies, suffix=true)),
-    g.stat('Error budget left (worst series)',
-           "The worst series' share of its availability error budget left over the selected range: 1 − (failed share ÷ (1 − the series' availability objective)). " + T.objectives,
+    g.stat('Error budget left (worst series, %s)' % cfg.sloPeriod,
+           "The worst series' share of its availability error budget left over the SLO period (the last %s, whatever the selected range: a budget is a period's, and a short range would turn one failure into −5,000 %%): 1 − (failed share ÷ (1 − the series' availability objective)), 0 once spent. " % cfg.sloPeriod + T.objectives,
            |||
-             min by (%(fleet)s) (
-               1 - (
-                 (1 - %(success)s / %(all)s)
-                 / on (%(key)s)
-                 (1 - max by (%(key)s) (llm_probe_objective_ratio{%(sel)s, objective="availability"}))
-               )
+             clamp_min(
+               min by (%(fleet)s) (
+                 1 - (
+                   (1 - %(success)s / %(all)s)
+                   / on (%(key)s)
+                   (1 - max by (%(key)s) (llm_probe_objective_ratio{%(sel)s, objective="availability"}))
+                 )
+               ),
+               0
              )
            ||| % {
              fleet: p.list(fleet),
              key: p.list(key),
              sel: s,
-             success: p.sumBy(key, 'increase', 'llm_probe_requests_total', ms(['result="success"']), R),
-             all: p.sumBy(key, 'increase', 'llm_probe_requests_total', s, R),
+             success: p.sumBy(key, 'increase', 'llm_probe_requests_total', ms(['result="success"']), cfg.sloPeriod),
+             all: p.sumBy(key, 'increase', 'llm_probe_requests_total', s, cfg.sloPeriod),
            },
            'percentunit', legend=std.stripChars(fl, ' '),
            defaults={ decimals: 1, thresholds: g.thresholds([[null, 'red'], [0, 'orange'], [0.5, 'green']]) }),
+
+    g.row('Model identity'),
+    g.stat('Identity: series found different',
+           'Identity series whose latest test window was found different from their reference (llm_probe_identity_consecutive_different ≥ 1); LLMProbeIdentityChanged pages at two in a row. The status page shows each series\' phase, p-value and since when. ' + T.identity,
+           'sum by (%s) (llm_probe_identity_consecutive_different{%s} > bool 0)' % [p.list(fleet), s], 'none',
+           w=6, legend=std.stripChars(fl, ' '),
+           defaults={ thresholds: g.thresholds([[null, 'green'], [1, 'red']]) }),
+    g.timeseries('Identity: p-value of the latest test per series',
+                 T.identity + ' Log scale: each step is a new window; below the probe\'s alpha the window was found different. Click through to the model dashboard for distance and samples.',
+                 [['max by (%s) (llm_probe_identity_pvalue{%s})' % [p.list(key), s], '{{target}} / {{model}} / {{probe}}' + fl]],
+                 'none', w=18,
+                 defaults={ min: 0.0001, max: 1, custom+: { scaleDistribution: { type: 'log', log: 10 } } }),
 
     g.row('Status'),
     g.stateTimeline('Last probe result per series',
