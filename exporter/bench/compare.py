@@ -24,6 +24,7 @@ from dataclasses import dataclass, replace
 from exporter.bench.gate import DEFAULT_CONFIDENCE, Verdict, decide
 from exporter.bench.model import STATS, Comparison, Delta, Latency, Summary
 from exporter.bench.summary import latency_of
+from exporter.commands.cells import fmt_ms
 from exporter.record import LoadMode, Record
 
 LATENCY_METRICS = frozenset(f"{name}_{stat}" for name in (*Latency, "tfa") for stat in STATS)
@@ -41,6 +42,19 @@ NOT_MEASURED = "not measured"
 def is_duration(metric: str) -> bool:
     """Whether a metric is a time in seconds (its absolute limits are durations)."""
     return metric in LATENCY_METRICS and not metric.startswith("tps_")
+
+
+def format_value(metric: str, value: float | None) -> str:
+    """A metric value in its natural unit (times in ms), for the tables and the HTML report."""
+    if value is None:
+        return "–"
+    if is_duration(metric):
+        return fmt_ms(value)
+    if metric in ("success_rate", "goodput_ratio"):
+        return f"{value:.1%}"
+    if metric.startswith("cost"):
+        return f"{value:.6f}"
+    return f"{value:.2f}"
 
 
 @dataclass(frozen=True)

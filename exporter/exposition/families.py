@@ -171,6 +171,8 @@ class Family(StrEnum):
     PRICE_INFO = "price_info"
     PRICES_REFUSED = "prices_refused"
     DISCOVERY_MODELS = "discovery_models"
+    DISCOVERY_LISTED = "discovery_listed_models"
+    DISCOVERY_KEPT = "discovery_kept_models"
     DISCOVERY_REFRESHES = "discovery_refreshes"
     DISCOVERY_LAST_SUCCESS = "discovery_last_success_timestamp_seconds"
     DISCOVERY_NAMES_REFUSED = "discovery_names_refused"
@@ -388,8 +390,15 @@ FAMILIES: tuple[FamilySpec, ...] = (
                "gateway's over 10x the library's for the model); the next source is used.",
                ("target", "source", "reason")),
     FamilySpec(Family.DISCOVERY_MODELS, "llm_probe_discovery_models", _G, _E,
-               "Models a discovering target probes from the gateway's last good list (after "
-               "include/exclude and the caps).", ("target",)),
+               "Models on a discovering target's last good list that it probes (configured "
+               "in models: or discovered; after include/exclude, the caps and the probes each "
+               "model can serve).", ("target",)),
+    FamilySpec(Family.DISCOVERY_LISTED, "llm_probe_discovery_listed_models", _G, _E,
+               "Entries on a discovering target's last good list, as the gateway sent them.",
+               ("target",)),
+    FamilySpec(Family.DISCOVERY_KEPT, "llm_probe_discovery_kept_models", _G, _E,
+               "Listed models a discovering target keeps: named in models:, or passing "
+               "discover.include/exclude (before the caps).", ("target",)),
     FamilySpec(Family.DISCOVERY_REFRESHES, "llm_probe_discovery_refreshes", _C, _E,
                "Model list refreshes by result (a probe's result values: success, timeout, "
                "auth, http_5xx, stream for a malformed or oversized list...); a failed one "

@@ -31,6 +31,7 @@ from prometheus_client.utils import floatToGoString
 
 from exporter import __version__
 from exporter.config import Config, Series
+from exporter.config.census import DiscoveryCounts
 from exporter.errors import Result
 from exporter.exposition import protobuf
 from exporter.exposition.children import (
@@ -219,7 +220,7 @@ class DiscoveryCollector:
     """Each discovering target's refreshes, models in use and last success (no `_created`)."""
 
     def __init__(self) -> None:
-        self.models: dict[str, int] = {}
+        self.counts: dict[str, DiscoveryCounts] = {}
         self.refreshes: dict[tuple[str, Result], int] = {}
         self.succeeded: dict[str, float] = {}
         self.refused: dict[tuple[str, NameRefusal], int] = {}
@@ -230,19 +231,21 @@ class DiscoveryCollector:
             if count:
                 self.refused[(target, reason)] = self.refused.get((target, reason), 0) + count
 
-    def record(self, target: str, result: Result, models: int | None,
-               succeeded_at: float | None) -> None:
-        """One refresh of `target` (models: how many it probes now)."""
+    def record(self, target: str, result: Result, succeeded_at: float | None) -> None:
+        """One refresh of `target`."""
         self.refreshes[(target, result)] = self.refreshes.get((target, result), 0) + 1
-        if models is not None:
-            self.models[target] = models
         if succeeded_at is not None:
             self.succeeded[target] = succeeded_at
+
+    def set_counts(self, target: str, counts: DiscoveryCounts) -> None:
+        """What `target` made of its list now (`config.census`: listed, kept, probed)."""
+        self.counts = {**self.counts, target: counts}  # replaced whole: read by scrapes
 
     def forget(self, keep: Iterable[str]) -> None:
         """Drop the targets not in `keep` (they no longer discover, or are gone)."""
         wanted = set(keep)
-        for known in (self.models, self.succeeded):
+        self.counts = {t: c for t, c in self.counts.items() if t in wanted}
+        for known in (self.succeeded,):
             for target in [t for t in known if t not in wanted]:
                 del known[target]
         for key in [k for k in self.refreshes if k[0] not in wanted]:
@@ -251,13 +254,17 @@ class DiscoveryCollector:
             del self.refused[refused]
 
     def collect(self) -> Iterator[Metric]:
-        """The four families (empty without a discovering target)."""
-        models, refreshes, success = (BY_KEY[f] for f in (
-            Family.DISCOVERY_MODELS, Family.DISCOVERY_REFRESHES, Family.DISCOVERY_LAST_SUCCESS))
-        family = GaugeMetricFamily(models.name, models.help, labels=models.labels)
-        for target, count in sorted(self.models.items()):
-            family.add_metric([target], count)
-        yield family
+        """The discovery families (empty without a discovering target)."""
+        refreshes, success = (BY_KEY[f] for f in (
+            Family.DISCOVERY_REFRESHES, Family.DISCOVERY_LAST_SUCCESS))
+        by_target = sorted(self.counts.items())
+        for key, figure in ((Family.DISCOVERY_MODELS, "probed"),
+                            (Family.DISCOVERY_LISTED, "listed"), (Family.DISCOVERY_KEPT, "kept")):
+            spec = BY_KEY[key]
+            family = GaugeMetricFamily(spec.name, spec.help, labels=spec.labels)
+            for target, counts in by_target:
+                family.add_metric([target], getattr(counts, figure))
+            yield family
         counter = CounterMetricFamily(refreshes.name, refreshes.help, labels=refreshes.labels)
         for (target, result), count in sorted(self.refreshes.items()):
             counter.add_metric([target, result.value], count)
