@@ -66,7 +66,8 @@ def run_ceiling(series: Sequence[Series], options: BenchOptions) -> RunCeiling:
     costs: defaultdict[str, float] = defaultdict(float)
     unpriced = 0
     for s in series:
-        cost = probe_cost(s.price, input_tokens(s.probe), output_tokens(s))
+        cost = probe_cost(s.price, input_tokens(s.probe, s.workload.input_tokens),
+                          output_tokens(s))
         if cost is None or s.price is None:
             unpriced += 1
             continue

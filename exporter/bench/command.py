@@ -24,7 +24,7 @@ from exporter.bench.tables import (
     totals_table,
 )
 from exporter.commands.cells import cell, make_console
-from exporter.commands.selection import Selection, select_series
+from exporter.commands.selection import Selection, select_series, with_input_sizes
 from exporter.config import Config
 from exporter.files import read_limited
 
@@ -53,12 +53,14 @@ def read_baseline(path: Path) -> RunDocument:
 
 
 async def run_bench_command(config: Config, selection: Selection, *, options: BenchOptions,
-                            outputs: BenchOutputs, yes: bool = False) -> int:
+                            outputs: BenchOutputs, yes: bool = False,
+                            input_tokens: tuple[int, ...] = ()) -> int:
     """The `bench` command; exit 0, 1 (a regression, a `--fail-on` limit that compared nothing,
     or nothing succeeded), 2 (usage, or a run that may pass the budget without `yes`), 130
-    (interrupted)."""
+    (interrupted). `input_tokens`: sweep these generated prompt sizes too."""
     try:
         series = select_series(config, selection)
+        config, series = with_input_sizes(config, series, input_tokens)
         rules = parse_fail_on(outputs.fail_on)
         baseline = read_baseline(outputs.baseline) if outputs.baseline is not None else None
     except (ValueError, OSError) as exc:

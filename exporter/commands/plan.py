@@ -44,6 +44,7 @@ from exporter.exposition.families import (
     Shape,
     families,
 )
+from exporter.probe.context import context_text
 from exporter.probe.discovery import DiscoveryFailed, fetch_catalog
 from exporter.probe.prober import Prober
 from exporter.probe.tokens import estimate_tokens
@@ -57,6 +58,9 @@ SECONDS_PER_DAY = 86_400
 # Active series past which `check` warns: managed Prometheus offerings bill by active series,
 # and their free tiers end around here.
 SERIES_WARNING = 10_000
+# Input tokens a day past which `check` warns about one workload-shaped series (a 100k-token
+# prompt every 15 minutes is ~10M a day).
+WORKLOAD_WARNING = 5_000_000
 # Chat templates add a few tokens per message and a few to prime the answer (OpenAI's
 # published counting: 3 per message, 3 for the reply); a little more covers other templates.
 TOKENS_PER_MESSAGE = 4
@@ -73,6 +77,7 @@ class WarningKind(StrEnum):
     SERIES_OVER_LIMIT = "series_over_limit"  # more Prometheus series than the threshold
     REASONING = "reasoning"  # a probe may spend its limit thinking, or sends a refused value
     DISCOVERY = "discovery"  # a gateway lists more models than its cap, or none could be read
+    WORKLOAD = "workload"  # a generated prompt sends many input tokens a day
 
 
 @dataclass(frozen=True)
@@ -163,6 +168,7 @@ class SeriesPlan:
     families: Mapping[Family, Count]  # from the config's load
     later: Mapping[Family, Count]  # may appear on first need
     identity: IdentityPlan | None = None  # an identity probe's samples and tests
+    workload: tuple[tuple[str, str], ...] = ()  # labels a workload-shaped probe adds
 
     @property
     def probes_per_day(self) -> float:
@@ -210,15 +216,17 @@ def probe_cost(price: ModelPrice | None, input_tokens: int, output_tokens: int) 
     return (input_tokens * rates.input + output_tokens * rates.output) / 1e6
 
 
-def input_tokens(probe: ProbeConfig) -> int:
+def input_tokens(probe: ProbeConfig, size: int | None = None) -> int:
     """The input tokens of one probe, estimated: the largest of its prompts (cases rotate) as
-    sent, with the tools and the response schema it sends; an image is not counted."""
+    sent — a workload-shaped probe's with its generated context of `size` tokens — with the
+    tools and the response schema it sends; an image is not counted."""
     if probe.kind is ProbeKind.EMBEDDING:
         return estimate_tokens(embedding_input(probe, _NONCE if probe.nonce else None))
     nonce = _NONCE if probe.nonce else None
+    context = None if size is None else context_text(probe, size)
     largest = 0
     for case in probe.rotation or (None,):
-        prompt = make_prompt(probe, case, nonce)
+        prompt = make_prompt(probe, case, nonce, context)
         texts = [content for _, content in prompt.messages]
         if prompt.system:
             texts.append(prompt.system)
@@ -246,11 +254,12 @@ def plan_series(series: Series, specs: Mapping[Family, FamilySpec],
     probe = series.probe
     return SeriesPlan(
         key=series.key, interval=series.interval, max_tokens=output_tokens(series),
-        input_tokens=input_tokens(probe) if prompt_tokens is None else prompt_tokens,
+        input_tokens=input_tokens(probe, series.workload.input_tokens)
+        if prompt_tokens is None else prompt_tokens,
         reasons=reasons(series), price=series.price,
         families=_count(at_load(series, shapes), specs),
         later=_count([c for c in later(series, shapes) if c[0] in specs], specs),
-        identity=identity_plan(series))
+        identity=identity_plan(series), workload=series.workload.labels())
 
 
 def own_series(config: Config) -> Count:
@@ -414,6 +423,7 @@ class Plan:
                 "cost_per_day": s.cost_per_day,
                 "prometheus_series": {**s.series.to_json(), "later": s.extra.to_json()},
                 "identity": s.identity.to_json() if s.identity else None,
+                "workload": dict(s.workload),
             } for s in self.series],
             "totals": {
                 "series": len(self.series), "probes_per_day": self.total("probes_per_day"),
@@ -448,11 +458,14 @@ def make_plan(config: Config, *, series_warning: int = SERIES_WARNING,
     """The plan of a loaded config (`discovered`: what `check --discover` found)."""
     shapes = config.global_.shapes
     specs = {spec.key: spec for spec in served_families(config)}
-    prompts: dict[int, int] = {}  # by probe object: thousands of series share a few probes
+    # By probe object and size: thousands of series share a few probes.
+    prompts: dict[tuple[int, int | None], int] = {}
     for s in config.series:
-        if id(s.probe) not in prompts:
-            prompts[id(s.probe)] = input_tokens(s.probe)
-    series = tuple(plan_series(s, specs, shapes, prompts[id(s.probe)]) for s in config.series)
+        size = s.workload.input_tokens
+        if (id(s.probe), size) not in prompts:
+            prompts[(id(s.probe), size)] = input_tokens(s.probe, size)
+    series = tuple(plan_series(s, specs, shapes, prompts[(id(s.probe), s.workload.input_tokens)])
+                   for s in config.series)
     budget = config.global_.budget
     draft = Plan(series, shapes, specs, config.global_.native_histograms.classic,
                  own_series(config), budget.max_cost_per_day if budget else None,
@@ -507,6 +520,15 @@ def _warnings(plan: Plan, series_warning: int) -> Iterable[PlanWarning]:
             yield PlanWarning(WarningKind.UNPRICED,
                            f"{len(unpriced)} of {len(plan.series)} series have no price "
                            f"(targets[].prices): the budget cannot count their cost")
+    for s in plan.series:
+        if s.workload and s.input_tokens_per_day >= WORKLOAD_WARNING:
+            cost = s.cost_per_day
+            money = "" if cost is None or s.price is None else (
+                f", ≤ {cost:.2f} {s.price.currency}/day")
+            yield PlanWarning(WarningKind.WORKLOAD,
+                              f"{'/'.join(s.key)} sends about "
+                              f"{s.input_tokens_per_day / 1e6:.1f}M input tokens/day{money}: "
+                              "a long generated prompt is expensive at this interval")
     if plan.series_in_force > series_warning:
         kind = "classic" if plan.classic else "native"
         yield PlanWarning(WarningKind.SERIES_OVER_LIMIT,

@@ -6,9 +6,10 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from exporter.config import Config, Series
+from exporter.config import Config, ProbeKind, Series
+from exporter.config.workload import Workload
 from exporter.log import REDACTOR
 from exporter.probe import tokens
 from exporter.probe.prober import Prober
@@ -46,6 +47,30 @@ def select_series(config: Config, selection: Selection) -> list[Series]:
                              f"{', '.join(map(repr, unmatched))} in the selection "
                              f"({selection.describe()})")
     return chosen
+
+
+def with_input_sizes(config: Config, series: list[Series], sizes: tuple[int, ...]
+                     ) -> tuple[Config, list[Series]]:
+    """`bench --input-tokens`: each chosen series once per size (its prompt after a generated
+    context of about that many tokens, as `input_tokens:` makes it), added to the config so
+    worker processes find them; ValueError for a probe that sends no chat prompt."""
+    if not sizes:
+        return config, series
+    out: dict[tuple[str, str, str], Series] = {}
+    for item in series:
+        if item.probe.kind is not ProbeKind.CHAT:
+            raise ValueError(f"--input-tokens: {'/'.join(item.key)} is a "
+                             f"`kind: {item.probe.kind.value}` probe; only chat probes take a "
+                             "generated context")
+        if not item.probe.nonce:
+            raise ValueError(f"--input-tokens: {'/'.join(item.key)} sets `nonce: false`; a "
+                             "generated context starts with a nonce so no cache helps")
+        for size in sizes:
+            sized = replace(item, workload=Workload(size, item.workload.cache))
+            out.setdefault(sized.key, sized)
+    known = {s.key for s in config.series}
+    extra = tuple(s for s in out.values() if s.key not in known)
+    return replace(config, series=(*config.series, *extra)), list(out.values())
 
 
 def _wanted(name: str, names: Iterable[str]) -> bool:

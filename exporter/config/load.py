@@ -28,7 +28,13 @@ from pydantic import (
 
 from exporter.apis import Api
 from exporter.config.errors import ConfigError, ConfigProblem, format_location
-from exporter.config.expand import bucket_edges, check_references, plan_series, shard_series
+from exporter.config.expand import (
+    bucket_edges,
+    check_references,
+    check_unique,
+    plan_series,
+    shard_series,
+)
 from exporter.config.interpolate import Scrubber, Substitution, interpolate
 from exporter.config.model import Config, KeyKind, KeySource, Target
 from exporter.config.network import (
@@ -348,6 +354,7 @@ def _build(data: dict[str, Any], env: Mapping[str, str], base_dir: Path, source:
             discover=target.discover, slo=target.slo, model_slo=dict(target.model_slo),
         ))
     series, _ = plan_series(global_, resolved_probes, built, {})
+    check_unique(series)
     check_references(series)
     if len(series) > global_.max_series:
         raise ConfigError("invalid config", [ConfigProblem(

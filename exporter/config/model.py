@@ -31,6 +31,7 @@ from exporter.config.secrets import (
     url_secrets,
 )
 from exporter.config.types import Secret
+from exporter.config.workload import Workload
 from exporter.exposition.families import Family, Objective, RatioObjective
 from exporter.log import REDACTED, Redactor
 from exporter.providers.gateway import GatewayModel
@@ -41,7 +42,9 @@ from exporter.providers.rules import lookup, quiet_default
 # The resolved config
 
 
-SeriesKey = tuple[str, str, str]  # (target, model, probe): one probe series
+# (target, model, probe): one probe series. A workload-shaped probe's series add their size
+# (and cache role) to the probe's name: `long@8000`, `cached@4000/warm` (Workload.suffix).
+SeriesKey = tuple[str, str, str]
 
 
 class KeyKind(StrEnum):
@@ -155,11 +158,20 @@ class Series:
     price: ModelPrice | None = None  # None: unknown, no cost is counted
     gateway: GatewayModel | None = None  # what the gateway says of the model (discovery)
     discovered: bool = False  # listed by the gateway, not by `models:`
+    workload: Workload = field(default_factory=Workload)  # input size, cache role
 
     @property
     def key(self) -> SeriesKey:
-        """The (target, model, probe) label values."""
-        return (self.target.name, self.model, self.probe_name)
+        """The (target, model, probe) names of the series (a workload's size and cache
+        role added to the probe's name)."""
+        return (self.target.name, self.model, self.probe_name + self.workload.suffix())
+
+    @property
+    def labels(self) -> tuple[tuple[str, str], ...]:
+        """The series' probe labels: target, model, probe, then `input_tokens` and `cache`
+        where its probe is workload-shaped."""
+        return (("target", self.target.name), ("model", self.model),
+                ("probe", self.probe_name), *self.workload.labels())
 
     @property
     def family_name(self) -> str:

@@ -189,6 +189,9 @@ class SimulatedModel(StrictModel):
     # A share of the answers drawn from words the model otherwise never says: the answer
     # distribution moves by exactly this total variation (identity probes notice; demo, tests).
     answer_shift: float = Field(default=0.0, ge=0.0, le=1.0)
+    # Prompt tokens read per second before the first token (0: TTFT does not grow with the
+    # input): a context-length ladder's TTFT grows by prompt / prefill_rate.
+    prefill_rate: float = Field(default=0.0, ge=0.0)
 
 
 class SimulatedPrice(StrictModel):

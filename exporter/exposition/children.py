@@ -139,7 +139,8 @@ def later(series: Series, shapes: Shapes) -> list[Child]:
     """The children a series may get after it is loaded, on first need: time to first answer
     when it is first seen reasoning (`auto`), the server's own timings, the rate-limit gauges,
     the streak of the latest result (from the first probe on), the served model (once a server
-    names it), an identity series' p-value and distance (from its first test). Parameters
+    names it), an identity series' p-value and distance (from its first test), a workload-shaped
+series' reported input-token ratio (once a server reports usage). Parameters
     adapted after a refusal add one child each (an open set, not here)."""
     out: list[Child] = []
     if (streamed(series) and shapes[Family.TIME_TO_FIRST_ANSWER] is Shape.AUTO
@@ -151,6 +152,8 @@ def later(series: Series, shapes: Shapes) -> list[Child]:
     out += [(Family.CONSECUTIVE, None), (Family.SERVED_MODEL, None)]
     if identity(series):
         out += [(Family.IDENTITY_PVALUE, None), (Family.IDENTITY_DISTANCE, None)]
+    if series.workload.input_tokens is not None:
+        out.append((Family.INPUT_TOKENS_RATIO, None))
     return out
 
 

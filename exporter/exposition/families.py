@@ -136,6 +136,7 @@ class Family(StrEnum):
     IDENTITY_TESTS = "identity_tests"
     IDENTITY_SAMPLES = "identity_samples"
     IDENTITY_STREAK = "identity_consecutive_different"
+    INPUT_TOKENS_RATIO = "input_tokens_reported_ratio"
     # the exporter itself
     IN_FLIGHT = "in_flight"
     SCHEDULER_LAG = "scheduler_lag"
@@ -310,6 +311,10 @@ FAMILIES: tuple[FamilySpec, ...] = (
     _spec(Family.IDENTITY_STREAK, "llm_probe_identity_consecutive_different", _G, _P,
           "Identity probes: how many of the latest test windows in a row were found different "
           "(0 after a window found the same)."),
+    _spec(Family.INPUT_TOKENS_RATIO, "llm_probe_input_tokens_reported_ratio", _G, _P,
+          "Workload-shaped probes (input_tokens): the input tokens the server reported for the "
+          "last generated prompt over its configured size (1: the offline estimate matched the "
+          "model's tokenizer)."),
     # -- the exporter itself ---------------------------------------------------------------
     _spec(Family.IN_FLIGHT, "llm_probe_in_flight", _G, _E, "Probes in flight now."),
     _spec(Family.SCHEDULER_LAG, "llm_probe_scheduler_lag_seconds", _H, _E,

@@ -46,7 +46,6 @@ from exporter.exposition.families import (
     BY_KEY,
     DEFAULT_SHAPES,
     OBJECTIVE_FAMILY,
-    PROBE_LABELS,
     CheckOutcome,
     Family,
     FamilySpec,
@@ -338,8 +337,7 @@ class ExporterMetrics:
                 continue  # the very object synced last time (config.reuse_unchanged): in sync
             values = self.probes.series.get(key)
             if values is None:
-                values = self.probes.add(key, [*zip(PROBE_LABELS, key, strict=True),
-                                               *constant])
+                values = self.probes.add(key, [*series.labels, *constant])
             self._sync(values, series)
         self._applied = wanted
 
@@ -398,6 +396,10 @@ class ExporterMetrics:
             served = self._served.setdefault(result.key, ServedLabels())
             _record_served_model(values, served, result.served_model,
                                  result.system_fingerprint or "", result.finished_at)
+        ratio = result.input_tokens_ratio
+        if ratio is not None and math.isfinite(ratio):
+            values.create(Family.INPUT_TOKENS_RATIO)
+            values.set(Family.INPUT_TOKENS_RATIO, ratio)
         if result.result not in (Result.SUCCESS, Result.CHECK_FAILED):
             return  # latency of a failed probe would pollute the distributions
         t = result.timings

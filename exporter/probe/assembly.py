@@ -174,7 +174,7 @@ def assemble(series: Series, attempt: Attempt, error: ProbeError | None, started
         (headers[h] for h in REQUEST_ID_HEADERS if h in headers), None)
     calls = parser.tool_calls if parser is not None else ()
     return ProbeResult(
-        target=series.target.name, model=series.model, probe=series.probe_name,
+        target=series.target.name, model=series.model, probe=series.key[2],
         result=result, reason=clip(error.reason, REASON_LIMIT) if error else "",
         cause=error.cause if error else None,
         timings=timings, usage=usage, output_tokens=n_tokens, token_source=source,
@@ -191,4 +191,7 @@ def assemble(series: Series, attempt: Attempt, error: ProbeError | None, started
         served_model=parser.served_model if parser is not None else None,
         system_fingerprint=parser.system_fingerprint if parser is not None else None,
         started_at=started, finished_at=wall(), stamps=clocks, adapted=adapted,
+        input_tokens=series.workload.input_tokens,
+        reported_input_tokens=parser.usage.prompt if parser is not None and parser.usage
+        and series.workload.input_tokens is not None else None,
     )

@@ -36,6 +36,7 @@ from exporter.probe import tokens
 from exporter.probe.adapt import MAX_ADAPTATIONS, Adaptations
 from exporter.probe.assembly import ANSWER_LIMIT, Attempt, assemble, output_tokens
 from exporter.probe.checks import Observed, run_checks
+from exporter.probe.context import context_async
 from exporter.probe.failures import (
     MESSAGE_LIMIT,
     body_error,
@@ -221,7 +222,9 @@ class Prober:
         target = series.target
         nonce = uuid.uuid4().hex[:12] if series.probe.nonce else None
         case = self._next_case(series, attempt)
-        prompt = make_prompt(series.probe, case, nonce)
+        size = series.workload.input_tokens
+        context = None if size is None else await context_async(series.probe, size)
+        prompt = make_prompt(series.probe, case, nonce, context)
         attempt.prompt_text = "\n".join(filter(None, (prompt.system, *(
             content for _role, content in prompt.messages))))
         key = self._keys.key(target)

@@ -239,6 +239,8 @@ async def _generate(request: web.Request, dialect: Dialect) -> web.StreamRespons
                      atomic_answer=kind is Kind.TOOL_CALL and not dialect.streams_tool_arguments)
     if not parsed.show_reasoning:
         plan = replace(plan, reasoning=Reasoning.HIDDEN)
+    if profile.prefill_rate:  # reading the prompt comes before the first token
+        plan = replace(plan, ttft=plan.ttft + parsed.prompt_tokens / profile.prefill_rate)
     call = answer.tool_call
     record.update({"fault": plan.fault.value if plan.fault else None, "ttft_scheduled": plan.ttft,
                    "tpot_scheduled": plan.tpot, "tokens": plan.completion_tokens,
