@@ -522,9 +522,9 @@ def _warnings(plan: Plan, series_warning: int) -> Iterable[PlanWarning]:
                            f"(targets[].prices): the budget cannot count their cost")
     for s in plan.series:
         if s.workload and s.input_tokens_per_day >= WORKLOAD_WARNING:
-            cost = s.cost_per_day
-            money = "" if cost is None or s.price is None else (
-                f", ≤ {cost:.2f} {s.price.currency}/day")
+            daily = s.cost_per_day
+            money = "" if daily is None or s.price is None else (
+                f", ≤ {daily:.2f} {s.price.currency}/day")
             yield PlanWarning(WarningKind.WORKLOAD,
                               f"{'/'.join(s.key)} sends about "
                               f"{s.input_tokens_per_day / 1e6:.1f}M input tokens/day{money}: "
