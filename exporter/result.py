@@ -55,6 +55,9 @@ class Usage:
     completion: int | None = None
     reasoning: int | None = None
     cached: int | None = None
+    # Of `prompt`, the tokens written to a prompt cache (Anthropic, Bedrock report them; billed
+    # at the cache-write price, counted as `input` in the token types).
+    cache_write: int | None = None
 
     def disjoint(self) -> dict[TokenType, int]:
         """The counts split into disjoint types that add up to prompt + completion.

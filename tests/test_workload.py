@@ -157,3 +157,79 @@ async def test_each_run_of_a_size_sends_a_fresh_nonce_first(scripted_server) -> 
     texts = [r["json"]["messages"][0]["content"] for r in server.requests]
     assert texts[0] != texts[1] and texts[0][16:] == texts[1][16:]  # only the nonce differs
     assert texts[0].startswith("[") and texts[0].endswith("\n\nSay hello.")
+
+
+# -- prompt-cache pairs (`cache: pair`) ------------------------------------------------------
+
+PAIR = {"prompt": None, "input_tokens": 2000, "cache": "pair", "max_tokens": 8}
+
+
+@pytest.mark.parametrize(("api", "marker"), [
+    ("openai-chat", None), ("anthropic-messages", "cache_control"),
+    ("bedrock-converse", "cachePoint"), ("gemini", None)])
+async def test_a_warm_probe_reuses_the_cold_prefix_and_reads_the_cache(api, marker) -> None:
+    """Real HTTP to the simulator's prefix cache in each API's shape: the cold request writes
+    (where the API counts writes), the warm one sends the same prompt and reads ≥ 1,024 cached
+    tokens from the API's own usage fields; its first token comes sooner (less to read)."""
+    async with simulators() as make:
+        sim = await make({"m": profile(prefill_rate=10_000.0, output_tokens=4)})
+        base = {"gemini": f"{sim.origin}/v1beta", "bedrock-converse": sim.origin}.get(api, sim.url)
+        config = make_config(base, probe=PAIR, target={"api": api, "api_key": "sim-key-pair"})
+        cold_series, warm_series = config.series
+        async with Prober() as prober:
+            cold = await prober.probe(cold_series)
+            warm = await prober.probe(warm_series)
+    assert cold.success and warm.success, (cold.reason, warm.reason)
+    assert (cold.usage.cached or 0) == 0 and warm.usage.cached >= 1024
+    assert warm.usage.prompt == cold.usage.prompt
+    assert warm.timings.ttft < cold.timings.ttft - 0.05
+    if marker is not None:  # explicit caches: marked, and the write counted
+        assert cold.usage.cache_write == cold.usage.prompt
+        assert warm.usage.cache_write == warm.usage.prompt - warm.usage.cached
+
+
+async def test_a_cold_run_always_starts_a_fresh_prefix(scripted_server) -> None:
+    server = await scripted_server(ok_stream(["ok"], usage={"prompt_tokens": 2000,
+                                                             "completion_tokens": 1}))
+    config = make_config(server.url, probe=PAIR)
+    cold, warm = config.series
+    async with Prober() as prober:
+        for series in (warm, cold, warm, cold, warm):
+            await prober.probe(series)
+    first = [r["json"]["messages"][0]["content"][:15] for r in server.requests]
+    # A warm run with no cold before it starts its own prefix; afterwards warm follows cold.
+    assert first[1] != first[0] and first[2] == first[1] and first[3] != first[2]
+    assert first[4] == first[3]
+
+
+async def test_the_daemon_runs_warm_right_after_each_cold(scripted_server) -> None:
+    """The scheduler schedules the cold series; each cold success is followed in its slot by
+    the warm one (same prefix), which is never scheduled on its own."""
+    from tests.test_scheduler import run_for
+
+    server = await scripted_server(ok_stream(["ok"], usage={
+        "prompt_tokens": 2000, "completion_tokens": 1,
+        "prompt_tokens_details": {"cached_tokens": 1920}}))
+    config = make_config(server.url, probe=PAIR,
+                         global_={"interval": "200ms", "jitter": 0})
+    registry, _ = await run_for(config, 0.9)
+    labels = {"target": "t", "model": "m", "probe": "short", "input_tokens": "2000"}
+    count = registry.get_sample_value
+    cold = count("llm_probe_requests_total", {**labels, "cache": "cold", "result": "success"})
+    warm = count("llm_probe_requests_total", {**labels, "cache": "warm", "result": "success"})
+    assert cold >= 3 and warm == cold
+    firsts = [r["json"]["messages"][0]["content"][:15] for r in server.requests]
+    assert all(firsts[i] == firsts[i + 1] for i in range(0, len(firsts) - 1, 2))
+    assert count("llm_probe_tokens_total", {**labels, "cache": "warm",
+                                            "type": "cached_input"}) == 1920 * warm
+
+
+def test_cache_writes_cost_their_own_price() -> None:
+    from exporter import measure
+
+    # 10,000 prompt tokens: 2,000 read from the cache, 8,000 written, output 100.
+    cost = measure.cost(10_000, 100, 2_000, input_price=3.0, output_price=15.0,
+                        cached_price=0.3, written=8_000, write_price=3.75)
+    assert cost == pytest.approx((2_000 * 0.3 + 8_000 * 3.75 + 100 * 15.0) / 1e6)
+    assert measure.cost(10_000, 0, 0, input_price=3.0, output_price=15.0, cached_price=None,
+                        written=8_000, write_price=None) == pytest.approx(0.03)

@@ -89,7 +89,7 @@ def price_of(target: Target, model: str, info: GatewayModel | None) -> ModelPric
     if configured is not None:
         return ModelPrice(configured.input, configured.output, configured.cached_input,
                           configured.currency, PriceSource.CONFIG,
-                          f"targets[{target.name}].prices")
+                          f"targets[{target.name}].prices", cache_write=configured.cache_write)
     if info is not None and info.price is not None:
         return info.price
     return library_price(model, target.base_url, target.api, target.model_family.get(model))

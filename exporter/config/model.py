@@ -6,7 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, cast
@@ -31,7 +31,7 @@ from exporter.config.secrets import (
     url_secrets,
 )
 from exporter.config.types import Secret
-from exporter.config.workload import Workload
+from exporter.config.workload import CacheRole, Workload
 from exporter.exposition.families import Family, Objective, RatioObjective
 from exporter.log import REDACTED, Redactor
 from exporter.providers.gateway import GatewayModel
@@ -165,6 +165,10 @@ class Series:
         """The (target, model, probe) names of the series (a workload's size and cache
         role added to the probe's name)."""
         return (self.target.name, self.model, self.probe_name + self.workload.suffix())
+
+    def sibling(self, role: CacheRole) -> Series:
+        """The series of this cache pair (and size) with the other role."""
+        return replace(self, workload=replace(self.workload, cache=role))
 
     @property
     def labels(self) -> tuple[tuple[str, str], ...]:

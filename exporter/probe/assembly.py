@@ -110,7 +110,7 @@ def usage_of(attempt: Attempt, n_tokens: int) -> Usage:
         prompt=server.prompt if server.prompt is not None
         else estimate_tokens(attempt.prompt_text),
         completion=n_tokens if completion is None else completion,
-        reasoning=reasoning, cached=server.cached)
+        reasoning=reasoning, cached=server.cached, cache_write=server.cache_write)
 
 
 def _reasoning_share(parser: StreamParser[Any], completion: int | None) -> int:
@@ -164,7 +164,8 @@ def assemble(series: Series, attempt: Attempt, error: ProbeError | None, started
             rates = price.at(usage.prompt or 0)  # a long-context tier by the prompt's length
             cost = measure.cost(usage.prompt or 0, usage.completion or 0, usage.cached or 0,
                                 input_price=rates.input, output_price=rates.output,
-                                cached_price=rates.cached_input)
+                                cached_price=rates.cached_input,
+                                written=usage.cache_write or 0, write_price=rates.cache_write)
             currency = price.currency
     headers = attempt.headers
     clip = redactor.clip

@@ -138,6 +138,9 @@ class Prompt:
     system: str | None
     messages: tuple[tuple[str, str], ...]  # (role, content)
     image: ImageSpec | None = None  # attached to the last user message
+    # A cache pair's prompt: APIs that cache only on request (Anthropic `cache_control`,
+    # Bedrock `cachePoint`) mark the end of the first user message as a cache prefix.
+    cache_marker: bool = False
 
     def last_user(self) -> int:
         """Index of the last user message (an image is attached to it)."""
@@ -166,7 +169,7 @@ def question(probe: ProbeConfig) -> str:
 
 
 def make_prompt(probe: ProbeConfig, case: Case | None, nonce: str | None,
-                context: str | None = None) -> Prompt:
+                context: str | None = None, *, cache_marker: bool = False) -> Prompt:
     """The prompt of one run: the probe's (or the case's) messages, nonce in front of the first
     user message — prefix caches match prefixes, so a suffix would not defeat them — and a
     workload-shaped probe's generated `context` between the nonce and that message."""
@@ -181,7 +184,7 @@ def make_prompt(probe: ProbeConfig, case: Case | None, nonce: str | None,
                     content = f"{context}\n\n{content}"
                 messages[i] = (role, f"[{nonce}] {content}" if nonce else content)
                 break
-    return Prompt(system, tuple(messages), probe.image)
+    return Prompt(system, tuple(messages), probe.image, cache_marker)
 
 
 def embedding_input(probe: ProbeConfig, nonce: str | None) -> str:
