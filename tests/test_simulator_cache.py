@@ -103,3 +103,34 @@ async def test_the_simulator_lists_retirement_dates_both_ways() -> None:
     when = dt.datetime(2026, 12, 20, tzinfo=dt.UTC).timestamp()
     assert listing.by_name["sim"].retires == when == info.by_name["sim"].retires
     assert listing.by_name["other"].retires is None is info.by_name["other"].retires
+
+
+def test_a_retirement_date_becomes_a_gauge_per_probed_model_and_leaves_with_it(capsys) -> None:
+    from prometheus_client import CollectorRegistry
+
+    from exporter.commands.check import run_check
+    from exporter.config import expand
+    from exporter.exposition.metrics import ExporterMetrics
+    from exporter.providers.gateway import Catalog, GatewayModel
+    from exporter.serve.pages import render_status_page
+    from exporter.serve.results import ResultStore
+    from tests.conftest import make_config
+
+    config = make_config(models=("old", "new"))
+    when = dt.datetime(2026, 12, 20, tzinfo=dt.UTC).timestamp()
+    catalog = Catalog((GatewayModel("old", retires=when), GatewayModel("new")))
+    dated = expand(config, {"t": catalog})
+    registry = CollectorRegistry()
+    metrics = ExporterMetrics(registry, dated)
+    name = "llm_probe_model_deprecation_timestamp_seconds"
+    assert registry.get_sample_value(name, {"target": "t", "model": "old"}) == when
+    assert registry.get_sample_value(name, {"target": "t", "model": "new"}) is None
+    metrics.apply(config)  # the gateway no longer says so
+    assert registry.get_sample_value(name, {"target": "t", "model": "old"}) is None
+    assert run_check(dated, "c.yaml") == 0
+    assert "retires: t/old on 2026-12-20" in capsys.readouterr().out
+    store = ResultStore()
+    store.set_series(s.key for s in dated.series)
+    page = render_status_page(store.snapshot(), {"retirements": [("t", "old", when)]},
+                              when - 3 * 86_400)
+    assert "t / old: 2026-12-20 (in 3 days)" in page

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -163,6 +164,10 @@ def print_plan(config: Config, plan: Plan, path: str, console: Console | None = 
                   "series have no known price (cost unknown, not counted).", soft_wrap=True)
     for note in plan.discovery_notes():
         console.print(cell(note), soft_wrap=True)
+    for (target, model), when in retirements(config).items():
+        console.print(f"[yellow]retires:[/yellow] {cell(target)}/{cell(model)} on "
+                      f"{time.strftime('%Y-%m-%d', time.gmtime(when))} "
+                      f"({_days(when - time.time())}, the gateway says)", soft_wrap=True)
     console.print(family_table(plan))
     identity = identity_table(plan)
     if identity is not None:
@@ -192,9 +197,23 @@ def print_plan(config: Config, plan: Plan, path: str, console: Console | None = 
     console.print("config OK")
 
 
+def retirements(config: Config) -> dict[tuple[str, str], float]:
+    """When each probed (target, model) retires, where its gateway says (unix time)."""
+    return {(s.target.name, s.model): s.gateway.retires for s in config.series
+            if s.gateway is not None and s.gateway.retires is not None}
+
+
+def _days(seconds: float) -> str:
+    days = seconds / 86_400
+    return f"in {days:.0f} days" if days >= 0 else f"{-days:.0f} days ago"
+
+
 def print_plan_json(config: Config, plan: Plan, path: str) -> None:
     """The plan as one JSON document on stdout (redacted as a whole, a second net)."""
-    document = {"config": path, **plan.to_json(), "targets": REDACTOR.tree(targets_json(config))}
+    document = {"config": path, **plan.to_json(), "targets": REDACTOR.tree(targets_json(config)),
+                "retirements": [{"target": t, "model": m, "timestamp": when,
+                                 "date": time.strftime("%Y-%m-%d", time.gmtime(when))}
+                                for (t, m), when in retirements(config).items()]}
     text = orjson.dumps(document,
                         option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS).decode()
     sys.stdout.write(REDACTOR.net(text) + "\n")

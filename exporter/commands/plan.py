@@ -276,6 +276,9 @@ def own_series(config: Config) -> Count:
             total += config.global_.budget is not None
         elif spec.key is Family.PRICE_INFO:
             total += len({(s.target.name, s.model) for s in config.series})
+        elif spec.key is Family.MODEL_DEPRECATION:
+            total += len({(s.target.name, s.model) for s in config.series
+                          if s.gateway is not None and s.gateway.retires is not None})
         elif spec.key in (Family.DISCOVERY_MODELS, Family.DISCOVERY_REFRESHES,
                           Family.DISCOVERY_LAST_SUCCESS):
             total += len(config.discovering)  # (refreshes: one result, success, when well)

@@ -152,6 +152,7 @@ class Family(StrEnum):
     HTTP_CONNECTIONS_LIMIT = "http_connections_limit"
     HTTP_CONNECTIONS_CLOSED = "http_connections_closed"
     PRICE_INFO = "price_info"
+    MODEL_DEPRECATION = "model_deprecation_timestamp_seconds"
     DISCOVERY_MODELS = "discovery_models"
     DISCOVERY_REFRESHES = "discovery_refreshes"
     DISCOVERY_LAST_SUCCESS = "discovery_last_success_timestamp_seconds"
@@ -353,6 +354,10 @@ FAMILIES: tuple[FamilySpec, ...] = (
                "1 per probed (target, model): where its price comes from (config, gateway, "
                "library) and its currency; source=\"unknown\": no price, its cost is not "
                "counted.", ("target", "model", "source", "currency")),
+    FamilySpec(Family.MODEL_DEPRECATION, "llm_probe_model_deprecation_timestamp_seconds", _G,
+               _E, "Unix time the gateway or provider says a probed model retires (LiteLLM "
+               "deprecation_date, OpenRouter expiration_date); no series for a model without "
+               "a date.", ("target", "model")),
     FamilySpec(Family.DISCOVERY_MODELS, "llm_probe_discovery_models", _G, _E,
                "Models a discovering target probes from the gateway's last good list (after "
                "include/exclude and the caps).", ("target",)),

@@ -279,6 +279,8 @@ class ExporterMetrics:
         self.reload_ok = _own_gauge(Family.RELOAD_OK, own)
         self.reload_time = _own_gauge(Family.RELOAD_TIME, own)
         self.price_info = _own_gauge(Family.PRICE_INFO, own)
+        self.deprecation = _own_gauge(Family.MODEL_DEPRECATION, own)
+        self._retiring: dict[tuple[str, str], float] = {}  # (target, model) → unix time
         self._priced: dict[tuple[str, str], tuple[str, str]] = {}  # (target, model) → labels
         self.discoveries = DiscoveryCollector()
         own.register(self.discoveries)
@@ -316,6 +318,7 @@ class ExporterMetrics:
     def apply(self, config: Config) -> None:
         """Create children for every configured series; remove those the config dropped."""
         self._apply_prices(config)
+        self._apply_retirements(config)
         shapes = config.global_.shapes
         layout = (dict(config.global_.labels), dict(config.buckets), _native_settings(config),
                   shapes)
@@ -356,6 +359,19 @@ class ExporterMetrics:
             if key not in self._priced:
                 self.price_info.labels(*key, *labels).set(1)
                 self._priced[key] = labels
+
+    def _apply_retirements(self, config: Config) -> None:
+        """`llm_probe_model_deprecation_timestamp_seconds` per probed (target, model) whose
+        gateway names a retirement date; a model that lost its date loses its series."""
+        wanted = {(s.target.name, s.model): s.gateway.retires for s in config.series
+                  if s.gateway is not None and s.gateway.retires is not None}
+        for key in [k for k in self._retiring if k not in wanted]:
+            self.deprecation.remove(*key)
+            del self._retiring[key]
+        for key, when in wanted.items():
+            if self._retiring.get(key) != when:
+                self.deprecation.labels(*key).set(when)
+                self._retiring[key] = when
 
     def _sync(self, values: SeriesValues, series: Series) -> None:
         """Give a series the children `children.at_load` lists (keeping those that appeared on

@@ -419,7 +419,12 @@ def _state_info(state: ServerState) -> dict[str, Any]:
                                if state.scheduler.budget is not None else None),
             "discovery": state.discovery.describe(time.time()) if state.discovery else [],
             "unpriced": sorted({s.key for s in state.config.series if s.price is None}
-                               if state.config else ())}
+                               if state.config else ()),
+            # When the gateway says a probed model retires (unix time), by (target, model).
+            "retirements": sorted({(s.target.name, s.model, s.gateway.retires)
+                                   for s in state.config.series if s.gateway is not None
+                                   and s.gateway.retires is not None}
+                                  if state.config else ())}
 
 
 async def results_handler(request: web.Request) -> web.Response:
