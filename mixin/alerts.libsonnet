@@ -379,16 +379,19 @@ local p = import 'lib/promql.libsonnet';
               and %(on)s
               %(days)s >= %(n)s
               and %(on)s
-              target_model_probe:llm_probe_ttft_seconds:p95_rate5m
+              (
+                %(short)s
+              )
               > %(on)s
               (%(f)s * %(med)s)
-            ||| % { now: p95Now, med: median, days: days, on: on, f: p.num(an.factor), n: p.num(an.minDays) },
+            ||| % { now: p95Now, med: median, days: days, on: on, f: p.num(an.factor), n: p.num(an.minDays),
+                    short: p.indent(p.quantile(0.95, 'llm_probe_ttft_seconds', m(), key, an.short), 4) },
             an['for'], 'warning',
             '%s is unusually slow for this time of day.' % series,
             selectorOf(key)
-            + 'p95 TTFT of %s over the last %s is {{ $value | humanizeDuration }}, more than %sx the median of the same hour on the past %d days (' % [series, an.window, p.num(an.factor), an.days]
+            + 'p95 TTFT of %s over the last %s is {{ $value | humanizeDuration }}, more than %sx its median at the same time on the past %d days (%s apart: ' % [series, an.window, p.num(an.factor), an.days, an.step]
             + queried(median + '%s', 'humanizeDuration')
-            + ') and still as high over the last 5 minutes: slower than its own daily pattern explains.'),
+            + ') and still as high over the last %s: slower than its own daily pattern explains.' % an.short),
     ],
   },
 

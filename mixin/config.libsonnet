@@ -117,10 +117,11 @@
     // already has, and is still probed).
     modelRetiring: { days: 14, 'for': '10m' },
     // LLMProbeTTFTAnomaly: p95 TTFT over `window` above `factor` times the median of the same
-    // window at the same time of day on the past `days` days (the same hour judged against its
-    // own past: a daily pattern stays quiet), with at least `minDays` of those days on record
-    // (a younger series cannot page), and still above it over 5 minutes.
-    ttftAnomaly: { factor: 3, window: '1h', days: 7, minDays: 4, 'for': '15m', interval: '5m' },
+    // window at the same time of day on the past `days` days (`step` apart: the same hour judged
+    // against its own past, so a daily pattern stays quiet), with at least `minDays` of those
+    // days on record (a younger series cannot page), and still above it over `short`.
+    ttftAnomaly: { factor: 3, window: '1h', short: '5m', days: 7, step: '1d', minDays: 4,
+                   'for': '15m', interval: '5m' },
 
     dashboards: {
       tags: ['llm-probe', 'llm', 'prometheus'],

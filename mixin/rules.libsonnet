@@ -266,8 +266,12 @@ local p = import 'lib/promql.libsonnet';
   // recording rule has run for a week).
   ttftP95Window(offset=''):: p.quantile(0.95, 'llm_probe_ttft_seconds', m(), key, an.window, 'rate', offset),
   // The same window on each of the past days, labelled by the day (to take their median).
+  local stepUnit = an.step[std.length(an.step) - 1],
+  local stepCount = std.parseInt(std.substr(an.step, 0, std.length(an.step) - 1)),
   local pastDays = std.join('\nor\n', [
-    'label_replace(\n  %s,\n  "days_ago", "%d", "", ""\n)' % [p.indent($.ttftP95Window('%dd' % d), 2), d]
+    'label_replace(\n  %s,\n  "days_ago", "%d", "", ""\n)' % [
+      p.indent($.ttftP95Window('%d%s' % [d * stepCount, stepUnit]), 2), d,
+    ]
     for d in std.range(1, an.days)
   ]),
   local anomaly = {
