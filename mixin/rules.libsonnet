@@ -242,7 +242,7 @@ local p = import 'lib/promql.libsonnet';
       rec('target_model_probe:llm_probe_prefill_tokens_per_second:ratio_rate' + ww,
           '%s\n/\n%s' % [
             p.sumBy(key, 'rate', 'llm_probe_tokens_total', m(['input_tokens!=""', 'type=~"input|cached_input"']), ww),
-            p.sumBy(key, 'rate', 'llm_probe_ttft_seconds_sum', m(['input_tokens!=""']), ww),
+            p.histSum('llm_probe_ttft_seconds', m(['input_tokens!=""']), key, ww),
           ]),
       // The share of input tokens read from a prompt cache, per cache pair series.
       rec('target_model_probe:llm_probe_cached_input:ratio_rate' + ww,
