@@ -190,3 +190,14 @@ def test_peer_exports_pair_by_id_and_land_on_the_monotonic_clock(tmp_path: Path)
     (bench / "run.json").write_bytes(orjson.dumps({"records": [record]}))
     [m] = BenchTool().parse(bench, 1)
     assert (m.rid, m.t0, m.t_first, m.chunk_gap_mean) == ("chatcmpl-00000009", 5.0, 5.2, 0.02)
+
+
+@pytest.mark.realservers
+def test_ladder_smoke() -> None:
+    from tests.realservers.servers import llama_server_binary
+
+    if llama_server_binary() is None:
+        pytest.skip("llama-server is not built (make test-deps)")
+    out = run_benchmark("ladder")
+    assert "| input_tokens | TTFT p50 (ms)" in out and "| 1024 |" in out
+    assert "warm cached tokens" in out
