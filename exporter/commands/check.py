@@ -67,10 +67,10 @@ def series_table(plan: Plan, title: str) -> Table:
 def price_table(plan: Plan) -> Table:
     """Each probed model's price per 1M tokens and where it comes from."""
     table = Table(title="Prices (per 1M tokens)")
-    for column in ("target", "model", "source", "input", "cached input", "output", "currency",
-                   "from"):
+    for column in ("target", "model", "source", "input", "cached input", "cache write",
+                   "output", "currency", "from"):
         table.add_column(column, justify="right" if column in (
-            "input", "cached input", "output") else "left")
+            "input", "cached input", "cache write", "output") else "left")
     seen: set[tuple[str, str]] = set()
     for s in plan.series:
         if s.key[:2] in seen:
@@ -78,13 +78,14 @@ def price_table(plan: Plan) -> Table:
         seen.add(s.key[:2])
         price = s.price
         if price is None:
-            table.add_row(cell(s.key[0]), cell(s.key[1]), "unknown", "", "", "", "",
+            table.add_row(cell(s.key[0]), cell(s.key[1]), "unknown", "", "", "", "", "",
                           "no cost counted: set targets[].prices")
             continue
         tiers = "".join(f"; > {t.above:,} prompt tokens: {t.rates.input:g} / "
                         f"{t.rates.output:g}" for t in price.tiers)
         table.add_row(cell(s.key[0]), cell(s.key[1]), price.source.value, f"{price.input:g}",
                       "" if price.cached_input is None else f"{price.cached_input:g}",
+                      "" if price.cache_write is None else f"{price.cache_write:g}",
                       f"{price.output:g}", cell(price.currency), cell(price.origin + tiers))
     return table
 
