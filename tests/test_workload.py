@@ -144,6 +144,12 @@ async def test_a_ladder_probes_ttft_that_grows_with_the_input() -> None:
     records = [r for r in sim.records if r.get("prompt_tokens")]
     first_words = {r["prompt_tokens"] for r in records}
     assert len(first_words) == 2  # two sizes sent
+    # Every format carries the label: the text page, OpenMetrics and the protobuf page.
+    text = metrics.render().decode()
+    assert ('llm_probe_ttft_seconds_count{input_tokens="5000",model="m",probe="short",'
+            'target="t"} 2.0') in text
+    assert 'input_tokens="500"' in metrics.render(openmetrics=True).decode()
+    assert b"input_tokens" in metrics.render_protobuf()
 
 
 async def test_each_run_of_a_size_sends_a_fresh_nonce_first(scripted_server) -> None:
