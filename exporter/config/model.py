@@ -13,7 +13,7 @@ from typing import Any, cast
 
 from exporter.apis import Api
 from exporter.config.network import TLS, Proxy
-from exporter.config.probe import ProbeConfig, SloConfig
+from exporter.config.probe import ProbeConfig, ProbeKind, SloConfig
 from exporter.config.reasoning import Effort, merge_patches
 from exporter.config.schema import (
     AwsSigV4Config,
@@ -35,6 +35,7 @@ from exporter.config.workload import CacheRole, Workload
 from exporter.exposition.families import Family, Objective, RatioObjective
 from exporter.log import REDACTED, Redactor
 from exporter.providers.gateway import GatewayModel
+from exporter.providers.price_bounds import RefusedPrice
 from exporter.providers.prices import ModelPrice
 from exporter.providers.rules import lookup, quiet_default
 
@@ -54,6 +55,7 @@ class KeyKind(StrEnum):
     FILE = "file"            # api_key_file: a path (re-read when it changes)
     LITERAL = "literal"      # api_key: written in the config (or put there by ${VAR})
     NONE = "none"            # no key is sent
+    SIMULATOR = "simulator"  # the embedded simulator's (simulator.api_key, or generated)
     AWS_SIGV4 = "aws_sigv4"  # requests are signed: the AWS credential chain
 
 
@@ -117,6 +119,8 @@ class Target:
     model_family: Mapping[str, str] = field(default_factory=dict)  # model → hosted family
     # Probes of one model (`models: [{name, probes}]`); others run the target's `probes`.
     model_probes: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    # A model's own cadence (`models: [{name, interval}]`): wins over the probe's and ours.
+    model_interval: Mapping[str, float] = field(default_factory=dict)
     discover: DiscoverConfig | None = None  # probe what the gateway lists
     slo: SloConfig = field(default_factory=SloConfig)
     model_slo: Mapping[str, SloConfig] = field(default_factory=dict)
@@ -156,6 +160,7 @@ class Series:
     jitter: float
     slo: Objectives = field(default_factory=Objectives)
     price: ModelPrice | None = None  # None: unknown, no cost is counted
+    refused_price: RefusedPrice | None = None  # a gateway's or library price out of bounds
     gateway: GatewayModel | None = None  # what the gateway says of the model (discovery)
     discovered: bool = False  # listed by the gateway, not by `models:`
     workload: Workload = field(default_factory=Workload)  # input size, cache role
@@ -176,6 +181,14 @@ class Series:
         where its probe is workload-shaped."""
         return (("target", self.target.name), ("model", self.model),
                 ("probe", self.probe_name), *self.workload.labels())
+
+    @property
+    def claimed_unsupported(self) -> bool:
+        """Whether the gateway says this model cannot serve the probe (its `mode`, its
+        capabilities): a configured model's series stays, its probe is skipped
+        (`llm_probe_skipped_total{reason="unsupported"}`); a discovered one gets no series."""
+        return self.gateway is not None and not self.gateway.serves(
+            self.probe.features, self.probe.kind is ProbeKind.EMBEDDING)
 
     @property
     def family_name(self) -> str:
