@@ -29,7 +29,13 @@ from pydantic import (
 from exporter.apis import Api
 from exporter.config.cadence import check_cadence
 from exporter.config.errors import ConfigError, ConfigProblem, format_location
-from exporter.config.expand import bucket_edges, check_references, plan_series, shard_series
+from exporter.config.expand import (
+    bucket_edges,
+    check_references,
+    check_unique,
+    plan_series,
+    shard_series,
+)
 from exporter.config.interpolate import Scrubber, Substitution, interpolate
 from exporter.config.model import Config, KeyKind, KeySource, Series, Target
 from exporter.config.network import (
@@ -361,6 +367,7 @@ def _build(data: dict[str, Any], env: Mapping[str, str], base_dir: Path, source:
             discover=target.discover, slo=target.slo, model_slo=dict(target.model_slo),
         ))
     series, _ = plan_series(global_, resolved_probes, built, {})
+    check_unique(series)
     check_references(series)
     if len(series) > global_.max_series:
         raise ConfigError("invalid config", [ConfigProblem(
