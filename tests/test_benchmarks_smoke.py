@@ -140,6 +140,13 @@ def test_hostile_lists_smoke() -> None:
     assert "TTFT err p50 ms" in out
 
 
+@pytest.mark.slow
+def test_simulator_host_smoke() -> None:
+    out = run_benchmark("simulator_host")
+    assert "| prober's loop " in out and "| own thread " in out and "16,384 tokens" in out
+    assert "peak RSS" in out
+
+
 # ---------------------------------------------------------------------------------------------
 # Reading each tool's per-request export (shapes taken from real runs of each version)
 

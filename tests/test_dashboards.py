@@ -308,7 +308,7 @@ def test_units() -> None:
     assert units[(overview, "Output tokens per second (TPS) p50")] == "suffix: tokens/s"
     assert units[(overview, "Availability")] == "percentunit"
     assert units[(overview, "Token efficiency")] == "percentunit"
-    assert units[(overview, "Exporter memory")] == "bytes"
+    assert units[(overview, "Exporter memory and state")] == "bytes"
     overview_panels = {p["title"]: p for p in _panels(_load(GRAFANA / overview))}
     overrides = overview_panels["Cost per hour"]["fieldConfig"]["overrides"]
     assert {"id": "unit", "value": "currencyUSD"} in overrides[0]["properties"]

@@ -51,6 +51,7 @@ class KeyKind(StrEnum):
     FILE = "file"            # api_key_file: a path (re-read when it changes)
     LITERAL = "literal"      # api_key: written in the config (or put there by ${VAR})
     NONE = "none"            # no key is sent
+    SIMULATOR = "simulator"  # the embedded simulator's (simulator.api_key, or generated)
     AWS_SIGV4 = "aws_sigv4"  # requests are signed: the AWS credential chain
 
 

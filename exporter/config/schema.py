@@ -159,22 +159,33 @@ class GlobalConfig(StrictModel):
         return buckets
 
 
+# The simulator is demo-sized: what one request (its `x-sim-*` headers, its body) or the admin
+# endpoint can make it do is bounded by these, so no client can make it hold gigabytes or hang
+# a connection for days (docs/security.md).
+SIM_MAX_TOKENS = 16_384      # output, reasoning tokens and tokens per chunk of one answer
+SIM_MAX_DELAY = 300.0        # seconds: ttft, tpot, stall
+SIM_MAX_DIMENSIONS = 4_096   # one embedding's size (text-embedding-3-large: 3072)
+SIM_MAX_EMBED_INPUTS = 64    # texts in one embeddings request
+SIM_MAX_CAPACITY = 1_024     # concurrent generations per model
+
+
 class SimulatedModel(StrictModel):
     """Latency profile and faults of one model served by the embedded simulator."""
 
-    ttft: Duration = 0.3
-    tpot: Duration = 0.02
+    ttft: Duration = Field(default=0.3, le=SIM_MAX_DELAY)
+    tpot: Duration = Field(default=0.02, le=SIM_MAX_DELAY)
     jitter: float = Field(default=0.1, ge=0.0, le=1.0)
-    output_tokens: int = Field(default=64, ge=0)
-    tokens_per_chunk: int = Field(default=1, ge=1)
-    reasoning_tokens: int = Field(default=0, ge=0)
+    output_tokens: int = Field(default=64, ge=0, le=SIM_MAX_TOKENS)
+    tokens_per_chunk: int = Field(default=1, ge=1, le=SIM_MAX_TOKENS)
+    reasoning_tokens: int = Field(default=0, ge=0, le=SIM_MAX_TOKENS)
     error_rate: float = Field(default=0.0, ge=0.0, le=1.0)
     error_status: int = Field(default=500, ge=400, le=599)
     stall_rate: float = Field(default=0.0, ge=0.0, le=1.0)
-    stall: Duration = 30.0
+    stall: Duration = Field(default=30.0, le=SIM_MAX_DELAY)
     disconnect_rate: float = Field(default=0.0, ge=0.0, le=1.0)
-    capacity: int | None = Field(default=None, ge=1)
-    dimensions: int = Field(default=1536, ge=1)  # embedding size when a request names none
+    capacity: int | None = Field(default=None, ge=1, le=SIM_MAX_CAPACITY)
+    # embedding size when a request names none
+    dimensions: int = Field(default=1536, ge=1, le=SIM_MAX_DIMENSIONS)
     # What answers report as `model` (default: the requested name) and `system_fingerprint`
     # (a dated snapshot behind an alias; flip it with a reload to show a served-model change).
     served_model: str | None = Field(default=None, min_length=1, max_length=128)

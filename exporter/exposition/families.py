@@ -158,6 +158,7 @@ class Family(StrEnum):
     BUDGET_SPENT = "budget_spent"
     BUDGET_LIMIT = "budget_limit"
     BUDGET_RECORD_OK = "budget_record_ok"
+    STATE_BYTES = "state_bytes"
     RELOAD_OK = "config_last_reload_successful"
     RELOAD_TIME = "config_last_reload_success_timestamp_seconds"
     WEB_CONFIG_RELOAD_OK = "web_config_last_reload_successful"
@@ -343,6 +344,9 @@ FAMILIES: tuple[FamilySpec, ...] = (
           "1: the spend record of global.budget is usable; 0: it cannot be read or the path "
           "holds another file, and every probe is skipped (reason budget) until it can be.",
           "currency"),
+    _spec(Family.STATE_BYTES, "llm_probe_state_bytes", _G, _E,
+          "Bytes of the exporter's files in global.state_dir (the spend record, identity "
+          "references), as of the latest sweep (every minute)."),
     _spec(Family.RELOAD_OK, "llm_probe_config_last_reload_successful", _G, _E,
           "Whether the last config load succeeded."),
     _spec(Family.RELOAD_TIME, "llm_probe_config_last_reload_success_timestamp_seconds", _G, _E,

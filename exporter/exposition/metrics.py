@@ -292,6 +292,7 @@ class ExporterMetrics:
         self.budget_spent = _own_gauge(Family.BUDGET_SPENT, own)
         self.budget_limit = _own_gauge(Family.BUDGET_LIMIT, own)
         self.budget_record_ok = _own_gauge(Family.BUDGET_RECORD_OK, own)
+        self.state_bytes = _own_gauge(Family.STATE_BYTES, own)
         self.reload_ok = _own_gauge(Family.RELOAD_OK, own)
         self.reload_time = _own_gauge(Family.RELOAD_TIME, own)
         self.price_info = _own_gauge(Family.PRICE_INFO, own)
@@ -500,6 +501,10 @@ class ExporterMetrics:
             self.budget_spent.labels(budget.currency).set(budget.spent)
             self.budget_limit.labels(budget.currency).set(budget.limit)
             self.budget_record_ok.labels(budget.currency).set(0 if budget.problem else 1)
+
+    def set_state_bytes(self, size: int) -> None:
+        """Show the state directory's size in bytes (0 without one)."""
+        self.state_bytes.set(size)
 
     def reload_status(self, ok: bool, when: float | None = None) -> None:
         """Record the outcome of a config (re)load."""

@@ -274,8 +274,11 @@ local p = import '../lib/promql.libsonnet';
            "llm_probe_budget_record_ok: 1 while the spend record of global.budget is usable; 0 when it cannot be read or its path holds a file that is not the exporter's — then every probe is skipped until it is fixed and the config reloaded (LLMProbeBudgetRecordUnusable). Empty without a budget.",
            'min(llm_probe_budget_record_ok{%s})' % e, 'none',
            defaults={ mappings: g.okMappings('ok', 'unusable: probing stopped'), thresholds: g.thresholds([[null, 'red'], [1, 'green']]) }),
-    g.timeseries('Exporter memory', 'Resident memory of each exporter process (process_resident_memory_bytes).',
-                 [['process_resident_memory_bytes{%s}' % e, '{{instance}}']], 'bytes', w=6),
+    g.timeseries('Exporter memory and state', "Resident memory of each exporter process (process_resident_memory_bytes) and the bytes of its files in global.state_dir (llm_probe_state_bytes: the spend record and identity references; departed series' references are removed after an hour).",
+                 [
+                   ['process_resident_memory_bytes{%s}' % e, '{{instance}} memory'],
+                   ['llm_probe_state_bytes{%s}' % e, '{{instance}} state dir'],
+                 ], 'bytes', w=6),
     g.timeseries('Exporter CPU', 'CPU seconds per second of each exporter process (rate of process_cpu_seconds_total): 1 is one core busy.',
                  [['rate(process_cpu_seconds_total{%s}[%s])' % [e, RI], '{{instance}}']], 'short', w=6),
     g.newline,
