@@ -4,11 +4,13 @@ is a counted discovery failure and the last good list stays in use."""
 
 from __future__ import annotations
 
+import asyncio
 import unicodedata
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 import yaml
 from aiohttp import web
@@ -116,7 +118,6 @@ def test_the_bound_follows_max_models_and_admits_a_real_sized_list() -> None:
              "architecture": {"input_modalities": ["text", "image"],
                               "output_modalities": ["text"]},
              "description": "A model, with commas, [links](x), and {braces}. " * 8}
-    import orjson
     body = orjson.dumps({"data": [{**entry, "id": f"m{i}"} for i in range(1000)]})
     assert len(parse_model_list(body, max_values=max_values(100)).models) == 1000
     with pytest.raises(CatalogError, match="JSON values"):
@@ -251,8 +252,6 @@ async def test_what_a_reload_newly_selects_comes_with_the_next_list(
         gateway: tuple[HostileGateway, str]) -> None:
     """Hysteresis holds back what the gateway adds, not what the user asked for: after a
     reload changed the target's patterns, the next list is taken whole."""
-    import asyncio
-
     gw, url = gateway
     gw.models = good_list("a1", "b1")
 
