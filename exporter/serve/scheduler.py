@@ -137,6 +137,7 @@ class Scheduler:
             self._metrics.set_budget(self.budget)
         self.identity.apply(config)
         wanted = {s.key: s for s in config.series}
+        scheduled = set(self._ticks)  # a series a reload changed is not new to the gateway
         for key, ticks in list(self._ticks.items()):
             if wanted.get(key) != ticks.series:
                 ticks.active = False  # an in-flight probe of this series is left to finish
@@ -152,7 +153,8 @@ class Scheduler:
         window = first_probe_window(len(added))
         for series in added:
             interval = series.interval
-            spread = interval if self._started and series.discovered else window
+            spread = (interval if self._started and series.discovered
+                      and series.key not in scheduled else window)
             # A stable offset spreads series the same way after every restart.
             first, next_tick = first_ticks(now, interval, series.stable_fraction(), spread)
             ticks = self._ticks[series.key] = _Ticks(series, next_tick)
