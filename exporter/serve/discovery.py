@@ -279,6 +279,8 @@ class Discovery:
                 "target": name, "models": len(catalog.models) if catalog else None,
                 "listed": catalog.listed if catalog else None,
                 "refused": sum(status.refusals.values()) if catalog else None,
+                # new names listed but not admitted yet (hysteresis or the day's limit)
+                "waiting": len(status.churn.pending) if catalog else None,
                 "bad_prices": catalog.bad_prices if catalog else None,
                 "sources": list(catalog.sources) if catalog else [],
                 "last_success_seconds_ago": None if status.succeeded_at is None

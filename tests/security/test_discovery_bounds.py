@@ -164,6 +164,7 @@ async def test_new_names_wait_for_two_lists_and_a_daily_limit(
         assert collector.refused[("gw", NameRefusal.DAILY_LIMIT)] == 2
         assert not await discovery.refresh(target)  # still refused today, counted again
         assert collector.refused[("gw", NameRefusal.DAILY_LIMIT)] == 4
+        assert discovery.describe(day[0])[0]["waiting"] == 2  # shown in /api/v1/results
         day[0] += 86_400  # the next UTC day: the rest comes
         assert await discovery.refresh(target)
         assert len(discovery.catalogs["gw"].models) == 6
