@@ -63,6 +63,7 @@ OPTIONAL_NAMES = frozenset(
     name for spec in FAMILIES
     if spec.name in ("llm_probe_server_duration_seconds", "llm_probe_adapted_parameters",
                      "llm_probe_discovery_models", "llm_probe_discovery_refreshes",
+                     "llm_probe_discovery_listed_models", "llm_probe_discovery_kept_models",
                      "llm_probe_discovery_last_success_timestamp_seconds",
                      "llm_probe_discovery_names_refused")
     or spec.name.startswith("llm_probe_identity_")
@@ -315,7 +316,9 @@ def test_units() -> None:
 
 
 def test_rate_windows_follow_grafana() -> None:
-    allowed = {"$__rate_interval", "$__range", "1d", mixin_config()["drift"]["window"]}
+    # (the SLO period: an error budget is a period's, whatever the range shown)
+    allowed = {"$__rate_interval", "$__range", "1d", mixin_config()["drift"]["window"],
+               mixin_config()["sloPeriod"]}
     for query in dashboard_queries() + annotation_queries():
         windows = set(re.findall(r"\[([^\]]+)\]", query.expr))
         assert windows <= allowed, query

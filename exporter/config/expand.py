@@ -9,7 +9,9 @@ gets no chat probe, a model without function calling no tool probe). What the co
 never second-guessed: a configured model keeps every series, and a probe the gateway says it
 cannot serve is skipped at run time, counted and warned about (`Series.claimed_unsupported`).
 Its price is the config's `prices:`, else the gateway's model info, else the price library's,
-else unknown (`providers.prices`); the library is asked only for the models kept.
+else unknown (`providers.prices`); the library is asked only for the models kept, and a
+gateway's or library price beyond its sanity bounds is refused and the next source used
+(`providers.price_bounds`).
 
 Discovered models come after the configured ones, in name order, each with all its series or
 none, until `discover.max_models` or `global.max_series` is reached (the rest is counted in
@@ -37,6 +39,7 @@ from exporter.exposition.families import (
     bucket_families,
 )
 from exporter.providers.gateway import Catalog, GatewayModel
+from exporter.providers.price_bounds import RefusedPrice, refusal
 from exporter.providers.prices import ModelPrice, PriceSource, library_price
 
 Catalogs = Mapping[str, Catalog]  # by target name: the last good list of each discovering target
@@ -84,29 +87,60 @@ def bucket_edges(overrides: Mapping[Family, Sequence[float]],
     return {family: tuple(sorted(values)) for family, values in edges.items()}
 
 
-def price_of(target: Target, model: str, info: GatewayModel | None) -> ModelPrice | None:
-    """A model's price: the config's, the gateway's, the library's, or None (unknown)."""
+def price_of(target: Target, model: str,
+             info: GatewayModel | None) -> tuple[ModelPrice | None, RefusedPrice | None]:
+    """A model's price — the config's, the gateway's, the library's, or None (unknown) — and
+    the first price refused on the way (`providers.price_bounds`: a gateway's or library price
+    beyond its bounds gives way to the next source)."""
     configured = target.prices.get(model)
     if configured is not None:
         return ModelPrice(configured.input, configured.output, configured.cached_input,
                           configured.currency, PriceSource.CONFIG,
-                          f"targets[{target.name}].prices")
+                          f"targets[{target.name}].prices"), None
+    library = library_price(model, target.base_url, target.api, target.model_family.get(model))
+    refused = None
     if info is not None and info.price is not None:
-        return info.price
-    return library_price(model, target.base_url, target.api, target.model_family.get(model))
+        refused = refusal(info.price, library)
+        if refused is None:
+            return info.price, None
+    if library is not None:
+        wrong = refusal(library)
+        if wrong is None:
+            return library, refused
+        refused = refused or wrong
+    return None, refused
 
 
 def probes_of(target: Target, model: str, info: GatewayModel | None,
-              probes: Mapping[str, ProbeConfig]) -> tuple[str, ...]:
+              probes: Mapping[str, ProbeConfig], found: bool = False) -> tuple[str, ...]:
     """The probes that run on a model: its entry's, else the target's that the gateway does
-    not say the model cannot serve."""
+    not say the model cannot serve. A discovered model (`found`) also passes each probe's
+    `discover.probes` filter, and gets an embedding probe only when the gateway says it embeds
+    or that filter names it: a gateway that states no mode (LiteLLM outside its cost map) says
+    nothing either way, and most routes chat."""
     named = target.model_probes.get(model)
     if named is not None:
         return named
     if info is None:
         return target.probes
-    return tuple(name for name in target.probes
-                 if info.serves(probes[name].features, probes[name].kind is ProbeKind.EMBEDDING))
+    filters = target.discover.probes if found and target.discover is not None else {}
+    chosen = []
+    for name in target.probes:
+        embedding = probes[name].kind is ProbeKind.EMBEDDING
+        rule = filters.get(name)
+        if rule is not None and not rule.admits(model):
+            continue
+        if found and embedding and info.mode is None and rule is None:
+            continue
+        if info.serves(probes[name].features, embedding):
+            chosen.append(name)
+    return tuple(chosen)
+
+
+def interval_of(target: Target, model: str, probe: ProbeConfig) -> float:
+    """A series' cadence, most specific first: the `models:` entry's, the probe's, the
+    target's (which is global.interval unless the target sets one)."""
+    return target.model_interval.get(model) or probe.interval or target.interval
 
 
 def discovered(target: Target, catalog: Catalog | None) -> list[GatewayModel]:
@@ -124,14 +158,15 @@ def discovered(target: Target, catalog: Catalog | None) -> list[GatewayModel]:
 def _series_of(global_: GlobalConfig, probes: Mapping[str, ProbeConfig], target: Target,
                model: str, info: GatewayModel | None, found: bool,
                names: tuple[str, ...] | None = None) -> list[Series]:
-    price = price_of(target, model, info)
+    price, refused = price_of(target, model, info)
     if names is None:
         names = probes_of(target, model, info, probes)
     return [Series(target=target, model=model, probe_name=p, probe=probes[p],
-                   interval=target.interval, timeout=target.timeout, jitter=target.jitter,
+                   interval=interval_of(target, model, probes[p]), timeout=target.timeout,
+                   jitter=target.jitter,
                    slo=objectives(global_.slo, target.slo, probes[p].slo,
                                   target.model_slo.get(model)),
-                   price=price, gateway=info, discovered=found)
+                   price=price, refused_price=refused, gateway=info, discovered=found)
             for p in names]
 
 
@@ -156,7 +191,7 @@ def plan_series(global_: GlobalConfig, probes: Mapping[str, ProbeConfig],
             continue
         kept = 0
         for info in discovered(target, catalogs.get(target.name)):
-            names = probes_of(target, info.name, info, probes)
+            names = probes_of(target, info.name, info, probes, True)
             if not names:
                 continue  # the gateway says no probe of ours fits it (e.g. an image model)
             if kept >= target.discover.max_models or len(names) > room:

@@ -34,6 +34,7 @@ from exporter.config.types import Secret
 from exporter.exposition.families import Family, Objective, RatioObjective
 from exporter.log import REDACTED, Redactor
 from exporter.providers.gateway import GatewayModel
+from exporter.providers.price_bounds import RefusedPrice
 from exporter.providers.prices import ModelPrice
 from exporter.providers.rules import lookup, quiet_default
 
@@ -115,6 +116,8 @@ class Target:
     model_family: Mapping[str, str] = field(default_factory=dict)  # model → hosted family
     # Probes of one model (`models: [{name, probes}]`); others run the target's `probes`.
     model_probes: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    # A model's own cadence (`models: [{name, interval}]`): wins over the probe's and ours.
+    model_interval: Mapping[str, float] = field(default_factory=dict)
     discover: DiscoverConfig | None = None  # probe what the gateway lists
     slo: SloConfig = field(default_factory=SloConfig)
     model_slo: Mapping[str, SloConfig] = field(default_factory=dict)
@@ -154,6 +157,7 @@ class Series:
     jitter: float
     slo: Objectives = field(default_factory=Objectives)
     price: ModelPrice | None = None  # None: unknown, no cost is counted
+    refused_price: RefusedPrice | None = None  # a gateway's or library price out of bounds
     gateway: GatewayModel | None = None  # what the gateway says of the model (discovery)
     discovered: bool = False  # listed by the gateway, not by `models:`
 

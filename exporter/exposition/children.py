@@ -141,7 +141,8 @@ def later(series: Series, shapes: Shapes) -> list[Child]:
     """The children a series may get after it is loaded, on first need: time to first answer
     when it is first seen reasoning (`auto`), the server's own timings, the rate-limit gauges,
     the streak of the latest result (from the first probe on), the served model (once a server
-    names it), an identity series' p-value and distance (from its first test). Parameters
+    names it), a priced series' capped charges (from the first over-claim), an identity
+    series' p-value and distance (from its first test). Parameters
     adapted after a refusal add one child each (an open set, not here)."""
     out: list[Child] = []
     if (streamed(series) and shapes[Family.TIME_TO_FIRST_ANSWER] is Shape.AUTO
@@ -151,6 +152,8 @@ def later(series: Series, shapes: Shapes) -> list[Child]:
         out += [(Family.SERVER_DURATION, phase) for phase in ServerPhase]
     out += [(family, None) for family in RATELIMIT.values()]
     out += [(Family.CONSECUTIVE, None), (Family.SERVED_MODEL, None)]
+    if series.price is not None:
+        out.append((Family.COST_CAPPED, None))
     if identity(series):
         out += [(Family.IDENTITY_PVALUE, None), (Family.IDENTITY_DISTANCE, None)]
     return out

@@ -131,6 +131,7 @@ class Family(StrEnum):
     TOKENS = "tokens"
     ESTIMATED_TOKENS = "estimated_tokens"
     COST = "cost"
+    COST_CAPPED = "cost_capped"
     SKIPPED = "skipped"
     CHECKS = "checks"
     OBJECTIVE_SECONDS = "objective_seconds"
@@ -159,6 +160,8 @@ class Family(StrEnum):
     BUDGET_LIMIT = "budget_limit"
     BUDGET_RECORD_OK = "budget_record_ok"
     STATE_BYTES = "state_bytes"
+    BUDGET_TARGET_SPENT = "budget_target_spent"
+    BUDGET_TARGET_LIMIT = "budget_target_limit"
     RELOAD_OK = "config_last_reload_successful"
     RELOAD_TIME = "config_last_reload_success_timestamp_seconds"
     WEB_CONFIG_RELOAD_OK = "web_config_last_reload_successful"
@@ -166,7 +169,10 @@ class Family(StrEnum):
     HTTP_CONNECTIONS_LIMIT = "http_connections_limit"
     HTTP_CONNECTIONS_CLOSED = "http_connections_closed"
     PRICE_INFO = "price_info"
+    PRICES_REFUSED = "prices_refused"
     DISCOVERY_MODELS = "discovery_models"
+    DISCOVERY_LISTED = "discovery_listed_models"
+    DISCOVERY_KEPT = "discovery_kept_models"
     DISCOVERY_REFRESHES = "discovery_refreshes"
     DISCOVERY_LAST_SUCCESS = "discovery_last_success_timestamp_seconds"
     DISCOVERY_NAMES_REFUSED = "discovery_names_refused"
@@ -278,6 +284,10 @@ FAMILIES: tuple[FamilySpec, ...] = (
           "Output tokens that were estimated because the server sent no usage."),
     _spec(Family.COST, "llm_probe_cost", _C, _P,
           "Cost of probes from the configured prices.", "currency"),
+    _spec(Family.COST_CAPPED, "llm_probe_cost_capped", _C, _P,
+          "Probes whose usage, as the server reported it, would cost more than the plan's "
+          "ceiling for the probe (prompt and output limit at its price, x2, +256 prompt "
+          "tokens): charged the ceiling instead. Any increase is an upstream over-claim."),
     _spec(Family.SKIPPED, "llm_probe_skipped", _C, _P,
           "Scheduled probes that did not run, by reason.", "reason", SkipReason),
     _spec(Family.CHECKS, "llm_probe_checks", _C, _P,
@@ -347,6 +357,13 @@ FAMILIES: tuple[FamilySpec, ...] = (
     _spec(Family.STATE_BYTES, "llm_probe_state_bytes", _G, _E,
           "Bytes of the exporter's files in global.state_dir (the spend record, identity "
           "references), as of the latest sweep (every minute)."),
+    FamilySpec(Family.BUDGET_TARGET_SPENT, "llm_probe_budget_target_spent", _G, _E,
+               "Spent today (UTC) by the target's probes against its share of global.budget.",
+               ("target", "currency")),
+    FamilySpec(Family.BUDGET_TARGET_LIMIT, "llm_probe_budget_target_limit", _G, _E,
+               "The target's share of global.budget.max_cost_per_day (global.budget.shares, "
+               "else an equal part of what the named shares leave); its probes are skipped "
+               "(reason budget) once it is spent.", ("target", "currency")),
     _spec(Family.RELOAD_OK, "llm_probe_config_last_reload_successful", _G, _E,
           "Whether the last config load succeeded."),
     _spec(Family.RELOAD_TIME, "llm_probe_config_last_reload_success_timestamp_seconds", _G, _E,
@@ -367,9 +384,21 @@ FAMILIES: tuple[FamilySpec, ...] = (
                "1 per probed (target, model): where its price comes from (config, gateway, "
                "library) and its currency; source=\"unknown\": no price, its cost is not "
                "counted.", ("target", "model", "source", "currency")),
+    FamilySpec(Family.PRICES_REFUSED, "llm_probe_prices_refused", _G, _E,
+               "Probed models whose price from a gateway or the library was refused by a "
+               "sanity bound (above_ceiling: over 1,000 per 1M tokens; above_library: a "
+               "gateway's over 10x the library's for the model); the next source is used.",
+               ("target", "source", "reason")),
     FamilySpec(Family.DISCOVERY_MODELS, "llm_probe_discovery_models", _G, _E,
-               "Models a discovering target probes from the gateway's last good list (after "
-               "include/exclude and the caps).", ("target",)),
+               "Models on a discovering target's last good list that it probes (configured "
+               "in models: or discovered; after include/exclude, the caps and the probes each "
+               "model can serve).", ("target",)),
+    FamilySpec(Family.DISCOVERY_LISTED, "llm_probe_discovery_listed_models", _G, _E,
+               "Entries on a discovering target's last good list, as the gateway sent them.",
+               ("target",)),
+    FamilySpec(Family.DISCOVERY_KEPT, "llm_probe_discovery_kept_models", _G, _E,
+               "Listed models a discovering target keeps: named in models:, or passing "
+               "discover.include/exclude (before the caps).", ("target",)),
     FamilySpec(Family.DISCOVERY_REFRESHES, "llm_probe_discovery_refreshes", _C, _E,
                "Model list refreshes by result (a probe's result values: success, timeout, "
                "auth, http_5xx, stream for a malformed or oversized list...); a failed one "

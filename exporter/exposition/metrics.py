@@ -31,6 +31,7 @@ from prometheus_client.utils import floatToGoString
 
 from exporter import __version__
 from exporter.config import Config, Series
+from exporter.config.census import DiscoveryCounts
 from exporter.errors import Result
 from exporter.exposition import protobuf
 from exporter.exposition.children import (
@@ -134,6 +135,18 @@ class _Restricted:
                     yield restricted
 
 
+def refused_prices(config: Config) -> dict[tuple[str, str, str], int]:
+    """Probed models whose price was refused, by (target, source, reason)."""
+    models = {(s.target.name, s.model): s.refused_price for s in config.series
+              if s.refused_price is not None}
+    counts: dict[tuple[str, str, str], int] = {}
+    for (target, _), refused in models.items():
+        assert refused is not None
+        key = (target, refused.source.value, refused.reason.value)
+        counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
 def _own_gauge(family: Family, registry: CollectorRegistry) -> Gauge:
     spec = BY_KEY[family]
     return Gauge(spec.name, spec.help, spec.labels, registry=registry)
@@ -207,7 +220,7 @@ class DiscoveryCollector:
     """Each discovering target's refreshes, models in use and last success (no `_created`)."""
 
     def __init__(self) -> None:
-        self.models: dict[str, int] = {}
+        self.counts: dict[str, DiscoveryCounts] = {}
         self.refreshes: dict[tuple[str, Result], int] = {}
         self.succeeded: dict[str, float] = {}
         self.refused: dict[tuple[str, NameRefusal], int] = {}
@@ -218,19 +231,21 @@ class DiscoveryCollector:
             if count:
                 self.refused[(target, reason)] = self.refused.get((target, reason), 0) + count
 
-    def record(self, target: str, result: Result, models: int | None,
-               succeeded_at: float | None) -> None:
-        """One refresh of `target` (models: how many it probes now)."""
+    def record(self, target: str, result: Result, succeeded_at: float | None) -> None:
+        """One refresh of `target`."""
         self.refreshes[(target, result)] = self.refreshes.get((target, result), 0) + 1
-        if models is not None:
-            self.models[target] = models
         if succeeded_at is not None:
             self.succeeded[target] = succeeded_at
+
+    def set_counts(self, target: str, counts: DiscoveryCounts) -> None:
+        """What `target` made of its list now (`config.census`: listed, kept, probed)."""
+        self.counts = {**self.counts, target: counts}  # replaced whole: read by scrapes
 
     def forget(self, keep: Iterable[str]) -> None:
         """Drop the targets not in `keep` (they no longer discover, or are gone)."""
         wanted = set(keep)
-        for known in (self.models, self.succeeded):
+        self.counts = {t: c for t, c in self.counts.items() if t in wanted}
+        for known in (self.succeeded,):
             for target in [t for t in known if t not in wanted]:
                 del known[target]
         for key in [k for k in self.refreshes if k[0] not in wanted]:
@@ -239,13 +254,17 @@ class DiscoveryCollector:
             del self.refused[refused]
 
     def collect(self) -> Iterator[Metric]:
-        """The four families (empty without a discovering target)."""
-        models, refreshes, success = (BY_KEY[f] for f in (
-            Family.DISCOVERY_MODELS, Family.DISCOVERY_REFRESHES, Family.DISCOVERY_LAST_SUCCESS))
-        family = GaugeMetricFamily(models.name, models.help, labels=models.labels)
-        for target, count in sorted(self.models.items()):
-            family.add_metric([target], count)
-        yield family
+        """The discovery families (empty without a discovering target)."""
+        refreshes, success = (BY_KEY[f] for f in (
+            Family.DISCOVERY_REFRESHES, Family.DISCOVERY_LAST_SUCCESS))
+        by_target = sorted(self.counts.items())
+        for key, figure in ((Family.DISCOVERY_MODELS, "probed"),
+                            (Family.DISCOVERY_LISTED, "listed"), (Family.DISCOVERY_KEPT, "kept")):
+            spec = BY_KEY[key]
+            family = GaugeMetricFamily(spec.name, spec.help, labels=spec.labels)
+            for target, counts in by_target:
+                family.add_metric([target], getattr(counts, figure))
+            yield family
         counter = CounterMetricFamily(refreshes.name, refreshes.help, labels=refreshes.labels)
         for (target, result), count in sorted(self.refreshes.items()):
             counter.add_metric([target, result.value], count)
@@ -293,10 +312,13 @@ class ExporterMetrics:
         self.budget_limit = _own_gauge(Family.BUDGET_LIMIT, own)
         self.budget_record_ok = _own_gauge(Family.BUDGET_RECORD_OK, own)
         self.state_bytes = _own_gauge(Family.STATE_BYTES, own)
+        self.budget_target_spent = _own_gauge(Family.BUDGET_TARGET_SPENT, own)
+        self.budget_target_limit = _own_gauge(Family.BUDGET_TARGET_LIMIT, own)
         self.reload_ok = _own_gauge(Family.RELOAD_OK, own)
         self.reload_time = _own_gauge(Family.RELOAD_TIME, own)
         self.price_info = _own_gauge(Family.PRICE_INFO, own)
         self._priced: dict[tuple[str, str], tuple[str, str]] = {}  # (target, model) → labels
+        self.prices_refused = _own_gauge(Family.PRICES_REFUSED, own)
         self.discoveries = DiscoveryCollector()
         own.register(self.discoveries)
         if process_metrics:
@@ -374,6 +396,9 @@ class ExporterMetrics:
             if key not in self._priced:
                 self.price_info.labels(*key, *labels).set(1)
                 self._priced[key] = labels
+        self.prices_refused.clear()
+        for (target, source, reason), count in refused_prices(config).items():
+            self.prices_refused.labels(target, source, reason).set(count)
 
     def _sync(self, values: SeriesValues, series: Series) -> None:
         """Give a series the children `children.at_load` lists (keeping those that appeared on
@@ -453,6 +478,9 @@ class ExporterMetrics:
             values.inc(Family.ESTIMATED_TOKENS, result.output_tokens)
         if result.cost and values.get(Family.COST, result.currency) is not None:
             values.inc(Family.COST, result.cost, result.currency)
+        if result.claimed_cost is not None:
+            values.create(Family.COST_CAPPED)  # on first need: an over-claim is rare
+            values.inc(Family.COST_CAPPED, 1)
 
     def _seen_reasoning(self, series: Series, family: Family, seconds: float,
                         ttft: float | None) -> bool:
@@ -497,10 +525,16 @@ class ExporterMetrics:
         self.budget_spent.clear()
         self.budget_limit.clear()
         self.budget_record_ok.clear()
+        self.budget_target_spent.clear()
+        self.budget_target_limit.clear()
         if budget is not None:
             self.budget_spent.labels(budget.currency).set(budget.spent)
             self.budget_limit.labels(budget.currency).set(budget.limit)
             self.budget_record_ok.labels(budget.currency).set(0 if budget.problem else 1)
+            for target, share in budget.shares.items():
+                self.budget_target_limit.labels(target, budget.currency).set(share)
+                self.budget_target_spent.labels(target, budget.currency).set(
+                    budget.by_target.get(target, 0.0))
 
     def set_state_bytes(self, size: int) -> None:
         """Show the state directory's size in bytes (0 without one)."""

@@ -32,7 +32,7 @@ from exporter.errors import (
     StreamError,
 )
 from exporter.log import REDACTOR, Redactor, get_logger
-from exporter.probe import tokens
+from exporter.probe import charge, tokens
 from exporter.probe.adapt import MAX_ADAPTATIONS, Adaptations
 from exporter.probe.assembly import ANSWER_LIMIT, Attempt, assemble, output_tokens
 from exporter.probe.checks import Observed, run_checks
@@ -185,7 +185,7 @@ class Prober:
                     await self._run_embedding(series, attempt)
                 else:
                     await self._run(series, attempt)
-            await self._vocabulary_for(attempt)
+            await self._vocabulary_for(attempt, series)
             error = await self._evaluate(series, attempt)
         except ProbeError as exc:
             error = exc
@@ -200,7 +200,7 @@ class Prober:
         if attempt.stamps.t_end is None:
             attempt.stamps.t_end = self._clock()  # the probe ended here, whatever waits next
         try:
-            await self._vocabulary_for(attempt)
+            await self._vocabulary_for(attempt, series)
             return self._assemble(series, attempt, error, started)
         except Exception as exc:  # what a parser collected is unusable: still one result
             self._log.exception("probe result failed", target=series.target.name,
@@ -214,10 +214,15 @@ class Prober:
         return assemble(series, attempt, error, started, clock=self._clock, wall=self._wall,
                         redactor=self._redact, adapted=self.adaptations.adapted(series))
 
-    async def _vocabulary_for(self, attempt: Attempt) -> None:
+    async def _vocabulary_for(self, attempt: Attempt, series: Series) -> None:
         """Load the token vocabulary (~40 MiB; once, in a worker thread) when this result will
-        count tokens offline: a process whose servers all report usage never pays for it. The
-        stream's stamps are taken already; waiting here delays only this result."""
+        count tokens offline, or a priced series' charge ceiling is first needed (its prompt is
+        counted like `check` counts it): a process of unpriced series whose servers all report
+        usage never pays for it. The stream's stamps are taken already; waiting here delays
+        only this result."""
+        if series.price is not None and attempt.stream_done and not charge.planned(
+                series.probe):
+            await asyncio.to_thread(charge.planned_input, series.probe)
         if tokens.loaded() or not attempt.counts_offline():
             return
         if self._vocabulary is None:

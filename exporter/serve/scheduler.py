@@ -104,6 +104,8 @@ class Scheduler:
         # Last result of each failing series and how many failures in a row: logs follow
         # changes. A healthy series has no entry.
         self._health: dict[SeriesKey, tuple[Result, int]] = {}
+        self._overclaimed: dict[SeriesKey, int] = {}  # charges capped so far (warned at the first)
+        self._refused: set[tuple[str, str, str]] = set()  # (target, model, why) warned about
         self._stopping = False
         self._claims: set[SeriesKey] = set()  # series whose unsupported skip was logged
         self._started = False  # after the first apply: discovered series spread further
@@ -129,12 +131,15 @@ class Scheduler:
             self.budget = None
             if config.global_.budget is not None:
                 self.budget = Budget(config.global_.budget, state_dir=config.state_dir,
-                                     wall_clock=self._wall, logger=self._log)
+                                     wall_clock=self._wall, logger=self._log,
+                                     targets=(t.name for t in config.targets))
                 self.budget.load()
-            self._metrics.set_budget(self.budget)
         elif self.budget is not None and self.budget.problem:
             self.budget.load()  # a reload is how an operator says the record was fixed
-            self._metrics.set_budget(self.budget)
+        if self.budget is not None:
+            self.budget.set_targets(t.name for t in config.targets)
+        self._metrics.set_budget(self.budget)
+        self._warn_prices(config)
         self.identity.apply(config)
         wanted = {s.key: s for s in config.series}
         scheduled = set(self._ticks)  # a series a reload changed is not new to the gateway
@@ -143,7 +148,7 @@ class Scheduler:
                 ticks.active = False  # an in-flight probe of this series is left to finish
                 del self._ticks[key]
         self._claims &= wanted.keys()
-        for known in (self._paused_until, self._health):
+        for known in (self._paused_until, self._health, self._overclaimed):
             for key in [k for k in known if k not in wanted]:
                 del known[key]
         loop = asyncio.get_running_loop()
@@ -207,7 +212,7 @@ class Scheduler:
             return SkipReason.UNSUPPORTED
         if self._paused_until.get(series.key, float("-inf")) > self._clock():
             return SkipReason.RATE_LIMITED
-        if self.budget is not None and self.budget.exhausted():
+        if self.budget is not None and self.budget.exhausted(series.target.name):
             return SkipReason.BUDGET
         return None
 
@@ -259,14 +264,46 @@ class Scheduler:
         result = self.identity.observe(result)  # an identity answer stays with the monitor
         self._metrics.record(result)
         self._store.record(result)
-        if self.budget is not None and result.cost and self.budget.add(result.cost,
-                                                                        result.currency):
+        if result.claimed_cost is not None:
+            self._warn_overclaim(result)
+        if self.budget is not None and result.cost and self.budget.add(
+                result.cost, result.currency, result.target):
             self._metrics.set_budget(self.budget)
             asyncio.get_running_loop().create_task(self._save_budget(self.budget))
         if result.retry_after:
             self._paused_until[result.key] = self._clock() + result.retry_after
         self._log_change(result)
         return result
+
+    def _warn_prices(self, config: Config) -> None:
+        """One warning per (target, model) whose gateway or library price a bound refused,
+        when it first is (again after it was accepted)."""
+        refused = {(s.target.name, s.model): s for s in config.series
+                   if s.refused_price is not None}
+        now = set()
+        for (target, model), series in refused.items():
+            why = series.refused_price
+            assert why is not None
+            key = (target, model, why.describe())
+            now.add(key)
+            if key not in self._refused:
+                self._log.warning("price refused by a sanity bound", target=target, model=model,
+                                  source=why.source.value, reason=why.reason.value,
+                                  rate=why.rate, value=why.value, bound=why.bound,
+                                  using=series.price.source.value if series.price
+                                  else "unknown")
+        self._refused = now
+
+    def _warn_overclaim(self, result: ProbeResult) -> None:
+        """One warning per series when the server's usage first claims more than the probe's
+        charge ceiling (later ones at debug; `llm_probe_cost_capped_total` counts them all)."""
+        count = self._overclaimed.get(result.key, 0) + 1
+        self._overclaimed[result.key] = count
+        log = self._log.warning if count == 1 else self._log.debug
+        log("usage claimed above the probe's cost ceiling; charged the ceiling",
+            target=result.target, model=result.model, probe=result.probe,
+            claimed=result.claimed_cost, charged=result.cost, currency=result.currency,
+            times=count)
 
     def _log_change(self, result: ProbeResult) -> None:
         """One warning when a series starts failing (or fails differently), one info when it

@@ -234,11 +234,11 @@ def make_app() -> web.Application:
 
 
 @contextlib.contextmanager
-def serve_in_thread() -> Iterator[str]:
-    """Run the server on a loopback port in a thread; yields its base URL."""
+def serve_in_thread(app: web.Application | None = None) -> Iterator[str]:
+    """Run the server (or `app`) on a loopback port in a thread; yields its base URL."""
     loop = asyncio.new_event_loop()
     port = free_port()
-    runner = web.AppRunner(make_app(), access_log=None)
+    runner = web.AppRunner(make_app() if app is None else app, access_log=None)
 
     async def start() -> None:
         await runner.setup()
