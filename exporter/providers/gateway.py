@@ -43,8 +43,13 @@ from exporter.providers.prices import ModelPrice, PriceSource, PriceTier, Rates,
 MAX_LIST_BYTES = 16 * 1024 * 1024  # OpenRouter's full list is ~1.5 MB
 MAX_LISTED = 10_000  # entries read from one list; the rest is ignored (and said)
 # JSON values (counted as the `{`, `[` and `,` bytes, strings included: an over-count) a document
-# may hold per entry it is allowed: a real OpenRouter or LiteLLM entry holds about 100.
+# may hold per entry it is allowed: an OpenAI, Anthropic or OpenRouter list entry holds up to
+# about 100; a LiteLLM 1.106 `/model/info` entry about 215 (it grows with each release).
 VALUES_PER_ENTRY = 256
+INFO_VALUES_PER_ENTRY = 512
+# Objects (`{`), the dearest values to hold (~0.3 KB each parsed), per allowed entry: a real
+# entry holds up to about 7 (the entry, its pricing, architecture, model_info...).
+OBJECTS_PER_ENTRY = 16
 LISTED_FLOOR = 1000  # entries a document is allowed, at least (else twice `max_models`)
 PER_TOKEN = 1_000_000  # gateways price per token; the exporter per 1M tokens
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
@@ -75,27 +80,40 @@ class TooComplex(CatalogError):
     """The document holds more JSON values than allowed (refused before it is parsed)."""
 
 
-def max_values(max_models: int) -> int:
-    """The JSON values a target's model list or model info may hold (see VALUES_PER_ENTRY)."""
-    return VALUES_PER_ENTRY * max(LISTED_FLOOR, 2 * max_models)
+def allowed_entries(max_models: int) -> int:
+    """The entries a target's documents are sized for: max(LISTED_FLOOR, 2 × max_models)."""
+    return max(LISTED_FLOOR, 2 * max_models)
+
+
+def max_values(max_models: int, per_entry: int = VALUES_PER_ENTRY) -> int:
+    """The JSON values a target's model list (or, with INFO_VALUES_PER_ENTRY, its model info)
+    may hold."""
+    return per_entry * allowed_entries(max_models)
 
 
 class Structure:
-    """Counts a document's JSON values over its raw bytes as they arrive (sans-IO); raises
-    CatalogError past `limit`, before anything is parsed."""
+    """Counts a document's JSON values and objects over its raw bytes as they arrive (sans-IO);
+    raises TooComplex past `limit` values or `objects` objects, before anything is parsed."""
 
-    def __init__(self, limit: int, what: str = "the model list") -> None:
+    def __init__(self, limit: int, what: str = "the model list",
+                 objects: int | None = None) -> None:
         self.limit = limit
+        self.objects_limit = limit // VALUES_PER_ENTRY * OBJECTS_PER_ENTRY \
+            if objects is None else objects
         self.what = what
-        self.values = 0
+        self.values = self.objects = 0
 
     def feed(self, piece: bytes) -> None:
         """Count one piece of the body."""
-        self.values += piece.count(b"{") + piece.count(b"[") + piece.count(b",")
+        objects = piece.count(b"{")
+        self.objects += objects
+        self.values += objects + piece.count(b"[") + piece.count(b",")
         if self.values > self.limit:
             raise TooComplex(f"{self.what} holds more than {self.limit:,} JSON values "
-                               f"(at most {VALUES_PER_ENTRY} per entry; raise "
-                               "discover.max_models for a longer list)")
+                               "(raise discover.max_models for a longer list)")
+        if self.objects > self.objects_limit:
+            raise TooComplex(f"{self.what} holds more than {self.objects_limit:,} JSON objects "
+                               "(raise discover.max_models for a longer list)")
 
 
 @dataclass(frozen=True)

@@ -147,6 +147,7 @@ class Scheduler:
         # A cache pair's warm series is not scheduled: it runs right after its cold one.
         self._warm_after = {s.sibling(CacheRole.COLD).key: s for s in config.series
                             if s.workload.cache is CacheRole.WARM}
+        scheduled = set(self._ticks)  # a series a reload changed is not new to the gateway
         for key, ticks in list(self._ticks.items()):
             if wanted.get(key) != ticks.series:
                 ticks.active = False  # an in-flight probe of this series is left to finish
@@ -163,7 +164,8 @@ class Scheduler:
         window = first_probe_window(len(added))
         for series in added:
             interval = series.interval
-            spread = interval if self._started and series.discovered else window
+            spread = (interval if self._started and series.discovered
+                      and series.key not in scheduled else window)
             # A stable offset spreads series the same way after every restart.
             first, next_tick = first_ticks(now, interval, series.stable_fraction(), spread)
             ticks = self._ticks[series.key] = _Ticks(series, next_tick)
