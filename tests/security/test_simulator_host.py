@@ -237,7 +237,14 @@ async def test_the_daemon_simulator_refuses_other_clients_and_serves_its_targets
                 assert resp.status == 401  # refused before any size is read
         async with Prober() as prober:
             result = await prober.probe(config.series[0])
-        assert result.result is Result.SUCCESS
+            assert result.result is Result.SUCCESS
+            # A reload changes the models the simulator thread serves, from the next request.
+            data["simulator"]["models"]["sim-chat"].update(error_rate=1, error_status=503)
+            path.write_text(yaml.safe_dump(data))
+            await daemon.reload()
+            assert daemon.state is not None and not daemon.state.last_reload_error
+            result = await prober.probe(config.series[0])
+            assert result.result is Result.HTTP_5XX
     finally:
         await daemon.shutdown()
         gc.unfreeze()
