@@ -63,7 +63,8 @@ OPTIONAL_NAMES = frozenset(
     name for spec in FAMILIES
     if spec.name in ("llm_probe_server_duration_seconds", "llm_probe_adapted_parameters",
                      "llm_probe_discovery_models", "llm_probe_discovery_refreshes",
-                     "llm_probe_discovery_last_success_timestamp_seconds")
+                     "llm_probe_discovery_last_success_timestamp_seconds",
+                     "llm_probe_discovery_names_refused")
     or spec.name.startswith("llm_probe_identity_")
     for name in (spec.name, *spec.sample_names)
 )

@@ -5,13 +5,16 @@ The probes and the objectives they share with every level are in config/probe.py
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from typing import Any, Literal
 
+import regex as pyregex
 from pydantic import ConfigDict, Field, field_validator, model_validator
 from yarl import URL
 
 from exporter.apis import Api
 from exporter.config.address import parse_listen_address
+from exporter.config.patterns import choose
 from exporter.config.probe import ProbeConfig, SloConfig
 from exporter.config.reasoning import Params
 from exporter.config.shard import parse_shard
@@ -40,6 +43,29 @@ class BudgetConfig(StrictModel):
     # Sharded (`--shard i/n`): max_cost_per_day is the whole fleet's, each shard stops at its
     # n-th; `per_shard: true` makes it every shard's own limit instead.
     per_shard: bool = False
+    # The most a target may spend of the day's limit, as a fraction; the targets not named
+    # share what is left equally (serve/budget.py).
+    shares: dict[str, float] = Field(default_factory=dict)
+
+    def amounts(self, targets: Iterable[str]) -> dict[str, float]:
+        """Each target's share of the day's limit, as an amount: its `shares:` fraction, else
+        an equal part of what the named fractions leave."""
+        names = list(dict.fromkeys(targets))
+        rest = [name for name in names if name not in self.shares]
+        left = max(0.0, 1.0 - sum(self.shares.values()))
+        return {name: self.max_cost_per_day * (self.shares[name] if name in self.shares
+                                               else left / len(rest)) for name in names}
+
+    @field_validator("shares")
+    @classmethod
+    def _check_shares(cls, shares: dict[str, float]) -> dict[str, float]:
+        for name, fraction in shares.items():
+            if not (0 < fraction <= 1):
+                raise ValueError(f"{name}: a share is a fraction of the budget above 0 and at "
+                                 "most 1")
+        if sum(shares.values()) > 1 + 1e-9:
+            raise ValueError(f"the shares add up to {sum(shares.values()):g}; at most 1")
+        return shares
 
     @field_validator("state_file")
     @classmethod
@@ -324,40 +350,64 @@ def check_proxy_url(url: str) -> str:
 
 
 MAX_DISCOVERED = 1000  # models one target may discover at most (discover.max_models)
+MAX_NEW_PER_DAY = 100_000  # discover.max_new_per_day at most
 MAX_PATTERN = 512  # characters of one include/exclude pattern
 MIN_REFRESH = 60.0  # shorter discovery refreshes need global.allow_short_intervals
 
 
 class ModelEntry(StrictModel):
-    """One model of a target: its name, and optionally which probes run on it and the hosted
-    family its request rules follow (`{name, probes, model_family}`; a plain name is
-    `{name}`)."""
+    """One model of a target: its name, and optionally which probes run on it, the hosted
+    family its request rules follow and its cadence (`{name, probes, model_family, interval}`;
+    a plain name is `{name}`)."""
 
     name: str
     probes: tuple[str, ...] | None = Field(default=None, min_length=1)
     model_family: str | None = Field(default=None, min_length=1, max_length=MAX_MODEL_NAME)
+    interval: PositiveDuration | None = None  # every probe of this model; wins over all others
+
+
+def _check_patterns(patterns: tuple[str, ...]) -> tuple[str, ...]:
+    """Regular expressions of 1 to MAX_PATTERN characters that compile."""
+    for pattern in patterns:
+        if not pattern or len(pattern) > MAX_PATTERN:
+            raise ValueError(f"a pattern must be 1 to {MAX_PATTERN} characters")
+        try:
+            re.compile(pattern)  # the stdlib's syntax, which `regex` (used to match) accepts
+            pyregex.compile(pattern)
+        except (re.error, pyregex.error) as exc:
+            raise ValueError(f"{pattern!r} is not a regular expression: {exc}") from None
+    return patterns
+
+
+class NameFilter(StrictModel):
+    """Which discovered models one probe runs on: regular expressions searched in the name."""
+
+    include: tuple[str, ...] = ()  # none: every discovered model
+    exclude: tuple[str, ...] = ()
+
+    _patterns = field_validator("include", "exclude")(_check_patterns)
+
+    def admits(self, name: str) -> bool:
+        """Whether a model of this name passes the filter (a name a pattern runs out of time
+        on does not: the patterns run on names a gateway chose, bounded as in `patterns`)."""
+        return bool(choose(self.include, self.exclude, (name,)).names)
 
 
 class DiscoverConfig(StrictModel):
     """Probe what the gateway lists at `GET {base_url}/models`, filtered by regular
-    expressions (searched anywhere in the name), refreshed every `refresh`."""
+    expressions (searched anywhere in the name), refreshed every `refresh`; `probes` narrows
+    (or, for an embedding probe on a model whose mode the gateway does not state, grants)
+    one probe's discovered models."""
 
     include: tuple[str, ...] = ()  # none: every listed model
     exclude: tuple[str, ...] = ()
     refresh: PositiveDuration = 600.0
     max_models: int = Field(default=100, ge=1, le=MAX_DISCOVERED)
+    # Names admitted after the first good list, per UTC day; the rest wait (refused, counted).
+    max_new_per_day: int = Field(default=100, ge=0, le=MAX_NEW_PER_DAY)
+    probes: dict[str, NameFilter] = Field(default_factory=dict)
 
-    @field_validator("include", "exclude")
-    @classmethod
-    def _check_patterns(cls, patterns: tuple[str, ...]) -> tuple[str, ...]:
-        for pattern in patterns:
-            if not pattern or len(pattern) > MAX_PATTERN:
-                raise ValueError(f"a pattern must be 1 to {MAX_PATTERN} characters")
-            try:
-                re.compile(pattern)
-            except re.error as exc:
-                raise ValueError(f"{pattern!r} is not a regular expression: {exc}") from None
-        return patterns
+    _patterns = field_validator("include", "exclude")(_check_patterns)
 
 
 def check_model_name(model: str) -> str:

@@ -193,8 +193,8 @@ class Daemon:
             self.discovery.set_models_in_use(config)
         self.metrics.apply(config)
         self.store.set_series(s.key for s in config.series)
-        if self.prober is not None:  # what servers refused under the old config is forgotten
-            self.prober.adaptations.retain(config.series)
+        if self.prober is not None:  # what the old config's series left behind is forgotten
+            self.prober.retain(config.series)
         self.scheduler.apply(config)
         self.state.config = config
 

@@ -94,6 +94,7 @@ def render_status_page(snapshot: Snapshot, info: dict[str, Any], now: float) -> 
 
     rows = []
     unpriced = {tuple(key) for key in info.get("unpriced", ())}
+    refused: dict[str, str] = info.get("prices_refused") or {}
     for (target, model, probe), r in snapshot.latest.items():
         served, fingerprint = snapshot.served.get((target, model, probe), ("", ""))
         # One cell, a line each: the page stays readable at 1,280 px with long names.
@@ -112,6 +113,9 @@ def render_status_page(snapshot: Snapshot, info: dict[str, Any], now: float) -> 
         efficiency = "–" if r.token_efficiency is None else f"{r.token_efficiency:.0%}"
         cost = f"{r.cost:.6f}<br>{esc(r.currency or '')}" if r.cost is not None else (
             "unknown price" if (target, model, probe) in unpriced else "–")
+        why = refused.get(f"{target}/{model}/{probe}")
+        if why:  # where the price comes from instead, and why
+            cost += f'<br><span class="fp" title="{esc(why)}">price refused</span>'
         tps = "–" if t.tps is None else f"{t.tps:.1f}"
         rows.append(
             f'{names}<td class="{css}">{esc(r.result.value)}</td>'

@@ -422,7 +422,10 @@ def _state_info(state: ServerState) -> dict[str, Any]:
             "discovery": state.discovery.describe(time.time()) if state.discovery else [],
             "state": state.state_usage.describe() if state.state_usage else None,
             "unpriced": sorted({s.key for s in state.config.series if s.price is None}
-                               if state.config else ())}
+                               if state.config else ()),
+            "prices_refused": {"/".join(s.key): s.refused_price.describe()
+                               for s in (state.config.series if state.config else ())
+                               if s.refused_price is not None}}
 
 
 async def results_handler(request: web.Request) -> web.Response:

@@ -222,8 +222,11 @@ local p = import '../lib/promql.libsonnet';
                  ],
                  'none', w=8),
     g.timeseries('Model list refreshes',
-                 'Refreshes of each gateway model list per interval by result (llm_probe_discovery_refreshes_total: success, or a probe result such as auth, timeout, http_5xx, stream for a malformed or oversized list).',
-                 [['sum by (target, result) (increase(llm_probe_discovery_refreshes_total{%s}[%s]))' % [e, RI], '{{target}} {{result}}']],
+                 'Refreshes of each gateway model list per interval by result (llm_probe_discovery_refreshes_total: success, or a probe result such as auth, timeout, http_5xx, stream for a malformed, oversized or too complex list), and the listed names refused per interval by reason (llm_probe_discovery_names_refused_total: invalid, invisible, secret, duplicate, pattern_timeout, daily_limit).',
+                 [
+                   ['sum by (target, result) (increase(llm_probe_discovery_refreshes_total{%s}[%s]))' % [e, RI], '{{target}} {{result}}'],
+                   ['sum by (target, reason) (increase(llm_probe_discovery_names_refused_total{%s}[%s]))' % [e, RI], '{{target}} refused: {{reason}}'],
+                 ],
                  'none', w=8),
     g.table('Price sources',
             "Where each probed model's price comes from (llm_probe_price_info): config (targets[].prices), gateway (its own model info), library (genai-prices), or unknown — no cost is counted for those (docs/prices.md).",
