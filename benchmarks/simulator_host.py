@@ -31,8 +31,8 @@ from benchmarks.common import TruthProcess, machine_line, stop_process, table, t
 from exporter.config import SimulatedModel, SimulatorConfig, parse_config
 from exporter.config.schema import SIM_MAX_TOKENS
 from exporter.probe.prober import Prober
-from exporter.serve.daemon import SWITCH_INTERVAL
 from exporter.simulator import start_simulator, start_simulator_thread
+from exporter.simulator.thread import SWITCH_INTERVAL
 from tests.conftest import free_port
 
 TTFT = 0.2

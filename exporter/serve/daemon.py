@@ -43,9 +43,9 @@ from exporter.serve.signals import ProcessSignals
 from exporter.serve.statedir import StateKeeper, StateUsage, keep
 from exporter.serve.webconfig import LiveWebConfig
 from exporter.simulator import SimulatorThread, start_simulator_thread
+from exporter.simulator.thread import SWITCH_INTERVAL
 
 LOOP_LAG_PERIOD = 0.25
-SWITCH_INTERVAL = 0.0005
 AUTO_RELOAD_PERIOD = 2.0
 RELOAD_MIN_INTERVAL = 1.0  # seconds between the starts of two reloads that parsed a file
 CLOSE_RESERVE = 1.0  # seconds of the grace kept for closing the server and sessions

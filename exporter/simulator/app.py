@@ -43,6 +43,7 @@ from .dialects import (
 from .hosted import Rejection, validate
 from .plan import Fault, Kind, OverrideError, Overrides, Plan, Reasoning, make_plan
 from .prefixcache import prompt_text
+from .schema import SchemaTooLarge
 from .state import (
     MAX_RECORDS,
     SIM_RECORDS,
@@ -240,7 +241,11 @@ async def _generate(request: web.Request, dialect: Dialect) -> web.StreamRespons
     record["stream"] = parsed.stream
 
     rng = random.Random(state.rng.getrandbits(64))
-    answer = _plan_answer(dialect, parsed, overrides, rng)
+    try:
+        answer = _plan_answer(dialect, parsed, overrides, rng)
+    except SchemaTooLarge as exc:
+        return ex.fail(400, f"The schema asks for too large an answer ({exc}; the simulator is "
+                            "demo-sized).")
     kind = Kind.TOOL_CALL if answer.output is Output.TOOL_CALL else Kind.ANSWER
     plan = make_plan(profile, rng, max_tokens=parsed.max_tokens, overrides=overrides,
                      answer_tokens=len(answer.pieces) if answer.pieces else None,

@@ -16,6 +16,9 @@ from ..config import SimulatedModel, SimulatorConfig
 from .server import Simulator, start_simulator
 
 JOIN_TIMEOUT = 5.0  # seconds `close()` waits for the thread after its loop was told to stop
+# The GIL switch interval a process hosting the simulator thread should run with (the daemon
+# and `probe` set it): the prober's loop gets the GIL back within 0.5 ms (default 5 ms).
+SWITCH_INTERVAL = 0.0005
 
 
 class SimulatorThread:

@@ -111,6 +111,38 @@ async def test_a_body_past_the_bound_gets_a_413(sim: Simulator) -> None:
         assert resp.status == 413
 
 
+def _tool(parameters: dict[str, Any]) -> dict[str, Any]:
+    return {**CHAT, "tools": [{"type": "function", "function": {
+        "name": "f", "parameters": parameters}}], "tool_choice": "required"}
+
+
+_WIDE_REF = {"$defs": {"a": {"type": "object",
+                             "properties": {f"p{i}": {"$ref": "#/$defs/a"} for i in range(50)}}},
+             "$ref": "#/$defs/a"}
+
+
+@pytest.mark.parametrize("parameters", [
+    {"type": "object", "properties": {"xs": {"type": "array", "minItems": 10**9}}},
+    {"type": "object", "properties": {"s": {"type": "string", "minLength": 10**9}}},
+    # Small schemas whose instances are huge: nested arrays, and a definition naming itself
+    # 50 times (50^8 values at the depth limit).
+    {"type": "object", "properties": {"xs": {"type": "array", "minItems": 64, "items": {
+        "type": "array", "minItems": 64, "items": {"type": "array", "minItems": 64}}}}},
+    _WIDE_REF,
+    {"type": "object", "properties": {f"s{i}": {"type": "string", "minLength": 4000}
+                                      for i in range(40)}},
+])
+async def test_a_schema_asking_for_a_huge_answer_gets_a_400(sim: Simulator,
+                                                            parameters: dict[str, Any]) -> None:
+    status, body = await _post(sim, "/v1/chat/completions", _tool(parameters))
+    assert status == 400 and "too large an answer" in body["error"]["message"]
+    # The structured-output path and a broken-arguments request are bounded the same way.
+    fmt = {"type": "json_schema", "json_schema": {"name": "x", "schema": parameters}}
+    status, body = await _post(sim, "/v1/chat/completions", {**CHAT, "response_format": fmt},
+                               headers={"x-sim-json": "mismatch"})
+    assert status == 400 and "too large an answer" in body["error"]["message"]
+
+
 def test_configured_profiles_are_bounded_too() -> None:
     with pytest.raises(ValueError, match="output_tokens"):
         SimulatorConfig(models={"m": {"output_tokens": 10**7}})  # type: ignore[dict-item]
@@ -237,7 +269,14 @@ async def test_the_daemon_simulator_refuses_other_clients_and_serves_its_targets
                 assert resp.status == 401  # refused before any size is read
         async with Prober() as prober:
             result = await prober.probe(config.series[0])
-        assert result.result is Result.SUCCESS
+            assert result.result is Result.SUCCESS
+            # A reload changes the models the simulator thread serves, from the next request.
+            data["simulator"]["models"]["sim-chat"].update(error_rate=1, error_status=503)
+            path.write_text(yaml.safe_dump(data))
+            await daemon.reload()
+            assert daemon.state is not None and not daemon.state.last_reload_error
+            result = await prober.probe(config.series[0])
+            assert result.result is Result.HTTP_5XX
     finally:
         await daemon.shutdown()
         gc.unfreeze()
