@@ -36,6 +36,9 @@ DEFAULT_METRICS = ("success_rate", "ttft_p50", "ttft_p95", "tpot_p50", "e2e_p95"
                    "cost")
 LEVEL_MISSING = "level not in baseline"
 NOT_MEASURED = "not measured"
+# Why a cost compared nothing, and the fix.
+NO_PRICE = ("not measured: no price for the model (set the target's prices:, or discover: to "
+            "use the gateway's)")
 
 
 def is_duration(metric: str) -> bool:
@@ -132,7 +135,8 @@ def compare(baseline: Sequence[Summary], current: Sequence[Summary],
             limit = rule.text if rule else None
             if old is None or a is None or b is None:
                 deltas.append(Delta(name, summary.label, metric, a, b, None, limit, False,
-                                    LEVEL_MISSING if old is None else NOT_MEASURED))
+                                    LEVEL_MISSING if old is None else
+                                    NO_PRICE if metric.startswith("cost") else NOT_MEASURED))
                 continue
             delta = Delta(name, summary.label, metric, a, b, relative_change(a, b), limit,
                           rule is not None and rule.violated(a, b))
