@@ -24,6 +24,7 @@ from dataclasses import dataclass, replace
 from exporter.bench.gate import DEFAULT_CONFIDENCE, Verdict, decide
 from exporter.bench.model import STATS, Comparison, Delta, Latency, Summary
 from exporter.bench.summary import latency_of
+from exporter.commands.cells import fmt_ms
 from exporter.record import LoadMode, Record
 
 LATENCY_METRICS = frozenset(f"{name}_{stat}" for name in (*Latency, "tfa") for stat in STATS)
@@ -170,6 +171,19 @@ def _decided(delta: Delta, rule: Rule, baseline: Sequence[Record], current: Sequ
 def limit_change(limit: str) -> str:
     """`ttft_p95=+20%` → `+20%`."""
     return limit.partition("=")[2].strip()
+
+
+def format_interval(d: Delta) -> str:
+    """The change's confidence interval in the limit's unit (`−12%…+31%`, `−5 ms…+40 ms`)."""
+    if d.interval is None or d.limit is None:
+        return ""
+    low, high = d.interval
+    if limit_change(d.limit).endswith("%"):
+        return f"{low:+.0%}…{high:+.0%}"
+    if is_duration(d.metric):
+        return f"{'+' if low >= 0 else '-'}{fmt_ms(abs(low))}…" \
+               f"{'+' if high >= 0 else '-'}{fmt_ms(abs(high))}"
+    return f"{low:+.4g}…{high:+.4g}"
 
 
 def verdict_text(delta: Delta) -> str:

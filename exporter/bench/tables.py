@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from exporter.bench.compare import is_duration, limit_change, verdict_text
+from exporter.bench.compare import format_interval, is_duration, verdict_text
 from exporter.bench.model import Delta, Knee, Latency, Summary
 from exporter.bench.run import LevelRun
 from exporter.commands.cells import cell, estimated, fmt_cost, fmt_ms, fmt_num
@@ -139,19 +139,6 @@ def format_value(metric: str, value: float | None) -> str:
     if metric.startswith("cost"):
         return f"{value:.6f}"
     return f"{value:.2f}"
-
-
-def format_interval(d: Delta) -> str:
-    """The change's confidence interval in the limit's unit (`−12%…+31%`, `−5 ms…+40 ms`)."""
-    if d.interval is None or d.limit is None:
-        return ""
-    low, high = d.interval
-    if limit_change(d.limit).endswith("%"):
-        return f"{low:+.0%}…{high:+.0%}"
-    if is_duration(d.metric):
-        return f"{'+' if low >= 0 else '-'}{fmt_ms(abs(low))}…" \
-               f"{'+' if high >= 0 else '-'}{fmt_ms(abs(high))}"
-    return f"{low:+.4g}…{high:+.4g}"
 
 
 def _requests(d: Delta) -> str:
