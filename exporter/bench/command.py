@@ -25,7 +25,12 @@ from exporter.bench.tables import (
     totals_table,
 )
 from exporter.commands.cells import cell, make_console
-from exporter.commands.selection import Selection, discover_selected, select_series
+from exporter.commands.selection import (
+    Selection,
+    discover_selected,
+    select_series,
+    warn_undiscovered,
+)
 from exporter.config import Config
 from exporter.files import read_limited
 
@@ -61,6 +66,7 @@ async def run_bench_command(config: Config, selection: Selection, *, options: Be
     `--fail-on` limit the requests were too few to decide, and nothing failed), 130
     (interrupted)."""
     config, listing = await discover_selected(config, selection)
+    warn_undiscovered(listing)
     try:
         series = select_series(config, selection, listing)
         rules = parse_fail_on(outputs.fail_on)

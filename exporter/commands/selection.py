@@ -6,6 +6,7 @@ a started prober with the embedded simulator running when the config has one."""
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections.abc import AsyncIterator, Iterable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -71,6 +72,14 @@ async def discover_selected(config: Config, selection: Selection) -> tuple[Confi
         failed.update({name: f"internal: {exc}" for name in catalogs})
         return config, Listing(failed=failed)
     return expanded, Listing(catalogs, failed)
+
+
+def warn_undiscovered(listing: Listing) -> None:
+    """One stderr line per discovering target whose list could not be read: only its
+    configured models run."""
+    for name, reason in listing.failed.items():
+        print(f"warning: target {name!r}: its model list could not be read ({reason}); only "
+              "its configured models run", file=sys.stderr)
 
 
 def select_series(config: Config, selection: Selection,
