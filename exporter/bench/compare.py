@@ -179,7 +179,8 @@ def format_interval(d: Delta) -> str:
         return ""
     low, high = d.interval
     if limit_change(d.limit).endswith("%"):
-        return f"{low:+.0%}…{high:+.0%}"
+        # Rounded to whole percent; a tiny negative shows as +0%, not -0%.
+        return "…".join(f"{v:+.0%}" if round(v * 100) else "+0%" for v in (low, high))
     if is_duration(d.metric):
         return f"{'+' if low >= 0 else '-'}{fmt_ms(abs(low))}…" \
                f"{'+' if high >= 0 else '-'}{fmt_ms(abs(high))}"
