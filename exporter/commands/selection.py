@@ -18,7 +18,7 @@ from exporter.probe import tokens
 from exporter.probe.discovery import DiscoveryFailed, fetch_catalog
 from exporter.probe.prober import Prober
 from exporter.providers.gateway import Catalog
-from exporter.simulator import start_simulator
+from exporter.simulator import start_simulator_thread
 
 
 @dataclass(frozen=True)
@@ -54,7 +54,8 @@ async def discover_selected(config: Config, selection: Selection) -> tuple[Confi
     REDACTOR.update(config.secrets())
     catalogs: dict[str, Catalog] = {}
     failed: dict[str, str] = {}
-    simulator = (await start_simulator(config.simulator, api_key=config.simulator.api_key)
+    simulator = (await start_simulator_thread(config.simulator,
+                                              api_key=config.simulator.api_key)
                  if config.simulator else None)
     try:
         async with Prober(max_output_bytes=config.global_.max_output_bytes) as prober:
@@ -148,7 +149,8 @@ async def probing(config: Config, *, reuse_connections: bool = False) -> AsyncIt
     """A started prober, with the embedded simulator running when the config has one."""
     REDACTOR.update(config.secrets())
     await asyncio.to_thread(tokens.warm_up)
-    simulator = (await start_simulator(config.simulator, api_key=config.simulator.api_key)
+    simulator = (await start_simulator_thread(config.simulator,
+                                              api_key=config.simulator.api_key)
                  if config.simulator else None)
     try:
         async with Prober(max_output_bytes=config.global_.max_output_bytes,
