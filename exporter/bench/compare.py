@@ -47,6 +47,19 @@ def is_duration(metric: str) -> bool:
     return metric in LATENCY_METRICS and not metric.startswith("tps_")
 
 
+def format_value(metric: str, value: float | None) -> str:
+    """A metric value in its natural unit (times in ms), for the tables and the HTML report."""
+    if value is None:
+        return "–"
+    if is_duration(metric):
+        return fmt_ms(value)
+    if metric in ("success_rate", "goodput_ratio"):
+        return f"{value:.1%}"
+    if metric.startswith("cost"):
+        return f"{value:.6f}"
+    return f"{value:.2f}"
+
+
 @dataclass(frozen=True)
 class Rule:
     """One `--fail-on` limit: a signed relative (fraction) or absolute change."""

@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from exporter.bench.compare import format_interval, is_duration, verdict_text
+from exporter.bench.compare import format_interval, format_value, verdict_text
 from exporter.bench.model import Delta, Knee, Latency, Summary
 from exporter.bench.run import LevelRun
 from exporter.commands.cells import cell, estimated, fmt_cost, fmt_ms, fmt_num
@@ -128,17 +128,6 @@ def print_knees(console: Console, knees: Sequence[Knee]) -> None:
                           f"{k.reason}", soft_wrap=True)
 
 
-def format_value(metric: str, value: float | None) -> str:
-    """A metric value in its natural unit."""
-    if value is None:
-        return "–"
-    if is_duration(metric):
-        return fmt_ms(value)
-    if metric in ("success_rate", "goodput_ratio"):
-        return f"{value:.1%}"
-    if metric.startswith("cost"):
-        return f"{value:.6f}"
-    return f"{value:.2f}"
 
 
 def _requests(d: Delta) -> str:

@@ -23,10 +23,11 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Collection
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from exporter.config import Config, Target
+from exporter.config.census import DiscoveryCounts, discovery_counts
 from exporter.config.patterns import choose
 from exporter.errors import Result
 from exporter.exposition.families import NameRefusal
@@ -63,6 +64,7 @@ class TargetStatus:
     refusals: dict[NameRefusal, int] = field(default_factory=dict)  # of the last good list
     ask_info: bool = True  # False once `/model/info` turned out not to exist
     whole: bool = True  # take the next good list whole (the first, or after a reload)
+    counts: DiscoveryCounts | None = None  # the list counted under the running series
 
 
 def settle(current: Catalog | None, fresh: Catalog, churn: Churn, *, day: int = 0,
@@ -142,6 +144,7 @@ class Discovery:
         self._log = logger or get_logger()
         self.status: dict[str, TargetStatus] = {}
         self._tasks: dict[str, tuple[Target, asyncio.Task[None]]] = {}
+        self._config: Config | None = None  # the running series (to count the lists by)
 
     @property
     def catalogs(self) -> dict[str, Catalog]:
@@ -205,7 +208,7 @@ class Discovery:
                                   target=target.name, result=exc.result.value, error=reason,
                                   models=len(status.catalog.models) if status.catalog else 0)
             status.result, status.error = exc.result, reason
-            self._collector.record(target.name, exc.result, None, None)
+            self._collector.record(target.name, exc.result, None)
             return False
         if answered is False:
             status.ask_info = False  # no `/model/info` here: asked again after a reload
@@ -233,7 +236,9 @@ class Discovery:
                            refused=sum(status.refusals.values()), bad_prices=fresh.bad_prices)
         status.catalog, status.result, status.error = catalog, Result.SUCCESS, ""
         status.succeeded_at = self._wall()
-        self._collector.record(target.name, Result.SUCCESS, None, status.succeeded_at)
+        self._collector.record(target.name, Result.SUCCESS, status.succeeded_at)
+        if not changed and self._config is not None:  # the same models: the same series
+            self._count(self._config, target)
         return changed
 
     def _refused(self, target: Target, fresh: Catalog, timed_out: list[str], slow: str | None,
@@ -263,23 +268,29 @@ class Discovery:
                 if name in self._tasks and urls.get(name) == self._tasks[name][0].base_url}
 
     def set_models_in_use(self, config: Config) -> None:
-        """Show how many models each discovering target probes (after filters and caps)."""
+        """Count each discovering target's list under the running series (`config.census`):
+        the metrics, the status page and `/config` show these counts."""
+        self._config = config
         for target in config.discovering:
-            if target.name in self.catalogs:
-                self._collector.models[target.name] = len(
-                    {s.model for s in config.series
-                     if s.target.name == target.name and s.discovered})
+            self._count(config, target)
+
+    def _count(self, config: Config, target: Target) -> None:
+        status = self.status.get(target.name)
+        if status is None or status.catalog is None:
+            return
+        status.counts = discovery_counts(config, target, status.catalog)
+        self._collector.set_counts(target.name, status.counts)
 
     def describe(self, now: float) -> list[dict[str, Any]]:
         """Each discovering target's state, for the status page, `/api/v1/results`, `/config`."""
         out = []
         for name, status in sorted(self.status.items()):
-            catalog = status.catalog
+            catalog, counts = status.catalog, status.counts
             out.append({
-                "target": name, "models": len(catalog.models) if catalog else None,
-                "listed": catalog.listed if catalog else None,
-                "refused": sum(status.refusals.values()) if catalog else None,
-                "bad_prices": catalog.bad_prices if catalog else None,
+                "target": name,
+                **(counts.to_json() if counts is not None else dict.fromkeys(COUNTS)),
+                # new names listed but not admitted yet (hysteresis or the day's limit)
+                "waiting": len(status.churn.pending) if catalog else None,
                 "sources": list(catalog.sources) if catalog else [],
                 "last_success_seconds_ago": None if status.succeeded_at is None
                 else round(max(0.0, now - status.succeeded_at), 1),
@@ -301,6 +312,14 @@ def price_table(config: Config) -> dict[str, dict[str, Any]]:
     return table
 
 
+# The status page's count columns: (heading, key of `describe()`), one list for both, so a
+# number cannot sit under another heading.
+COUNT_COLUMNS = (("listed", "listed"), ("kept", "kept"), ("probed", "probed"),
+                 ("left out by the caps", "trimmed"), ("names refused", "refused"),
+                 ("prices refused", "bad_prices"))
+COUNTS = tuple(field.name for field in fields(DiscoveryCounts))
+
+
 def discovery_html(entries: list[dict[str, Any]], esc: Callable[[str], str]) -> str:
     """The status page's section on discovering targets ("" without one)."""
     if not entries:
@@ -311,13 +330,11 @@ def discovery_html(entries: list[dict[str, Any]], esc: Callable[[str], str]) -> 
                  if e["error"] else '<td class="ok">ok</td>' if e["result"] else
                  '<td class="none">pending</td>')
         ago = e["last_success_seconds_ago"]
-        rows.append(f"<tr><td>{esc(e['target'])}</td>{state}"
-                    f'<td class="num">{e["models"] if e["models"] is not None else "–"}</td>'
-                    f'<td class="num">{e["listed"] if e["listed"] is not None else "–"}</td>'
-                    f'<td class="num">{e["refused"] or 0}</td>'
-                    f'<td class="num">{e["bad_prices"] or 0}</td>'
+        counts = "".join(f'<td class="num">{"–" if e[key] is None else f"{e[key]:,}"}</td>'
+                         for _, key in COUNT_COLUMNS)
+        rows.append(f"<tr><td>{esc(e['target'])}</td>{state}{counts}"
                     f"<td>{'never' if ago is None else f'{ago:.0f}s ago'}</td></tr>")
+    headings = "".join(f"<th>{heading}</th>" for heading, _ in COUNT_COLUMNS)
     return ("<h2>Discovery</h2><table id=\"discovery\"><thead><tr><th>target</th>"
-            "<th>last refresh</th><th>models kept</th><th>listed</th><th>names refused</th>"
-            "<th>prices refused</th><th>last good list</th></tr></thead>"
+            f"<th>last refresh</th>{headings}<th>last good list</th></tr></thead>"
             f"<tbody>{''.join(rows)}</tbody></table>")
