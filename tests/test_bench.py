@@ -399,7 +399,9 @@ def test_compare_matches_a_single_other_series_by_level() -> None:
     deltas = {d.metric: d for d in compare(base, current, parse_fail_on(
         "ttft_p95=+20%,cost=+15%"))}
     assert deltas["ttft_p95"].regression and deltas["ttft_p95"].change == pytest.approx(0.5)
-    assert not deltas["cost"].regression and deltas["cost"].note == "not measured"
+    assert not deltas["cost"].regression and deltas["cost"].note.startswith("not measured: no "
+                                                                            "price")
+    assert "prices:" in deltas["cost"].note and "discover:" in deltas["cost"].note
     assert deltas["cost"].unchecked  # a limit that compared nothing is never a pass
     assert current[0].metrics()["ttft_p95"] == 0.3
 

@@ -14,10 +14,11 @@ import orjson
 import pytest
 from rich.console import Console
 
-from exporter.bench.compare import compare
+from exporter.bench.compare import compare, comparison, format_interval
 from exporter.bench.gate import MIN_REQUESTS, Verdict, decide, least_requests
 from exporter.bench.model import RunDocument, Slo
 from exporter.bench.options import parse_confidence, parse_fail_on
+from exporter.bench.report import render_report
 from exporter.bench.summary import summarize
 from exporter.bench.tables import print_comparison
 from exporter.cli import main
@@ -182,6 +183,10 @@ def test_noisy_runs_are_undecided_and_a_slowdown_is_caught(tmp_path: Path, capsy
     text = console.export_text()
     assert "95% interval" in text and f"24 → {delta.requests_needed}" in text
     assert "not enough requests to decide a +20% change" in text
+    page = render_report(replace(same, comparison=comparison("base.json", "ttft_p95=+20%",
+                                                             [delta])))
+    assert "not enough requests to decide a +20% change" in page
+    assert format_interval(delta) in page and format_interval(delta).endswith("%")
 
     (delta,) = compare(base.summaries, slower.summaries, rules, baseline_records=base.records,
                        current_records=slower.records)

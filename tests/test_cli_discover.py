@@ -91,6 +91,11 @@ def test_an_unreadable_list_names_the_failure_and_the_fix(tmp_path: Path, capsys
     assert "target 'gateway' discovers its models, but its model list could not be read " \
            "(connect: " in err
     assert "list the model in targets[0].models" in err
+    # The configured model still runs, with a warning saying what discovery could not add.
+    assert main(["probe", "--config.file", config, "--model", "gw-chat", "--json"]) == 1
+    err = capsys.readouterr().err
+    assert "warning: target 'gateway': its model list could not be read (connect: " in err
+    assert "only its configured models run" in err
 
 
 def test_without_discovery_the_fix_is_to_list_the_model(tmp_path: Path, capsys) -> None:

@@ -96,7 +96,8 @@ async def test_litellm_lists_describes_and_prices_its_models(gateway: LiteLLM) -
 
         expanded = expand(config, discovery.catalogs)
         keys = {s.key[1:] for s in expanded.series}
-        # gpt-* excluded; the custom routes (no mode stated) get the chat probe only (issue 37)
+        # gpt-* excluded; custom routes (no `mode` in /model/info) get no embedding probe on a
+        # guess: only the route LiteLLM says embeds does.
         assert keys == {("gw-priced", "short"), ("gw-plain", "short"), ("gw-embed", "embed")}
         one = next(s for s in expanded.series if s.key[1:] == ("gw-priced", "short"))
         assert one.price == priced

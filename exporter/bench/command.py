@@ -29,6 +29,7 @@ from exporter.commands.selection import (
     Selection,
     discover_selected,
     select_series,
+    warn_undiscovered,
     with_input_sizes,
 )
 from exporter.config import Config
@@ -67,6 +68,7 @@ async def run_bench_command(config: Config, selection: Selection, *, options: Be
     `--fail-on` limit the requests were too few to decide, and nothing failed), 130
     (interrupted). `input_tokens`: sweep these generated prompt sizes."""
     config, listing = await discover_selected(config, selection)
+    warn_undiscovered(listing)
     try:
         series = select_series(config, selection, listing)
         config, series = with_input_sizes(config, series, input_tokens)

@@ -37,6 +37,9 @@ DEFAULT_METRICS = ("success_rate", "ttft_p50", "ttft_p95", "tpot_p50", "e2e_p95"
                    "cost")
 LEVEL_MISSING = "level not in baseline"
 NOT_MEASURED = "not measured"
+# Why a cost compared nothing, and the fix.
+NO_PRICE = ("not measured: no price for the model (set the target's prices:, or discover: to "
+            "use the gateway's)")
 
 
 def is_duration(metric: str) -> bool:
@@ -146,7 +149,8 @@ def compare(baseline: Sequence[Summary], current: Sequence[Summary],
             limit = rule.text if rule else None
             if old is None or a is None or b is None:
                 deltas.append(Delta(name, summary.label, metric, a, b, None, limit, False,
-                                    LEVEL_MISSING if old is None else NOT_MEASURED))
+                                    LEVEL_MISSING if old is None else
+                                    NO_PRICE if metric.startswith("cost") else NOT_MEASURED))
                 continue
             delta = Delta(name, summary.label, metric, a, b, relative_change(a, b), limit,
                           rule is not None and rule.violated(a, b))
@@ -180,6 +184,20 @@ def _decided(delta: Delta, rule: Rule, baseline: Sequence[Record], current: Sequ
 def limit_change(limit: str) -> str:
     """`ttft_p95=+20%` → `+20%`."""
     return limit.partition("=")[2].strip()
+
+
+def format_interval(d: Delta) -> str:
+    """The change's confidence interval in the limit's unit (`−12%…+31%`, `−5 ms…+40 ms`)."""
+    if d.interval is None or d.limit is None:
+        return ""
+    low, high = d.interval
+    if limit_change(d.limit).endswith("%"):
+        # Rounded to whole percent; a tiny negative shows as +0%, not -0%.
+        return "…".join(f"{v:+.0%}" if round(v * 100) else "+0%" for v in (low, high))
+    if is_duration(d.metric):
+        return f"{'+' if low >= 0 else '-'}{fmt_ms(abs(low))}…" \
+               f"{'+' if high >= 0 else '-'}{fmt_ms(abs(high))}"
+    return f"{low:+.4g}…{high:+.4g}"
 
 
 def verdict_text(delta: Delta) -> str:

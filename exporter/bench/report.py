@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 
-from exporter.bench.compare import format_value, verdict_text
+from exporter.bench.compare import format_interval, format_value, verdict_text
 from exporter.bench.model import BenchOptions, Comparison, Knee, Latency, RunDocument, Summary
 from exporter.bench.summary import latency_values
 from exporter.commands.cells import fmt_ms
@@ -236,10 +236,12 @@ def _comparison(comparison: Comparison | None) -> str:
         cls = ' class="bad"' if d.regression or d.unchecked or d.undecided else ""
         rows.append(f"<tr{cls}>" + "".join(f"<td>{_e(c)}</td>" for c in (
             d.series, d.level, d.metric, format_value(d.metric, d.baseline),
-            format_value(d.metric, d.current), change, d.limit or "", verdict)) + "</tr>")
+            format_value(d.metric, d.current), change, format_interval(d), d.requests or "",
+            d.limit or "", verdict)) + "</tr>")
     return (f"<section><h2>Compared with {_e(comparison.baseline)}</h2><table><thead><tr>"
             + "".join(f"<th>{h}</th>" for h in ("series", "level", "metric", "baseline",
-                                                 "current", "change", "limit", "verdict"))
+                                                 "current", "change", "interval",
+                                                 "requests", "limit", "verdict"))
             + "</tr></thead><tbody>" + "".join(rows) + "</tbody></table></section>")
 
 

@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from exporter.bench.compare import format_value, is_duration, limit_change, verdict_text
+from exporter.bench.compare import format_interval, format_value, verdict_text
 from exporter.bench.model import Delta, Knee, Latency, Summary
 from exporter.bench.run import LevelRun
 from exporter.commands.cells import cell, estimated, fmt_cost, fmt_ms, fmt_num
@@ -128,17 +128,6 @@ def print_knees(console: Console, knees: Sequence[Knee]) -> None:
                           f"{k.reason}", soft_wrap=True)
 
 
-def format_interval(d: Delta) -> str:
-    """The change's confidence interval in the limit's unit (`−12%…+31%`, `−5 ms…+40 ms`)."""
-    if d.interval is None or d.limit is None:
-        return ""
-    low, high = d.interval
-    if limit_change(d.limit).endswith("%"):
-        return f"{low:+.0%}…{high:+.0%}"
-    if is_duration(d.metric):
-        return f"{'+' if low >= 0 else '-'}{fmt_ms(abs(low))}…" \
-               f"{'+' if high >= 0 else '-'}{fmt_ms(abs(high))}"
-    return f"{low:+.4g}…{high:+.4g}"
 
 
 def _requests(d: Delta) -> str:

@@ -46,10 +46,9 @@ from exporter.exposition.families import (
 )
 from exporter.exposition.metrics import refused_prices
 from exporter.probe.charge import charged, image_tokens, input_tokens, output_tokens
-from exporter.probe.discovery import DiscoveryFailed, fetch_catalog
+from exporter.probe.discovery import fetch_catalogs
 from exporter.probe.prober import Prober
 from exporter.protocols.advice import reasoning_advice
-from exporter.providers.gateway import Catalog
 from exporter.providers.price_bounds import RefusedPrice
 from exporter.providers.prices import LibraryInfo, ModelPrice, library_info
 
@@ -277,14 +276,8 @@ class Discovered:
 async def discover_now(config: Config) -> tuple[Config, list[Discovered]]:
     """Ask every discovering target for its models once (`check --discover`): the config with
     their series, and what each answered."""
-    catalogs: dict[str, Catalog] = {}
-    failed: dict[str, str] = {}
     async with Prober() as prober:
-        for target in config.discovering:
-            try:
-                catalogs[target.name], _ = await fetch_catalog(prober, target)
-            except DiscoveryFailed as exc:
-                failed[target.name] = f"{exc.result.value}: {exc.reason}"
+        catalogs, failed = await fetch_catalogs(prober, config.discovering)
     expanded = expand(config, catalogs)
     found = []
     for target in config.discovering:

@@ -17,7 +17,13 @@ from rich.table import Table
 
 from exporter import __version__
 from exporter.commands.cells import ESTIMATED, cell, estimated, fmt_cost, fmt_ms, make_console
-from exporter.commands.selection import Selection, discover_selected, probing, select_series
+from exporter.commands.selection import (
+    Selection,
+    discover_selected,
+    probing,
+    select_series,
+    warn_undiscovered,
+)
 from exporter.config import Config, Series
 from exporter.log import REDACTOR
 from exporter.measure import percentile
@@ -190,6 +196,7 @@ async def run_probe_command(config: Config, selection: Selection, *, as_json: bo
                             repeat: int = 1) -> int:
     """The `probe` command: exit 0 only if every selected probe succeeded."""
     config, listing = await discover_selected(config, selection)
+    warn_undiscovered(listing)
     try:
         series = select_series(config, selection, listing)
     except ValueError as exc:

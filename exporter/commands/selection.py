@@ -16,7 +16,7 @@ from exporter.config.expand import expand
 from exporter.config.workload import Workload
 from exporter.log import REDACTOR
 from exporter.probe import tokens
-from exporter.probe.discovery import DiscoveryFailed, fetch_catalog
+from exporter.probe.discovery import fetch_catalogs
 from exporter.probe.prober import Prober
 from exporter.providers.gateway import Catalog
 from exporter.simulator import start_simulator_thread
@@ -54,18 +54,12 @@ async def discover_selected(config: Config, selection: Selection) -> tuple[Confi
     if not targets:
         return config, Listing()
     REDACTOR.update(config.secrets())
-    catalogs: dict[str, Catalog] = {}
-    failed: dict[str, str] = {}
     simulator = (await start_simulator_thread(config.simulator,
                                               api_key=config.simulator.api_key)
                  if config.simulator else None)
     try:
         async with Prober(max_output_bytes=config.global_.max_output_bytes) as prober:
-            for target in targets:
-                try:
-                    catalogs[target.name], _ = await fetch_catalog(prober, target)
-                except DiscoveryFailed as exc:
-                    failed[target.name] = f"{exc.result.value}: {exc.reason}"
+            catalogs, failed = await fetch_catalogs(prober, targets)
     finally:
         if simulator is not None:
             await simulator.close()
@@ -75,6 +69,14 @@ async def discover_selected(config: Config, selection: Selection) -> tuple[Confi
         failed.update({name: f"internal: {exc}" for name in catalogs})
         return config, Listing(failed=failed)
     return expanded, Listing(catalogs, failed)
+
+
+def warn_undiscovered(listing: Listing) -> None:
+    """One stderr line per discovering target whose list could not be read: only its
+    configured models run."""
+    for name, reason in listing.failed.items():
+        print(f"warning: target {name!r}: its model list could not be read ({reason}); only "
+              "its configured models run", file=sys.stderr)
 
 
 def select_series(config: Config, selection: Selection,

@@ -9,13 +9,12 @@ from collections.abc import Iterable
 from datetime import date
 from typing import Any, Literal
 
-import regex as pyregex
 from pydantic import ConfigDict, Field, field_validator, model_validator
 from yarl import URL
 
 from exporter.apis import Api
 from exporter.config.address import parse_listen_address
-from exporter.config.patterns import choose
+from exporter.config.patterns import NameFilter, check_patterns
 from exporter.config.probe import ProbeConfig, SloConfig
 from exporter.config.reasoning import Params
 from exporter.config.shard import parse_shard
@@ -362,7 +361,6 @@ def check_proxy_url(url: str) -> str:
 
 MAX_DISCOVERED = 1000  # models one target may discover at most (discover.max_models)
 MAX_NEW_PER_DAY = 100_000  # discover.max_new_per_day at most
-MAX_PATTERN = 512  # characters of one include/exclude pattern
 MIN_REFRESH = 60.0  # shorter discovery refreshes need global.allow_short_intervals
 
 
@@ -375,33 +373,6 @@ class ModelEntry(StrictModel):
     probes: tuple[str, ...] | None = Field(default=None, min_length=1)
     model_family: str | None = Field(default=None, min_length=1, max_length=MAX_MODEL_NAME)
     interval: PositiveDuration | None = None  # every probe of this model; wins over all others
-
-
-def _check_patterns(patterns: tuple[str, ...]) -> tuple[str, ...]:
-    """Regular expressions of 1 to MAX_PATTERN characters that compile."""
-    for pattern in patterns:
-        if not pattern or len(pattern) > MAX_PATTERN:
-            raise ValueError(f"a pattern must be 1 to {MAX_PATTERN} characters")
-        try:
-            re.compile(pattern)  # the stdlib's syntax, which `regex` (used to match) accepts
-            pyregex.compile(pattern)
-        except (re.error, pyregex.error) as exc:
-            raise ValueError(f"{pattern!r} is not a regular expression: {exc}") from None
-    return patterns
-
-
-class NameFilter(StrictModel):
-    """Which discovered models one probe runs on: regular expressions searched in the name."""
-
-    include: tuple[str, ...] = ()  # none: every discovered model
-    exclude: tuple[str, ...] = ()
-
-    _patterns = field_validator("include", "exclude")(_check_patterns)
-
-    def admits(self, name: str) -> bool:
-        """Whether a model of this name passes the filter (a name a pattern runs out of time
-        on does not: the patterns run on names a gateway chose, bounded as in `patterns`)."""
-        return bool(choose(self.include, self.exclude, (name,)).names)
 
 
 class DiscoverConfig(StrictModel):
@@ -418,7 +389,7 @@ class DiscoverConfig(StrictModel):
     max_new_per_day: int = Field(default=100, ge=0, le=MAX_NEW_PER_DAY)
     probes: dict[str, NameFilter] = Field(default_factory=dict)
 
-    _patterns = field_validator("include", "exclude")(_check_patterns)
+    _patterns = field_validator("include", "exclude")(check_patterns)
 
 
 def check_model_name(model: str) -> str:

@@ -18,6 +18,7 @@ the refresh like a list).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterable
 from urllib.parse import urlencode
 
 import aiohttp
@@ -174,3 +175,17 @@ async def fetch_catalog(prober: Prober, target: Target, *, ask_info: bool = True
         raise DiscoveryFailed(exc.outcome(), redactor.clip(exc.reason, 300)) from None
     except ProbeError as exc:
         raise DiscoveryFailed(exc.outcome(), redactor.clip(exc.reason, 300)) from None
+
+
+async def fetch_catalogs(prober: Prober, targets: Iterable[Target]
+                         ) -> tuple[dict[str, Catalog], dict[str, str]]:
+    """Each target's catalog, asked once, one after another (`check --discover`, `probe`,
+    `bench`); and for those that failed, `result: reason`."""
+    catalogs: dict[str, Catalog] = {}
+    failed: dict[str, str] = {}
+    for target in targets:
+        try:
+            catalogs[target.name], _ = await fetch_catalog(prober, target)
+        except DiscoveryFailed as exc:
+            failed[target.name] = f"{exc.result.value}: {exc.reason}"
+    return catalogs, failed
