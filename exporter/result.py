@@ -128,6 +128,9 @@ class ProbeResult:
     token_source: TokenSource = TokenSource.NONE
     cost: float | None = None
     currency: str | None = None
+    # What the server's usage would have cost where that passed the probe's charge ceiling
+    # (`cost` is then the ceiling): an upstream over-claim, counted and warned about.
+    claimed_cost: float | None = None
     answer: str = ""
     finish_reason: str | None = None
     response_id: str | None = None

@@ -64,7 +64,8 @@ OPTIONAL_NAMES = frozenset(
     if spec.name in ("llm_probe_server_duration_seconds", "llm_probe_adapted_parameters",
                      "llm_probe_discovery_models", "llm_probe_discovery_refreshes",
                      "llm_probe_discovery_listed_models", "llm_probe_discovery_kept_models",
-                     "llm_probe_discovery_last_success_timestamp_seconds")
+                     "llm_probe_discovery_last_success_timestamp_seconds",
+                     "llm_probe_discovery_names_refused")
     or spec.name.startswith("llm_probe_identity_")
     for name in (spec.name, *spec.sample_names)
 )
@@ -308,7 +309,7 @@ def test_units() -> None:
     assert units[(overview, "Output tokens per second (TPS) p50")] == "suffix: tokens/s"
     assert units[(overview, "Availability")] == "percentunit"
     assert units[(overview, "Token efficiency")] == "percentunit"
-    assert units[(overview, "Exporter memory")] == "bytes"
+    assert units[(overview, "Exporter memory and state")] == "bytes"
     overview_panels = {p["title"]: p for p in _panels(_load(GRAFANA / overview))}
     overrides = overview_panels["Cost per hour"]["fieldConfig"]["overrides"]
     assert {"id": "unit", "value": "currencyUSD"} in overrides[0]["properties"]

@@ -75,7 +75,7 @@ def test_dockerfile_shape() -> None:
     assert re.search(r"^USER 65532:65532$", text, re.MULTILINE)
     assert "EXPOSE 9471" in text
     # The check follows the listen address (tests/test_healthcheck.py runs the script).
-    assert 'CMD ["python3", "/usr/local/lib/llm-probe-exporter/healthcheck.py"]' in text
+    assert 'CMD ["python3", "-I", "/usr/local/lib/llm-probe-exporter/healthcheck.py"]' in text
     assert "COPY deploy/healthcheck.py /usr/local/lib/llm-probe-exporter/healthcheck.py" in text
     assert 'ENTRYPOINT ["llm-probe-exporter"]' in text
     assert 'CMD ["--config.file=/etc/llm-probe-exporter/config.yaml"]' in text

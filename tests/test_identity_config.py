@@ -13,6 +13,7 @@ from exporter.config import ConfigError, ProbeKind, parse_config
 from exporter.config.identity import DEFAULT_PROMPTS
 from exporter.exposition.children import at_load, later
 from exporter.exposition.families import DEFAULT_SHAPES, Family, IdentityOutcome, IdentityWindow
+from exporter.probe.charge import CHARGE_FACTOR, PROMPT_ALLOWANCE
 
 
 def config(probe: dict[str, Any] | None = None, *, targets: list[dict[str, Any]] | None = None,
@@ -133,7 +134,8 @@ def test_check_plans_samples_tokens_and_tests() -> None:
     other = by_key[("provider", "llama-8b", "same")]
     assert own.probes_per_day == other.probes_per_day == 288  # every 5 minutes
     assert own.output_tokens_per_day == 288 * 32  # max_tokens 32 by default
-    assert own.cost_per_day == pytest.approx(288 * (own.input_tokens * 1.0 + 32 * 2.0) / 1e6)
+    assert own.cost_per_day == pytest.approx(  # each probe's charge ceiling (probe.charge)
+        288 * CHARGE_FACTOR * ((own.input_tokens + PROMPT_ALLOWANCE) * 1.0 + 32 * 2.0) / 1e6)
     document = plan.to_json()["series"]
     identity = {(s["target"], s["model"]): s["identity"] for s in document}
     assert identity[("self-hosted", "llama")] == {

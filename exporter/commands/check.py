@@ -26,6 +26,7 @@ from exporter.commands.plan import (
 from exporter.config import Config, ConfigProblem, format_duration
 from exporter.config.offline import Unresolved
 from exporter.log import REDACTOR
+from exporter.probe.charge import CHARGE_FACTOR, PROMPT_ALLOWANCE
 
 
 def _int(value: float) -> str:
@@ -81,20 +82,22 @@ def price_table(plan: Plan) -> Table:
             continue
         seen.add(s.key[:2])
         price = s.price
-        if price is None and plan.priced_at_run_time(s):
+        refused = f" ({s.refused_price.describe()})" if s.refused_price else ""
+        if price is None and plan.priced_at_run_time(s) and not refused:
             table.add_row(cell(s.key[0]), cell(s.key[1]), "gateway", "", "", "", "",
                           "priced by gateway at run time (its model info; `check "
                           "--discover` asks now)")
             continue
         if price is None:
             table.add_row(cell(s.key[0]), cell(s.key[1]), "unknown", "", "", "", "",
-                          "no cost counted: set targets[].prices")
+                          cell("no cost counted: set targets[].prices" + refused))
             continue
         tiers = "".join(f"; > {t.above:,} prompt tokens: {t.rates.input:g} / "
                         f"{t.rates.output:g}" for t in price.tiers)
         table.add_row(cell(s.key[0]), cell(s.key[1]), price.source.value, f"{price.input:g}",
                       "" if price.cached_input is None else f"{price.cached_input:g}",
-                      f"{price.output:g}", cell(price.currency), cell(price.origin + tiers))
+                      f"{price.output:g}", cell(price.currency),
+                      cell(price.origin + tiers + refused))
     return table
 
 
@@ -194,11 +197,17 @@ def print_plan(config: Config, plan: Plan, path: str, console: Console | None = 
         console.print("¹ reasons: reasoning tokens count within the output limit sent.")
     console.print("≤ ceilings: the output limit of every probe (max_tokens, plus a thinking "
                   "budget where one is sent); ≈ input tokens estimated from the "
-                  "prompts as sent (images not counted); cost = input at the uncached price + "
-                  "output at the ceiling.", soft_wrap=True)
+                  "prompts as sent (images not counted); cost = what the daemon charges a "
+                  f"probe at most: (input + {PROMPT_ALLOWANCE} tokens and an image's, at the "
+                  f"dearer input price, + output at the ceiling) × {CHARGE_FACTOR:g}; a usage "
+                  "claim above it is charged this and counted (llm_probe_cost_capped_total).",
+                  soft_wrap=True)
     if plan.budget_limit is not None:
+        shares = ", ".join(f"{cell(target)} {amount:,.2f}"
+                           for target, amount in plan.budget_shares.items())
         console.print(f"budget: {plan.budget_limit:g} {cell(plan.budget_currency or '')}/day "
-                      "(global.budget)")
+                      f"(global.budget); each target at most its share: {shares}",
+                      soft_wrap=True)
     for warning in plan.warnings:
         console.print(f"[yellow]warning:[/yellow] {cell(warning.message)}", soft_wrap=True)
     if config.simulator is not None:

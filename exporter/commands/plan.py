@@ -6,7 +6,9 @@ ceiling (the output limit every probe sends: `max_tokens`, plus the thinking bud
 is sent — every API counts reasoning tokens within the limit); an estimate
 of the input tokens (the prompt as sent, nonce included, counted like the prober counts an answer
 without usage, plus a few tokens per message); and from the price table the cost ceiling
-(input at the uncached price, output at the ceiling). The series count comes from
+(input at the uncached price, output at the ceiling), as the daemon's charge ceiling of a probe
+(`probe.charge`: × CHARGE_FACTOR, with PROMPT_ALLOWANCE input tokens and an image's): what the
+budget can be charged at most. The series count comes from
 `exposition.children` — the children `ExporterMetrics` creates — and the families as served
 (`global.metrics`, the config's edges): exact for the text page (classic buckets) and for a
 Prometheus with native histograms (one series per histogram child), with what may appear later
@@ -22,11 +24,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-import orjson
-
 from exporter.config import (
     Config,
-    ProbeConfig,
     ProbeKind,
     Series,
     Target,
@@ -45,24 +44,19 @@ from exporter.exposition.families import (
     Shape,
     families,
 )
+from exporter.exposition.metrics import refused_prices
+from exporter.probe.charge import charged, image_tokens, input_tokens, output_tokens
 from exporter.probe.discovery import DiscoveryFailed, fetch_catalog
 from exporter.probe.prober import Prober
-from exporter.probe.tokens import estimate_tokens
 from exporter.protocols.advice import reasoning_advice
-from exporter.protocols.base import embedding_input, make_prompt
-from exporter.protocols.reasoning import ceiling
 from exporter.providers.gateway import Catalog
+from exporter.providers.price_bounds import RefusedPrice
 from exporter.providers.prices import LibraryInfo, ModelPrice, library_info
 
 SECONDS_PER_DAY = 86_400
 # Active series past which `check` warns: managed Prometheus offerings bill by active series,
 # and their free tiers end around here.
 SERIES_WARNING = 10_000
-# Chat templates add a few tokens per message and a few to prime the answer (OpenAI's
-# published counting: 3 per message, 3 for the reply); a little more covers other templates.
-TOKENS_PER_MESSAGE = 4
-TOKENS_PER_REQUEST = 3
-_NONCE = "0" * 12  # as long as the prober's
 
 
 class WarningKind(StrEnum):
@@ -75,6 +69,8 @@ class WarningKind(StrEnum):
     REASONING = "reasoning"  # a probe may spend its limit thinking, or sends a refused value
     DISCOVERY = "discovery"  # a gateway lists more models than its cap, or none could be read
     MISSING_SECRET = "missing_secret"  # checked without it (`--allow-missing-secrets`)
+    PRICE_REFUSED = "price_refused"  # a gateway's or library price broke a sanity bound
+    COST_OVER_SHARE = "cost_over_share"  # a target's ceiling passes its share of the budget
 
 
 @dataclass(frozen=True)
@@ -165,6 +161,8 @@ class SeriesPlan:
     families: Mapping[Family, Count]  # from the config's load
     later: Mapping[Family, Count]  # may appear on first need
     identity: IdentityPlan | None = None  # an identity probe's samples and tests
+    image_tokens: int = 0  # an image's input tokens per probe, at most
+    refused_price: RefusedPrice | None = None  # a gateway's or library price out of bounds
 
     @property
     def probes_per_day(self) -> float:
@@ -183,8 +181,9 @@ class SeriesPlan:
 
     @property
     def cost_per_probe(self) -> float | None:
-        """The cost ceiling of one probe (None: no price)."""
-        return probe_cost(self.price, self.input_tokens, self.max_tokens)
+        """The cost ceiling of one probe, what the daemon charges it at most (None: no price):
+        `probe.charge.charged`."""
+        return charged(self.price, self.input_tokens + self.image_tokens, self.max_tokens)
 
     @property
     def cost_per_day(self) -> float | None:
@@ -203,45 +202,6 @@ class SeriesPlan:
         return sum(self.later.values(), Count())
 
 
-def probe_cost(price: ModelPrice | None, input_tokens: int, output_tokens: int) -> float | None:
-    """The cost of one probe at a price (per 1M tokens); input at the uncached price, both at
-    the tier the prompt falls in."""
-    if price is None:
-        return None
-    rates = price.at(input_tokens)
-    return (input_tokens * rates.input + output_tokens * rates.output) / 1e6
-
-
-def input_tokens(probe: ProbeConfig) -> int:
-    """The input tokens of one probe, estimated: the largest of its prompts (cases rotate) as
-    sent, with the tools and the response schema it sends; an image is not counted."""
-    if probe.kind is ProbeKind.EMBEDDING:
-        return estimate_tokens(embedding_input(probe, _NONCE if probe.nonce else None))
-    nonce = _NONCE if probe.nonce else None
-    largest = 0
-    for case in probe.rotation or (None,):
-        prompt = make_prompt(probe, case, nonce)
-        texts = [content for _, content in prompt.messages]
-        if prompt.system:
-            texts.append(prompt.system)
-        tokens = sum(map(estimate_tokens, texts)) + TOKENS_PER_MESSAGE * len(texts)
-        largest = max(largest, tokens + TOKENS_PER_REQUEST)
-    extra = [orjson.dumps(tool.model_dump(mode="json", exclude_none=True)).decode()
-             for tool in probe.tools]
-    if probe.response_format is not None:
-        extra.append(orjson.dumps(probe.response_format.json_schema).decode())
-    return largest + sum(map(estimate_tokens, extra))
-
-
-def output_tokens(series: Series) -> int:
-    """The output tokens of one probe at most: the output limit its request may send
-    (`max_tokens`, plus the thinking budget where one may be sent: `reasoning.ceiling`); an
-    embedding generates none."""
-    if series.probe.kind is ProbeKind.EMBEDDING:
-        return 0
-    return ceiling(series)
-
-
 def plan_series(series: Series, specs: Mapping[Family, FamilySpec],
                 shapes: Mapping[Family, Shape], prompt_tokens: int | None = None) -> SeriesPlan:
     """One series' plan (`prompt_tokens`: its probe's `input_tokens`, if known)."""
@@ -252,7 +212,8 @@ def plan_series(series: Series, specs: Mapping[Family, FamilySpec],
         reasons=reasons(series), price=series.price,
         families=_count(at_load(series, shapes), specs),
         later=_count([c for c in later(series, shapes) if c[0] in specs], specs),
-        identity=identity_plan(series))
+        identity=identity_plan(series), image_tokens=image_tokens(probe.image),
+        refused_price=series.refused_price)
 
 
 def own_series(config: Config) -> Count:
@@ -267,12 +228,18 @@ def own_series(config: Config) -> Count:
             total += len(config.buckets.get(spec.key) or spec.buckets) + 3
         elif spec.key in (Family.BUDGET_SPENT, Family.BUDGET_LIMIT, Family.BUDGET_RECORD_OK):
             total += config.global_.budget is not None
+        elif spec.key in (Family.BUDGET_TARGET_SPENT, Family.BUDGET_TARGET_LIMIT):
+            total += len(config.targets) if config.global_.budget is not None else 0
         elif spec.key is Family.PRICE_INFO:
             total += len({(s.target.name, s.model) for s in config.series})
+        elif spec.key is Family.PRICES_REFUSED:
+            total += len(refused_prices(config))
         elif spec.key in (Family.DISCOVERY_MODELS, Family.DISCOVERY_LISTED,
                           Family.DISCOVERY_KEPT, Family.DISCOVERY_REFRESHES,
                           Family.DISCOVERY_LAST_SUCCESS):
             total += len(config.discovering)  # (refreshes: one result, success, when well)
+        elif spec.key is Family.DISCOVERY_NAMES_REFUSED:
+            pass  # none while the gateway lists clean names
         else:
             total += len(spec.values) or 1
     return Count(total, total)
@@ -341,6 +308,7 @@ class Plan:
     library: LibraryInfo = dataclasses.field(default_factory=library_info)
     discovering: tuple[tuple[str, str], ...] = ()  # (target, how it discovers)
     discovered: tuple[Discovered, ...] = ()  # with `check --discover`
+    budget_shares: Mapping[str, float] = dataclasses.field(default_factory=dict)  # by target
 
     def discovery_notes(self) -> list[str]:
         """What the plan leaves to run time, or what discovery found now."""
@@ -388,6 +356,14 @@ class Plan:
                 costs[s.price.currency] += s.cost_per_day
         return dict(costs)
 
+    def target_costs(self) -> dict[str, float]:
+        """The cost ceiling of a day per target, in the budget's currency."""
+        costs: defaultdict[str, float] = defaultdict(float)
+        for s in self.series:
+            if s.price is not None and s.price.currency == self.budget_currency:
+                costs[s.key[0]] += s.cost_per_day or 0.0
+        return dict(costs)
+
     def by_family(self, extra: bool = False) -> dict[Family, Count]:
         """Probe series per family over every series (or those that may appear later)."""
         out: dict[Family, Count] = {}
@@ -424,6 +400,7 @@ class Plan:
                 "currency": s.price.currency if s.price else None,
                 "price": s.price.to_json() if s.price else
                 "gateway_at_run_time" if self.priced_at_run_time(s) else "unknown",
+                "price_refused": s.refused_price.to_json() if s.refused_price else None,
                 "cost_per_day": s.cost_per_day,
                 "prometheus_series": {**s.series.to_json(), "later": s.extra.to_json()},
                 "identity": s.identity.to_json() if s.identity else None,
@@ -451,7 +428,9 @@ class Plan:
                                         if d.target == target), None)}
                           for target, how in self.discovering],
             "budget": None if self.budget_limit is None else {
-                "max_cost_per_day": self.budget_limit, "currency": self.budget_currency},
+                "max_cost_per_day": self.budget_limit, "currency": self.budget_currency,
+                "shares": dict(self.budget_shares),
+                "cost_per_day_by_target": self.target_costs()},
             "warnings": [{"kind": w.kind.value, "message": w.message} for w in self.warnings],
         }
 
@@ -471,7 +450,9 @@ def make_plan(config: Config, *, series_warning: int = SERIES_WARNING,
                  own_series(config), budget.max_cost_per_day if budget else None,
                  budget.currency if budget else None, (),
                  discovering=tuple((t.name, _how(t)) for t in config.discovering),
-                 discovered=tuple(discovered))
+                 discovered=tuple(discovered),
+                 budget_shares=budget.amounts(t.name for t in config.targets) if budget
+                 else {})
     advice = [PlanWarning(WarningKind.REASONING, str(a)) for a in reasoning_advice(config.series)]
     return dataclasses.replace(draft, warnings=(*_warnings(draft, series_warning), *advice,
                                                 *_discovery_warnings(draft.discovered)))
@@ -511,6 +492,14 @@ def _warnings(plan: Plan, series_warning: int) -> Iterable[PlanWarning]:
                            f"cost ceiling {ceiling:.2f} {currency}/day exceeds global.budget "
                            f"({plan.budget_limit:g} {currency}/day): at the ceiling, probing "
                            f"stops for the day after about {hours:.1f} h (UTC)")
+        for target, cost in sorted(plan.target_costs().items()):
+            share = plan.budget_shares.get(target)
+            if share is not None and cost > share and len(plan.budget_shares) > 1:
+                yield PlanWarning(WarningKind.COST_OVER_SHARE,
+                                  f"{target}: cost ceiling {cost:.2f} {currency}/day exceeds its "
+                                  f"share of global.budget ({share:.2f} {currency}/day): at the "
+                                  f"ceiling its probes stop for the day after about "
+                                  f"{24 * share / cost:.1f} h (UTC); set global.budget.shares")
         for other, cost in sorted(costs.items()):
             if other != currency:
                 yield PlanWarning(WarningKind.OTHER_CURRENCY,
@@ -522,6 +511,12 @@ def _warnings(plan: Plan, series_warning: int) -> Iterable[PlanWarning]:
             yield PlanWarning(WarningKind.UNPRICED,
                            f"{len(unpriced)} of {len(plan.series)} series have no price "
                            f"(targets[].prices): the budget cannot count their cost")
+    refused = {s.key[:2]: s.refused_price for s in plan.series if s.refused_price is not None}
+    if refused:
+        yield PlanWarning(WarningKind.PRICE_REFUSED,
+                          f"{len(refused)} models' prices refused by a sanity bound (see the "
+                          "Prices table): their cost is counted at the next source's price, "
+                          "or not at all")
     if plan.series_in_force > series_warning:
         kind = "classic" if plan.classic else "native"
         yield PlanWarning(WarningKind.SERIES_OVER_LIMIT,

@@ -12,7 +12,7 @@ from exporter.config import Config, Series
 from exporter.log import REDACTOR
 from exporter.probe import tokens
 from exporter.probe.prober import Prober
-from exporter.simulator import start_simulator
+from exporter.simulator import start_simulator_thread
 
 
 @dataclass(frozen=True)
@@ -58,7 +58,8 @@ async def probing(config: Config, *, reuse_connections: bool = False) -> AsyncIt
     """A started prober, with the embedded simulator running when the config has one."""
     REDACTOR.update(config.secrets())
     await asyncio.to_thread(tokens.warm_up)
-    simulator = (await start_simulator(config.simulator, api_key=config.simulator.api_key)
+    simulator = (await start_simulator_thread(config.simulator,
+                                              api_key=config.simulator.api_key)
                  if config.simulator else None)
     try:
         async with Prober(max_output_bytes=config.global_.max_output_bytes,

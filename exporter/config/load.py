@@ -30,7 +30,7 @@ from exporter.apis import Api
 from exporter.config.errors import ConfigError, ConfigProblem, format_location
 from exporter.config.expand import bucket_edges, check_references, plan_series, shard_series
 from exporter.config.interpolate import Scrubber, Substitution, interpolate
-from exporter.config.model import Config, KeyKind, KeySource, Target
+from exporter.config.model import Config, KeyKind, KeySource, Series, Target
 from exporter.config.network import (
     AWS_EXTRA_MISSING,
     MAX_TLS_FILE_BYTES,
@@ -41,17 +41,19 @@ from exporter.config.network import (
     build_tls,
     resolve_proxy,
 )
-from exporter.config.probe import ProbeConfig
+from exporter.config.probe import ProbeConfig, ProbeKind
 from exporter.config.rules_check import reasoning_problems
 from exporter.config.schema import (
     CONTROL,
     MIN_REFRESH,
+    BudgetConfig,
     GlobalConfig,
     SimulatorConfig,
     TargetConfig,
 )
 from exporter.config.secrets import document_secrets
 from exporter.config.shard import parse_shard
+from exporter.config.simkey import points_at, process_key
 from exporter.config.types import (
     MAX_PROBE_NAME,
     MIN_INTERVAL,
@@ -62,7 +64,7 @@ from exporter.config.types import (
 from exporter.config.urls import split_query
 from exporter.files import FileRefused, YAMLDocument, parse_yaml, read_limited
 from exporter.log import REDACTOR, Redactor
-from exporter.state import default_state_dir
+from exporter.state import NO_DEFAULT, default_state_dir
 
 # ---------------------------------------------------------------------------------------------
 # Loading
@@ -319,14 +321,23 @@ def _build(data: dict[str, Any], env: Mapping[str, str], base_dir: Path, source:
             paths.append(_resolve_network(target, index, env, base_dir, problems, reads))
         else:
             paths.append(None)
+    if global_ is not None and global_.budget is not None:
+        _check_shares(global_.budget, names, problems)
     if problems or global_ is None:
         raise ConfigError("invalid config", problems)
 
     resolved_probes = {name: probe for name, probe in probes.items() if probe is not None}
+    if simulator is not None and not simulator.api_key:
+        # Never an open simulator: another local user could drive the endpoint we measure.
+        simulator = simulator.model_copy(update={"api_key": process_key()})
     built = []
     for target, (key, key_source), path in zip(targets, keys, paths, strict=True):
         assert target is not None and path is not None  # or a problem was reported
         proxy, tls = path
+        if (simulator is not None and simulator.api_key and key is None
+                and key_source.kind is KeyKind.NONE and target.aws_sigv4 is None
+                and points_at(target.base_url, simulator.listen)):
+            key, key_source = Secret(simulator.api_key), KeySource(KeyKind.SIMULATOR)
         if target.aws_sigv4 is not None:
             key_source = KeySource(KeyKind.AWS_SIGV4, target.aws_sigv4.region + (
                 f" (profile {target.aws_sigv4.profile})" if target.aws_sigv4.profile else ""))
@@ -366,12 +377,36 @@ def _build(data: dict[str, Any], env: Mapping[str, str], base_dir: Path, source:
                 update={"max_cost_per_day": budget.max_cost_per_day / count})})
     state_dir = (base_dir / global_.state_dir if global_.state_dir is not None
                  else default_state_dir(source) if source is not None else None)
+    if state_dir is None and source is not None and _needs_state(global_, series):
+        raise ConfigError("invalid config", [_problem(("global", "state_dir"), NO_DEFAULT)])
     return Config(global_=global_, simulator=simulator, probes=resolved_probes,
                   targets=tuple(built), series=series, buckets=buckets, source=source,
                   state_dir=state_dir,
                   raw=data, files=tuple(path for path, _ in reads),
                   interpolated_secrets=tuple(dict.fromkeys(s.value for s in substituted
                                                            if s.secret)), shard=shard)
+
+
+def _needs_state(global_: GlobalConfig, series: Sequence[Series]) -> bool:
+    """Whether the config keeps state in `global.state_dir`: a spend record there (a budget
+    without its own `state_file`) or identity references."""
+    budget = global_.budget
+    return (budget is not None and not budget.state_file) or any(
+        s.probe.kind is ProbeKind.IDENTITY for s in series)
+
+
+def _check_shares(budget: BudgetConfig, names: Mapping[str, int],
+                  problems: list[ConfigProblem]) -> None:
+    """`global.budget.shares` names targets, and leaves a share for the targets it does not."""
+    loc = ("global", "budget", "shares")
+    for name in budget.shares:
+        if name not in names:
+            problems.append(_problem((*loc, name), f"no target named {name!r} (targets: "
+                                     f"{', '.join(names)})"))
+    left = [name for name in names if name not in budget.shares]
+    if left and sum(budget.shares.values()) >= 1 - 1e-9:
+        problems.append(_problem(loc, "the shares add up to 1, leaving nothing for "
+                                 f"{', '.join(left)}: name them with a share, or lower others"))
 
 
 def _check_interval(section: Mapping[str, Any], loc: Loc, floor: float,

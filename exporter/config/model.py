@@ -13,7 +13,7 @@ from typing import Any, cast
 
 from exporter.apis import Api
 from exporter.config.network import TLS, Proxy
-from exporter.config.probe import ProbeConfig, SloConfig
+from exporter.config.probe import ProbeConfig, ProbeKind, SloConfig
 from exporter.config.reasoning import Effort, merge_patches
 from exporter.config.schema import (
     AwsSigV4Config,
@@ -34,6 +34,7 @@ from exporter.config.types import Secret
 from exporter.exposition.families import Family, Objective, RatioObjective
 from exporter.log import REDACTED, Redactor
 from exporter.providers.gateway import GatewayModel
+from exporter.providers.price_bounds import RefusedPrice
 from exporter.providers.prices import ModelPrice
 from exporter.providers.rules import lookup, quiet_default
 
@@ -51,6 +52,7 @@ class KeyKind(StrEnum):
     FILE = "file"            # api_key_file: a path (re-read when it changes)
     LITERAL = "literal"      # api_key: written in the config (or put there by ${VAR})
     NONE = "none"            # no key is sent
+    SIMULATOR = "simulator"  # the embedded simulator's (simulator.api_key, or generated)
     AWS_SIGV4 = "aws_sigv4"  # requests are signed: the AWS credential chain
 
 
@@ -153,6 +155,7 @@ class Series:
     jitter: float
     slo: Objectives = field(default_factory=Objectives)
     price: ModelPrice | None = None  # None: unknown, no cost is counted
+    refused_price: RefusedPrice | None = None  # a gateway's or library price out of bounds
     gateway: GatewayModel | None = None  # what the gateway says of the model (discovery)
     discovered: bool = False  # listed by the gateway, not by `models:`
 
@@ -160,6 +163,14 @@ class Series:
     def key(self) -> SeriesKey:
         """The (target, model, probe) label values."""
         return (self.target.name, self.model, self.probe_name)
+
+    @property
+    def claimed_unsupported(self) -> bool:
+        """Whether the gateway says this model cannot serve the probe (its `mode`, its
+        capabilities): a configured model's series stays, its probe is skipped
+        (`llm_probe_skipped_total{reason="unsupported"}`); a discovered one gets no series."""
+        return self.gateway is not None and not self.gateway.serves(
+            self.probe.features, self.probe.kind is ProbeKind.EMBEDDING)
 
     @property
     def family_name(self) -> str:

@@ -5,8 +5,10 @@ The probes and the objectives they share with every level are in config/probe.py
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from typing import Any, Literal
 
+import regex as pyregex
 from pydantic import ConfigDict, Field, field_validator, model_validator
 from yarl import URL
 
@@ -40,6 +42,29 @@ class BudgetConfig(StrictModel):
     # Sharded (`--shard i/n`): max_cost_per_day is the whole fleet's, each shard stops at its
     # n-th; `per_shard: true` makes it every shard's own limit instead.
     per_shard: bool = False
+    # The most a target may spend of the day's limit, as a fraction; the targets not named
+    # share what is left equally (serve/budget.py).
+    shares: dict[str, float] = Field(default_factory=dict)
+
+    def amounts(self, targets: Iterable[str]) -> dict[str, float]:
+        """Each target's share of the day's limit, as an amount: its `shares:` fraction, else
+        an equal part of what the named fractions leave."""
+        names = list(dict.fromkeys(targets))
+        rest = [name for name in names if name not in self.shares]
+        left = max(0.0, 1.0 - sum(self.shares.values()))
+        return {name: self.max_cost_per_day * (self.shares[name] if name in self.shares
+                                               else left / len(rest)) for name in names}
+
+    @field_validator("shares")
+    @classmethod
+    def _check_shares(cls, shares: dict[str, float]) -> dict[str, float]:
+        for name, fraction in shares.items():
+            if not (0 < fraction <= 1):
+                raise ValueError(f"{name}: a share is a fraction of the budget above 0 and at "
+                                 "most 1")
+        if sum(shares.values()) > 1 + 1e-9:
+            raise ValueError(f"the shares add up to {sum(shares.values()):g}; at most 1")
+        return shares
 
     @field_validator("state_file")
     @classmethod
@@ -158,22 +183,33 @@ class GlobalConfig(StrictModel):
         return buckets
 
 
+# The simulator is demo-sized: what one request (its `x-sim-*` headers, its body) or the admin
+# endpoint can make it do is bounded by these, so no client can make it hold gigabytes or hang
+# a connection for days (docs/security.md).
+SIM_MAX_TOKENS = 16_384      # output, reasoning tokens and tokens per chunk of one answer
+SIM_MAX_DELAY = 300.0        # seconds: ttft, tpot, stall
+SIM_MAX_DIMENSIONS = 4_096   # one embedding's size (text-embedding-3-large: 3072)
+SIM_MAX_EMBED_INPUTS = 64    # texts in one embeddings request
+SIM_MAX_CAPACITY = 1_024     # concurrent generations per model
+
+
 class SimulatedModel(StrictModel):
     """Latency profile and faults of one model served by the embedded simulator."""
 
-    ttft: Duration = 0.3
-    tpot: Duration = 0.02
+    ttft: Duration = Field(default=0.3, le=SIM_MAX_DELAY)
+    tpot: Duration = Field(default=0.02, le=SIM_MAX_DELAY)
     jitter: float = Field(default=0.1, ge=0.0, le=1.0)
-    output_tokens: int = Field(default=64, ge=0)
-    tokens_per_chunk: int = Field(default=1, ge=1)
-    reasoning_tokens: int = Field(default=0, ge=0)
+    output_tokens: int = Field(default=64, ge=0, le=SIM_MAX_TOKENS)
+    tokens_per_chunk: int = Field(default=1, ge=1, le=SIM_MAX_TOKENS)
+    reasoning_tokens: int = Field(default=0, ge=0, le=SIM_MAX_TOKENS)
     error_rate: float = Field(default=0.0, ge=0.0, le=1.0)
     error_status: int = Field(default=500, ge=400, le=599)
     stall_rate: float = Field(default=0.0, ge=0.0, le=1.0)
-    stall: Duration = 30.0
+    stall: Duration = Field(default=30.0, le=SIM_MAX_DELAY)
     disconnect_rate: float = Field(default=0.0, ge=0.0, le=1.0)
-    capacity: int | None = Field(default=None, ge=1)
-    dimensions: int = Field(default=1536, ge=1)  # embedding size when a request names none
+    capacity: int | None = Field(default=None, ge=1, le=SIM_MAX_CAPACITY)
+    # embedding size when a request names none
+    dimensions: int = Field(default=1536, ge=1, le=SIM_MAX_DIMENSIONS)
     # What answers report as `model` (default: the requested name) and `system_fingerprint`
     # (a dated snapshot behind an alias; flip it with a reload to show a served-model change).
     served_model: str | None = Field(default=None, min_length=1, max_length=128)
@@ -313,6 +349,7 @@ def check_proxy_url(url: str) -> str:
 
 
 MAX_DISCOVERED = 1000  # models one target may discover at most (discover.max_models)
+MAX_NEW_PER_DAY = 100_000  # discover.max_new_per_day at most
 MAX_PATTERN = 512  # characters of one include/exclude pattern
 MIN_REFRESH = 60.0  # shorter discovery refreshes need global.allow_short_intervals
 
@@ -335,6 +372,8 @@ class DiscoverConfig(StrictModel):
     exclude: tuple[str, ...] = ()
     refresh: PositiveDuration = 600.0
     max_models: int = Field(default=100, ge=1, le=MAX_DISCOVERED)
+    # Names admitted after the first good list, per UTC day; the rest wait (refused, counted).
+    max_new_per_day: int = Field(default=100, ge=0, le=MAX_NEW_PER_DAY)
 
     @field_validator("include", "exclude")
     @classmethod
@@ -343,8 +382,9 @@ class DiscoverConfig(StrictModel):
             if not pattern or len(pattern) > MAX_PATTERN:
                 raise ValueError(f"a pattern must be 1 to {MAX_PATTERN} characters")
             try:
-                re.compile(pattern)
-            except re.error as exc:
+                re.compile(pattern)  # the stdlib's syntax, which `regex` (used to match) accepts
+                pyregex.compile(pattern)
+            except (re.error, pyregex.error) as exc:
                 raise ValueError(f"{pattern!r} is not a regular expression: {exc}") from None
         return patterns
 

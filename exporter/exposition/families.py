@@ -44,6 +44,20 @@ class SkipReason(StrEnum):
     BUDGET = "budget"
     OVERLAP = "overlap"
     RATE_LIMITED = "rate_limited"
+    # A configured model the gateway says cannot serve this probe (its `mode` or capabilities):
+    # the series stays, its probe is not sent.
+    UNSUPPORTED = "unsupported"
+
+
+class NameRefusal(StrEnum):
+    """`llm_probe_discovery_names_refused_total{reason}`: why a listed name is not used."""
+
+    INVALID = "invalid"  # not a string, empty, too long, control characters, padded
+    INVISIBLE = "invisible"  # format characters (bidi, zero-width, BOM) or NFKC look-alikes
+    SECRET = "secret"  # holds a secret the redactor knows (the key, echoed)
+    DUPLICATE = "duplicate"  # listed twice
+    PATTERN_TIMEOUT = "pattern_timeout"  # an include/exclude pattern ran out of time on it
+    DAILY_LIMIT = "daily_limit"  # past the target's new names for the UTC day
 
 
 class CheckOutcome(StrEnum):
@@ -117,6 +131,7 @@ class Family(StrEnum):
     TOKENS = "tokens"
     ESTIMATED_TOKENS = "estimated_tokens"
     COST = "cost"
+    COST_CAPPED = "cost_capped"
     SKIPPED = "skipped"
     CHECKS = "checks"
     OBJECTIVE_SECONDS = "objective_seconds"
@@ -144,6 +159,9 @@ class Family(StrEnum):
     BUDGET_SPENT = "budget_spent"
     BUDGET_LIMIT = "budget_limit"
     BUDGET_RECORD_OK = "budget_record_ok"
+    STATE_BYTES = "state_bytes"
+    BUDGET_TARGET_SPENT = "budget_target_spent"
+    BUDGET_TARGET_LIMIT = "budget_target_limit"
     RELOAD_OK = "config_last_reload_successful"
     RELOAD_TIME = "config_last_reload_success_timestamp_seconds"
     WEB_CONFIG_RELOAD_OK = "web_config_last_reload_successful"
@@ -151,11 +169,13 @@ class Family(StrEnum):
     HTTP_CONNECTIONS_LIMIT = "http_connections_limit"
     HTTP_CONNECTIONS_CLOSED = "http_connections_closed"
     PRICE_INFO = "price_info"
+    PRICES_REFUSED = "prices_refused"
     DISCOVERY_MODELS = "discovery_models"
     DISCOVERY_LISTED = "discovery_listed_models"
     DISCOVERY_KEPT = "discovery_kept_models"
     DISCOVERY_REFRESHES = "discovery_refreshes"
     DISCOVERY_LAST_SUCCESS = "discovery_last_success_timestamp_seconds"
+    DISCOVERY_NAMES_REFUSED = "discovery_names_refused"
     # /probe
     ONDEMAND_SUCCESS = "ondemand_success"
     ONDEMAND_RESULT = "ondemand_result"
@@ -264,6 +284,10 @@ FAMILIES: tuple[FamilySpec, ...] = (
           "Output tokens that were estimated because the server sent no usage."),
     _spec(Family.COST, "llm_probe_cost", _C, _P,
           "Cost of probes from the configured prices.", "currency"),
+    _spec(Family.COST_CAPPED, "llm_probe_cost_capped", _C, _P,
+          "Probes whose usage, as the server reported it, would cost more than the plan's "
+          "ceiling for the probe (prompt and output limit at its price, x2, +256 prompt "
+          "tokens): charged the ceiling instead. Any increase is an upstream over-claim."),
     _spec(Family.SKIPPED, "llm_probe_skipped", _C, _P,
           "Scheduled probes that did not run, by reason.", "reason", SkipReason),
     _spec(Family.CHECKS, "llm_probe_checks", _C, _P,
@@ -330,6 +354,16 @@ FAMILIES: tuple[FamilySpec, ...] = (
           "1: the spend record of global.budget is usable; 0: it cannot be read or the path "
           "holds another file, and every probe is skipped (reason budget) until it can be.",
           "currency"),
+    _spec(Family.STATE_BYTES, "llm_probe_state_bytes", _G, _E,
+          "Bytes of the exporter's files in global.state_dir (the spend record, identity "
+          "references), as of the latest sweep (every minute)."),
+    FamilySpec(Family.BUDGET_TARGET_SPENT, "llm_probe_budget_target_spent", _G, _E,
+               "Spent today (UTC) by the target's probes against its share of global.budget.",
+               ("target", "currency")),
+    FamilySpec(Family.BUDGET_TARGET_LIMIT, "llm_probe_budget_target_limit", _G, _E,
+               "The target's share of global.budget.max_cost_per_day (global.budget.shares, "
+               "else an equal part of what the named shares leave); its probes are skipped "
+               "(reason budget) once it is spent.", ("target", "currency")),
     _spec(Family.RELOAD_OK, "llm_probe_config_last_reload_successful", _G, _E,
           "Whether the last config load succeeded."),
     _spec(Family.RELOAD_TIME, "llm_probe_config_last_reload_success_timestamp_seconds", _G, _E,
@@ -350,6 +384,11 @@ FAMILIES: tuple[FamilySpec, ...] = (
                "1 per probed (target, model): where its price comes from (config, gateway, "
                "library) and its currency; source=\"unknown\": no price, its cost is not "
                "counted.", ("target", "model", "source", "currency")),
+    FamilySpec(Family.PRICES_REFUSED, "llm_probe_prices_refused", _G, _E,
+               "Probed models whose price from a gateway or the library was refused by a "
+               "sanity bound (above_ceiling: over 1,000 per 1M tokens; above_library: a "
+               "gateway's over 10x the library's for the model); the next source is used.",
+               ("target", "source", "reason")),
     FamilySpec(Family.DISCOVERY_MODELS, "llm_probe_discovery_models", _G, _E,
                "Models on a discovering target's last good list that it probes (configured "
                "in models: or discovered; after include/exclude, the caps and the probes each "
@@ -367,6 +406,11 @@ FAMILIES: tuple[FamilySpec, ...] = (
     FamilySpec(Family.DISCOVERY_LAST_SUCCESS, "llm_probe_discovery_last_success_timestamp_seconds",
                _G, _E, "Unix time of the target's last successful model list refresh.",
                ("target",)),
+    FamilySpec(Family.DISCOVERY_NAMES_REFUSED, "llm_probe_discovery_names_refused", _C, _E,
+               "Listed names not used, per refresh, by reason: invalid, invisible (bidi, "
+               "zero-width or look-alike characters), secret, duplicate, pattern_timeout "
+               "(include/exclude ran out of time), daily_limit (past discover.max_new_per_day).",
+               ("target", "reason")),
     # -- /probe (one run, blackbox-style) --------------------------------------------------
     _spec(Family.ONDEMAND_SUCCESS, "llm_probe_ondemand_success", _G, _O,
           "Whether this probe succeeded (1/0)."),

@@ -53,6 +53,7 @@ from exporter.exposition.families import (
     FamilySpec,
     IdentityOutcome,
     IdentityWindow,
+    NameRefusal,
     Shape,
     SkipReason,
 )
@@ -134,6 +135,18 @@ class _Restricted:
                     yield restricted
 
 
+def refused_prices(config: Config) -> dict[tuple[str, str, str], int]:
+    """Probed models whose price was refused, by (target, source, reason)."""
+    models = {(s.target.name, s.model): s.refused_price for s in config.series
+              if s.refused_price is not None}
+    counts: dict[tuple[str, str, str], int] = {}
+    for (target, _), refused in models.items():
+        assert refused is not None
+        key = (target, refused.source.value, refused.reason.value)
+        counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
 def _own_gauge(family: Family, registry: CollectorRegistry) -> Gauge:
     spec = BY_KEY[family]
     return Gauge(spec.name, spec.help, spec.labels, registry=registry)
@@ -210,6 +223,13 @@ class DiscoveryCollector:
         self.counts: dict[str, DiscoveryCounts] = {}
         self.refreshes: dict[tuple[str, Result], int] = {}
         self.succeeded: dict[str, float] = {}
+        self.refused: dict[tuple[str, NameRefusal], int] = {}
+
+    def refuse(self, target: str, counts: Mapping[NameRefusal, int]) -> None:
+        """Names one refresh of `target` did not use, by reason."""
+        for reason, count in counts.items():
+            if count:
+                self.refused[(target, reason)] = self.refused.get((target, reason), 0) + count
 
     def record(self, target: str, result: Result, succeeded_at: float | None) -> None:
         """One refresh of `target`."""
@@ -230,6 +250,8 @@ class DiscoveryCollector:
                 del known[target]
         for key in [k for k in self.refreshes if k[0] not in wanted]:
             del self.refreshes[key]
+        for refused in [k for k in self.refused if k[0] not in wanted]:
+            del self.refused[refused]
 
     def collect(self) -> Iterator[Metric]:
         """The discovery families (empty without a discovering target)."""
@@ -251,6 +273,11 @@ class DiscoveryCollector:
         for target, when in sorted(self.succeeded.items()):
             family.add_metric([target], when)
         yield family
+        names = BY_KEY[Family.DISCOVERY_NAMES_REFUSED]
+        counter = CounterMetricFamily(names.name, names.help, labels=names.labels)
+        for (target, reason), count in sorted(self.refused.items()):
+            counter.add_metric([target, reason.value], count)
+        yield counter
 
 
 class ExporterMetrics:
@@ -284,10 +311,14 @@ class ExporterMetrics:
         self.budget_spent = _own_gauge(Family.BUDGET_SPENT, own)
         self.budget_limit = _own_gauge(Family.BUDGET_LIMIT, own)
         self.budget_record_ok = _own_gauge(Family.BUDGET_RECORD_OK, own)
+        self.state_bytes = _own_gauge(Family.STATE_BYTES, own)
+        self.budget_target_spent = _own_gauge(Family.BUDGET_TARGET_SPENT, own)
+        self.budget_target_limit = _own_gauge(Family.BUDGET_TARGET_LIMIT, own)
         self.reload_ok = _own_gauge(Family.RELOAD_OK, own)
         self.reload_time = _own_gauge(Family.RELOAD_TIME, own)
         self.price_info = _own_gauge(Family.PRICE_INFO, own)
         self._priced: dict[tuple[str, str], tuple[str, str]] = {}  # (target, model) → labels
+        self.prices_refused = _own_gauge(Family.PRICES_REFUSED, own)
         self.discoveries = DiscoveryCollector()
         own.register(self.discoveries)
         if process_metrics:
@@ -365,6 +396,9 @@ class ExporterMetrics:
             if key not in self._priced:
                 self.price_info.labels(*key, *labels).set(1)
                 self._priced[key] = labels
+        self.prices_refused.clear()
+        for (target, source, reason), count in refused_prices(config).items():
+            self.prices_refused.labels(target, source, reason).set(count)
 
     def _sync(self, values: SeriesValues, series: Series) -> None:
         """Give a series the children `children.at_load` lists (keeping those that appeared on
@@ -444,6 +478,9 @@ class ExporterMetrics:
             values.inc(Family.ESTIMATED_TOKENS, result.output_tokens)
         if result.cost and values.get(Family.COST, result.currency) is not None:
             values.inc(Family.COST, result.cost, result.currency)
+        if result.claimed_cost is not None:
+            values.create(Family.COST_CAPPED)  # on first need: an over-claim is rare
+            values.inc(Family.COST_CAPPED, 1)
 
     def _seen_reasoning(self, series: Series, family: Family, seconds: float,
                         ttft: float | None) -> bool:
@@ -488,10 +525,20 @@ class ExporterMetrics:
         self.budget_spent.clear()
         self.budget_limit.clear()
         self.budget_record_ok.clear()
+        self.budget_target_spent.clear()
+        self.budget_target_limit.clear()
         if budget is not None:
             self.budget_spent.labels(budget.currency).set(budget.spent)
             self.budget_limit.labels(budget.currency).set(budget.limit)
             self.budget_record_ok.labels(budget.currency).set(0 if budget.problem else 1)
+            for target, share in budget.shares.items():
+                self.budget_target_limit.labels(target, budget.currency).set(share)
+                self.budget_target_spent.labels(target, budget.currency).set(
+                    budget.by_target.get(target, 0.0))
+
+    def set_state_bytes(self, size: int) -> None:
+        """Show the state directory's size in bytes (0 without one)."""
+        self.state_bytes.set(size)
 
     def reload_status(self, ok: bool, when: float | None = None) -> None:
         """Record the outcome of a config (re)load."""

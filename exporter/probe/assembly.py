@@ -16,6 +16,7 @@ from exporter.apis import RATELIMIT_HEADERS, REQUEST_ID_HEADERS
 from exporter.config import Expect, Series
 from exporter.errors import HTTPStatusError, ProbeError, Result
 from exporter.log import Redactor
+from exporter.probe.charge import charge_ceiling
 from exporter.probe.failures import REASON_LIMIT
 from exporter.probe.tokens import estimate_tokens, heuristic_tokens
 from exporter.probe.transport import NetStamps
@@ -156,7 +157,7 @@ def assemble(series: Series, attempt: Attempt, error: ProbeError | None, started
     clocks = ProbeStamps(stamps.t0, stamps.t_headers, stamps.t_first, stamps.t_answer,
                          stamps.t_last, stamps.t_end, unix_offset=wall() - clock())
     usage = Usage()
-    cost = currency = None
+    cost = currency = claimed = None
     if attempt.stream_done and (parser is not None or attempt.embedding is not None):
         usage = usage_of(attempt, n_tokens)
         price = series.price
@@ -166,6 +167,9 @@ def assemble(series: Series, attempt: Attempt, error: ProbeError | None, started
                                 input_price=rates.input, output_price=rates.output,
                                 cached_price=rates.cached_input)
             currency = price.currency
+            limit = charge_ceiling(series)
+            if limit is not None and cost > limit:
+                cost, claimed = limit, cost  # no claim spends more than the plan allows
     headers = attempt.headers
     clip = redactor.clip
     answer = "".join(parser.answer) if parser is not None else ""
@@ -178,7 +182,7 @@ def assemble(series: Series, attempt: Attempt, error: ProbeError | None, started
         result=result, reason=clip(error.reason, REASON_LIMIT) if error else "",
         cause=error.cause if error else None,
         timings=timings, usage=usage, output_tokens=n_tokens, token_source=source,
-        cost=cost, currency=currency, answer=clip(answer, ANSWER_LIMIT),
+        cost=cost, currency=currency, claimed_cost=claimed, answer=clip(answer, ANSWER_LIMIT),
         finish_reason=clip(finish_reason, FIELD_LIMIT) if finish_reason else None,
         response_id=clip(response_id, FIELD_LIMIT) if response_id else None,
         status=attempt.status, ratelimit=ratelimits(headers), case=attempt.case,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 import aiohttp
@@ -32,7 +32,7 @@ from exporter.errors import (
     StreamError,
 )
 from exporter.log import REDACTOR, Redactor, get_logger
-from exporter.probe import tokens
+from exporter.probe import charge, tokens
 from exporter.probe.adapt import MAX_ADAPTATIONS, Adaptations
 from exporter.probe.assembly import ANSWER_LIMIT, Attempt, assemble, output_tokens
 from exporter.probe.checks import Observed, run_checks
@@ -121,6 +121,15 @@ class Prober:
         # Signing over the finished request (SigV4 for `aws_sigv4`), per series.
         self._signers = signers if signers is not None else AwsSigners(redactor)
 
+    def retain(self, series: Collection[Series]) -> None:
+        """Forget what the prober keeps per series (golden-set turns) and per model
+        (adaptations) for everything not in `series`: a reload dropped it, or discovery did
+        after its grace period; a gateway's churn must not grow these without bound."""
+        keep = {s.key for s in series}
+        for key in [k for k in self._case_turn if k not in keep]:
+            del self._case_turn[key]
+        self.adaptations.retain(series)
+
     async def __aenter__(self) -> Prober:
         await self.start()
         return self
@@ -176,7 +185,7 @@ class Prober:
                     await self._run_embedding(series, attempt)
                 else:
                     await self._run(series, attempt)
-            await self._vocabulary_for(attempt)
+            await self._vocabulary_for(attempt, series)
             error = await self._evaluate(series, attempt)
         except ProbeError as exc:
             error = exc
@@ -191,7 +200,7 @@ class Prober:
         if attempt.stamps.t_end is None:
             attempt.stamps.t_end = self._clock()  # the probe ended here, whatever waits next
         try:
-            await self._vocabulary_for(attempt)
+            await self._vocabulary_for(attempt, series)
             return self._assemble(series, attempt, error, started)
         except Exception as exc:  # what a parser collected is unusable: still one result
             self._log.exception("probe result failed", target=series.target.name,
@@ -205,10 +214,15 @@ class Prober:
         return assemble(series, attempt, error, started, clock=self._clock, wall=self._wall,
                         redactor=self._redact, adapted=self.adaptations.adapted(series))
 
-    async def _vocabulary_for(self, attempt: Attempt) -> None:
+    async def _vocabulary_for(self, attempt: Attempt, series: Series) -> None:
         """Load the token vocabulary (~40 MiB; once, in a worker thread) when this result will
-        count tokens offline: a process whose servers all report usage never pays for it. The
-        stream's stamps are taken already; waiting here delays only this result."""
+        count tokens offline, or a priced series' charge ceiling is first needed (its prompt is
+        counted like `check` counts it): a process of unpriced series whose servers all report
+        usage never pays for it. The stream's stamps are taken already; waiting here delays
+        only this result."""
+        if series.price is not None and attempt.stream_done and not charge.planned(
+                series.probe):
+            await asyncio.to_thread(charge.planned_input, series.probe)
         if tokens.loaded() or not attempt.counts_offline():
             return
         if self._vocabulary is None:

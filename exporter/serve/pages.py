@@ -126,6 +126,20 @@ def identity_html(statuses: dict[tuple[str, str, str], IdentityStatus], now: flo
             f"<tbody>{''.join(rows)}</tbody></table>")
 
 
+def _state_line(state: dict[str, Any]) -> str:
+    """` · state: 12.3 KiB in 4 files` (escaped), or nothing without a state directory."""
+    if not state:
+        return ""
+    size = float(state.get("bytes", 0))
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            break
+        size /= 1024
+    shown = f"{size:.0f} B" if unit == "B" else f"{size:.1f} {unit}"
+    return (f' · <span title="{html.escape(REDACTOR(str(state.get("directory", ""))))}">state: '
+            f"{shown} in {int(state.get('files', 0))} files</span>")
+
+
 def render_status_page(snapshot: Snapshot, info: dict[str, Any], now: float) -> str:
     """The status page HTML: every series' last result and recent failures."""
     redact = REDACTOR
@@ -136,6 +150,7 @@ def render_status_page(snapshot: Snapshot, info: dict[str, Any], now: float) -> 
 
     rows = []
     unpriced = {tuple(key) for key in info.get("unpriced", ())}
+    refused: dict[str, str] = info.get("prices_refused") or {}
     for (target, model, probe), r in snapshot.latest.items():
         served, fingerprint = snapshot.served.get((target, model, probe), ("", ""))
         # One cell, a line each: the page stays readable at 1,280 px with long names.
@@ -154,6 +169,9 @@ def render_status_page(snapshot: Snapshot, info: dict[str, Any], now: float) -> 
         efficiency = "–" if r.token_efficiency is None else f"{r.token_efficiency:.0%}"
         cost = f"{r.cost:.6f}<br>{esc(r.currency or '')}" if r.cost is not None else (
             "unknown price" if (target, model, probe) in unpriced else "–")
+        why = refused.get(f"{target}/{model}/{probe}")
+        if why:  # where the price comes from instead, and why
+            cost += f'<br><span class="fp" title="{esc(why)}">price refused</span>'
         tps = "–" if t.tps is None else f"{t.tps:.1f}"
         status = snapshot.identity.get((target, model, probe))
         flag = ('<br><span class="bad">identity: different</span>'
@@ -180,6 +198,10 @@ def render_status_page(snapshot: Snapshot, info: dict[str, Any], now: float) -> 
         warning += ('<div class="warn">Probes are stopped: the spend record of global.budget '
                     f"cannot be used ({esc(info['budget_problem'])}). Fix or remove it, then "
                     "reload.</div>")
+    state = info.get("state") or {}
+    if state.get("problem"):
+        warning += ('<div class="warn">The state directory cannot be swept '
+                    f"({esc(state['problem'])}).</div>")
     lag = info.get("event_loop_lag_max_seconds") or 0.0
     if lag > LOOP_LAG_WARNING:
         warning += ('<div class="warn">The event loop woke up to '
@@ -193,7 +215,7 @@ def render_status_page(snapshot: Snapshot, info: dict[str, Any], now: float) -> 
 <h1>llm-probe-exporter {esc(str(info.get('version')))}</h1>
 <p><a href="/metrics">/metrics</a> · <a href="/api/v1/results">/api/v1/results</a> ·
 <a href="/config">/config</a> · {len(snapshot.latest)} series ·
-{info.get('in_flight', 0)} in flight</p>
+{info.get('in_flight', 0)} in flight{_state_line(state)}</p>
 {state_dir}{warning}{discovery_html(info.get("discovery", []), esc)}
 {identity_html(snapshot.identity, now, esc)}
 <h2>Series</h2>

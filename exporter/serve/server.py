@@ -51,6 +51,7 @@ from exporter.serve.ondemand import (
 from exporter.serve.pages import render_status_page, results_document
 from exporter.serve.results import ResultStore, Snapshot
 from exporter.serve.scheduler import Scheduler
+from exporter.serve.statedir import StateUsage
 from exporter.serve.webconfig import LiveWebConfig
 
 
@@ -115,6 +116,7 @@ class ServerState:
     adaptations: Callable[[], list[dict[str, str]]] | None = None
     loop_lag_recent: float = 0.0  # worst event-loop lag over the last minute (seconds)
     discovery: Discovery | None = None  # the discovering targets' model lists
+    state_usage: StateUsage | None = None  # the state directory, as of the latest sweep
     loop: asyncio.AbstractEventLoop | None = None  # the probing loop (set by start_server)
     reloads: Coalescer = field(default_factory=Coalescer)
     renders: SharedRenders = field(default_factory=SharedRenders)
@@ -418,8 +420,12 @@ def _state_info(state: ServerState) -> dict[str, Any]:
             "budget_problem": (state.scheduler.budget.problem or None
                                if state.scheduler.budget is not None else None),
             "discovery": state.discovery.describe(time.time()) if state.discovery else [],
+            "state": state.state_usage.describe() if state.state_usage else None,
             "unpriced": sorted({s.key for s in state.config.series if s.price is None}
                                if state.config else ()),
+            "prices_refused": {"/".join(s.key): s.refused_price.describe()
+                               for s in (state.config.series if state.config else ())
+                               if s.refused_price is not None},
             "state_dir": str(state.config.state_dir)
             if state.config is not None and state.config.state_dir is not None else None}
 
@@ -460,9 +466,11 @@ async def config_handler(request: web.Request) -> web.Response:
     if state.adaptations is not None:
         data["adapted_parameters"] = state.adaptations()
     data["prices"] = price_table(state.config)
-    data["state"] = state_files(state)
     if state.discovery is not None:
         data["discovery"] = state.discovery.describe(time.time())
+    # Where state lives and what is in it: the files (ours) and their use (the latest sweep).
+    data["state"] = {**state_files(state),
+                     **(state.state_usage.describe() if state.state_usage is not None else {})}
     data = REDACTOR.tree(data)
     if request.query.get("format") == "json":
         return web.Response(text=REDACTOR.net(orjson.dumps(data).decode()),
