@@ -155,7 +155,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="run even when the run's cost ceiling passes global.budget")
     bench.add_argument("--fail-on", dest="fail_on", default=None,
                        metavar="ttft_p95=+20%,cost=+15%",
-                       help="exit 1 when a metric regressed beyond its limit vs --baseline")
+                       help="exit 1 when a metric regressed beyond its limit vs --baseline, "
+                            "3 when the requests are too few to decide")
+    bench.add_argument("--confidence", default="95%", metavar="95%",
+                       help="confidence of the --fail-on decisions' intervals (default 95%%)")
 
     simulate = commands.add_parser("simulate", help="run the embedded simulator standalone")
     simulate.add_argument("--listen", default=None, help="address (default 127.0.0.1:9472)")
@@ -325,9 +328,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
     import asyncio
 
     from exporter.bench.command import BenchOutputs, run_bench_command
-    from exporter.bench.options import parse_options
+    from exporter.bench.options import parse_confidence, parse_options
 
     try:
+        confidence = parse_confidence(args.confidence)
         options = parse_options(
             concurrency=args.concurrency, rate=args.rate, requests=args.requests,
             duration=args.duration, warmup=args.warmup, slo=args.slo,
@@ -340,7 +344,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if config is None:
         return 1
     outputs = BenchOutputs(output=args.output, csv=args.csv, report=args.report,
-                           baseline=args.baseline, fail_on=args.fail_on)
+                           baseline=args.baseline, fail_on=args.fail_on,
+                           confidence=confidence)
     return asyncio.run(run_bench_command(config, _selection(args), options=options,
                                          outputs=outputs, yes=args.yes))
 

@@ -204,3 +204,8 @@ def test_peer_exports_pair_by_id_and_land_on_the_monotonic_clock(tmp_path: Path)
     (bench / "run.json").write_bytes(orjson.dumps({"records": [record]}))
     [m] = BenchTool().parse(bench, 1)
     assert (m.rid, m.t0, m.t_first, m.chunk_gap_mean) == ("chatcmpl-00000009", 5.0, 5.2, 0.02)
+
+
+def test_gate_smoke() -> None:
+    out = run_benchmark("gate")
+    assert "## long-tailed, ttft_p95=+20%" in out and "same: undecided" in out

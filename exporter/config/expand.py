@@ -112,16 +112,35 @@ def price_of(target: Target, model: str,
 
 
 def probes_of(target: Target, model: str, info: GatewayModel | None,
-              probes: Mapping[str, ProbeConfig]) -> tuple[str, ...]:
+              probes: Mapping[str, ProbeConfig], found: bool = False) -> tuple[str, ...]:
     """The probes that run on a model: its entry's, else the target's that the gateway does
-    not say the model cannot serve."""
+    not say the model cannot serve. A discovered model (`found`) also passes each probe's
+    `discover.probes` filter, and gets an embedding probe only when the gateway says it embeds
+    or that filter names it: a gateway that states no mode (LiteLLM outside its cost map) says
+    nothing either way, and most routes chat."""
     named = target.model_probes.get(model)
     if named is not None:
         return named
     if info is None:
         return target.probes
-    return tuple(name for name in target.probes
-                 if info.serves(probes[name].features, probes[name].kind is ProbeKind.EMBEDDING))
+    filters = target.discover.probes if found and target.discover is not None else {}
+    chosen = []
+    for name in target.probes:
+        embedding = probes[name].kind is ProbeKind.EMBEDDING
+        rule = filters.get(name)
+        if rule is not None and not rule.admits(model):
+            continue
+        if found and embedding and info.mode is None and rule is None:
+            continue
+        if info.serves(probes[name].features, embedding):
+            chosen.append(name)
+    return tuple(chosen)
+
+
+def interval_of(target: Target, model: str, probe: ProbeConfig) -> float:
+    """A series' cadence, most specific first: the `models:` entry's, the probe's, the
+    target's (which is global.interval unless the target sets one)."""
+    return target.model_interval.get(model) or probe.interval or target.interval
 
 
 def discovered(target: Target, catalog: Catalog | None) -> list[GatewayModel]:
@@ -143,7 +162,8 @@ def _series_of(global_: GlobalConfig, probes: Mapping[str, ProbeConfig], target:
     if names is None:
         names = probes_of(target, model, info, probes)
     return [Series(target=target, model=model, probe_name=p, probe=probes[p],
-                   interval=target.interval, timeout=target.timeout, jitter=target.jitter,
+                   interval=interval_of(target, model, probes[p]), timeout=target.timeout,
+                   jitter=target.jitter,
                    slo=objectives(global_.slo, target.slo, probes[p].slo,
                                   target.model_slo.get(model)),
                    price=price, refused_price=refused, gateway=info, discovered=found)
@@ -171,7 +191,7 @@ def plan_series(global_: GlobalConfig, probes: Mapping[str, ProbeConfig],
             continue
         kept = 0
         for info in discovered(target, catalogs.get(target.name)):
-            names = probes_of(target, info.name, info, probes)
+            names = probes_of(target, info.name, info, probes, True)
             if not names:
                 continue  # the gateway says no probe of ours fits it (e.g. an image model)
             if kept >= target.discover.max_models or len(names) > room:

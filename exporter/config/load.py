@@ -27,6 +27,7 @@ from pydantic import (
 )
 
 from exporter.apis import Api
+from exporter.config.cadence import check_cadence
 from exporter.config.errors import ConfigError, ConfigProblem, format_location
 from exporter.config.expand import bucket_edges, check_references, plan_series, shard_series
 from exporter.config.interpolate import Scrubber, Substitution, interpolate
@@ -45,7 +46,6 @@ from exporter.config.probe import ProbeConfig, ProbeKind
 from exporter.config.rules_check import reasoning_problems
 from exporter.config.schema import (
     CONTROL,
-    MIN_REFRESH,
     BudgetConfig,
     GlobalConfig,
     SimulatorConfig,
@@ -56,10 +56,7 @@ from exporter.config.shard import parse_shard
 from exporter.config.simkey import points_at, process_key
 from exporter.config.types import (
     MAX_PROBE_NAME,
-    MIN_INTERVAL,
     Secret,
-    format_duration,
-    parse_duration,
 )
 from exporter.config.urls import split_query
 from exporter.files import FileRefused, YAMLDocument, parse_yaml, read_limited
@@ -288,11 +285,7 @@ def _build(data: dict[str, Any], env: Mapping[str, str], base_dir: Path, source:
                for index, value in enumerate(raw_targets)]
 
     # Cross-field checks, on the sections as written, so they run even where validation failed.
-    raw_global = data.get("global")
-    if not isinstance(raw_global, dict):
-        raw_global = {}
-    interval_floor = 0.0 if raw_global.get("allow_short_intervals") is True else MIN_INTERVAL
-    _check_interval(raw_global, ("global",), interval_floor, problems)
+    problems += check_cadence(data)
     names: dict[str, int] = {}
     keys: list[tuple[Secret | None, KeySource]] = []
     paths: list[tuple[Proxy | None, TLS] | None] = []
@@ -313,8 +306,6 @@ def _build(data: dict[str, Any], env: Mapping[str, str], base_dir: Path, source:
                 problems.append(_problem(
                     ("targets", index, "probes", j),
                     f"unknown probe {probe_name!r} (defined: {', '.join(probes)})"))
-        _check_interval(raw, ("targets", index), interval_floor, problems)
-        _check_refresh(raw, ("targets", index), interval_floor > 0, problems)
         keys.append(_resolve_key(raw, index, env, base_dir, problems, reads))
         if target is not None:
             _check_target(target, index, probes, problems)
@@ -356,6 +347,7 @@ def _build(data: dict[str, Any], env: Mapping[str, str], base_dir: Path, source:
             proxy=proxy, tls=tls, aws_sigv4=target.aws_sigv4,
             params=dict(target.params), model_family=target.families,
             model_probes={e.name: e.probes for e in target.entries if e.probes},
+            model_interval={e.name: e.interval for e in target.entries if e.interval},
             discover=target.discover, slo=target.slo, model_slo=dict(target.model_slo),
         ))
     series, _ = plan_series(global_, resolved_probes, built, {})
@@ -409,36 +401,6 @@ def _check_shares(budget: BudgetConfig, names: Mapping[str, int],
                                  f"{', '.join(left)}: name them with a share, or lower others"))
 
 
-def _check_interval(section: Mapping[str, Any], loc: Loc, floor: float,
-                    problems: list[ConfigProblem]) -> None:
-    """An interval under MIN_INTERVAL without the opt-in (invalid ones are reported elsewhere)."""
-    try:
-        seconds = parse_duration(section.get("interval", MIN_INTERVAL))
-    except ValueError:
-        return
-    if 0 < seconds < floor:
-        problems.append(_problem((*loc, "interval"), f"{format_duration(seconds)} is shorter "
-                                 f"than {format_duration(MIN_INTERVAL)} (a typo for minutes?); "
-                                 "set global.allow_short_intervals: true if you mean it"))
-
-
-def _check_refresh(section: Mapping[str, Any], loc: Loc, enforce: bool,
-                   problems: list[ConfigProblem]) -> None:
-    """A discovery refresh under MIN_REFRESH without `global.allow_short_intervals`."""
-    discover = section.get("discover")
-    if not enforce or not isinstance(discover, dict) or "refresh" not in discover:
-        return
-    try:
-        seconds = parse_duration(discover["refresh"])
-    except ValueError:
-        return
-    if 0 < seconds < MIN_REFRESH:
-        problems.append(_problem((*loc, "discover", "refresh"), f"{format_duration(seconds)} "
-                                 f"is shorter than {format_duration(MIN_REFRESH)}: every refresh "
-                                 "lists the gateway's models; set "
-                                 "global.allow_short_intervals: true if you mean it"))
-
-
 def _check_target(target: TargetConfig, index: int, probes: Mapping[str, ProbeConfig | None],
                   problems: list[ConfigProblem]) -> None:
     """Checks that need the whole (valid) target and the probes."""
@@ -480,19 +442,29 @@ def _check_target(target: TargetConfig, index: int, probes: Mapping[str, ProbeCo
                 problems.append(_problem((*where, "model_slo", model),
                                          "objectives for a model this target does not probe"))
     if target.discover is not None:
-        problems += _discover_problems(target, where)
+        problems += _discover_problems(target, where, probes)
     problems += [_problem(loc, message)
                  for loc, message in reasoning_problems(target, where, probes)]
 
 
-def _discover_problems(target: TargetConfig, where: Loc) -> list[ConfigProblem]:
-    """What keeps a target from discovering its models."""
+def _discover_problems(target: TargetConfig, where: Loc,
+                       probes: Mapping[str, ProbeConfig | None]) -> list[ConfigProblem]:
+    """What keeps a target from discovering its models; per-probe filters of probes it does
+    not run."""
+    assert target.discover is not None
+    problems = []
     if target.api not in DISCOVERABLE:
         able = ", ".join(api.value for api in DISCOVERABLE)
-        return [_problem((*where, "discover"), f"{target.api.value} lists no models at "
-                         f"GET {{base_url}}/models in a shape discovery reads ({able} do); "
-                         "list the models (models:)")]
-    return []
+        problems.append(_problem((*where, "discover"), f"{target.api.value} lists no models at "
+                                 f"GET {{base_url}}/models in a shape discovery reads ({able} "
+                                 "do); list the models (models:)"))
+    runs = target.probes or tuple(probes)
+    for name in target.discover.probes:
+        if name not in runs:
+            problems.append(_problem((*where, "discover", "probes", name),
+                                     f"probe {name!r} does not run on this target (it runs: "
+                                     f"{', '.join(runs)})"))
+    return problems
 
 
 def _resolve_network(target: TargetConfig, index: int, env: Mapping[str, str], base: Path,

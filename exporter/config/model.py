@@ -116,6 +116,8 @@ class Target:
     model_family: Mapping[str, str] = field(default_factory=dict)  # model → hosted family
     # Probes of one model (`models: [{name, probes}]`); others run the target's `probes`.
     model_probes: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    # A model's own cadence (`models: [{name, interval}]`): wins over the probe's and ours.
+    model_interval: Mapping[str, float] = field(default_factory=dict)
     discover: DiscoverConfig | None = None  # probe what the gateway lists
     slo: SloConfig = field(default_factory=SloConfig)
     model_slo: Mapping[str, SloConfig] = field(default_factory=dict)

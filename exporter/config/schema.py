@@ -14,6 +14,7 @@ from yarl import URL
 
 from exporter.apis import Api
 from exporter.config.address import parse_listen_address
+from exporter.config.patterns import choose
 from exporter.config.probe import ProbeConfig, SloConfig
 from exporter.config.reasoning import Params
 from exporter.config.shard import parse_shard
@@ -355,18 +356,48 @@ MIN_REFRESH = 60.0  # shorter discovery refreshes need global.allow_short_interv
 
 
 class ModelEntry(StrictModel):
-    """One model of a target: its name, and optionally which probes run on it and the hosted
-    family its request rules follow (`{name, probes, model_family}`; a plain name is
-    `{name}`)."""
+    """One model of a target: its name, and optionally which probes run on it, the hosted
+    family its request rules follow and its cadence (`{name, probes, model_family, interval}`;
+    a plain name is `{name}`)."""
 
     name: str
     probes: tuple[str, ...] | None = Field(default=None, min_length=1)
     model_family: str | None = Field(default=None, min_length=1, max_length=MAX_MODEL_NAME)
+    interval: PositiveDuration | None = None  # every probe of this model; wins over all others
+
+
+def _check_patterns(patterns: tuple[str, ...]) -> tuple[str, ...]:
+    """Regular expressions of 1 to MAX_PATTERN characters that compile."""
+    for pattern in patterns:
+        if not pattern or len(pattern) > MAX_PATTERN:
+            raise ValueError(f"a pattern must be 1 to {MAX_PATTERN} characters")
+        try:
+            re.compile(pattern)  # the stdlib's syntax, which `regex` (used to match) accepts
+            pyregex.compile(pattern)
+        except (re.error, pyregex.error) as exc:
+            raise ValueError(f"{pattern!r} is not a regular expression: {exc}") from None
+    return patterns
+
+
+class NameFilter(StrictModel):
+    """Which discovered models one probe runs on: regular expressions searched in the name."""
+
+    include: tuple[str, ...] = ()  # none: every discovered model
+    exclude: tuple[str, ...] = ()
+
+    _patterns = field_validator("include", "exclude")(_check_patterns)
+
+    def admits(self, name: str) -> bool:
+        """Whether a model of this name passes the filter (a name a pattern runs out of time
+        on does not: the patterns run on names a gateway chose, bounded as in `patterns`)."""
+        return bool(choose(self.include, self.exclude, (name,)).names)
 
 
 class DiscoverConfig(StrictModel):
     """Probe what the gateway lists at `GET {base_url}/models`, filtered by regular
-    expressions (searched anywhere in the name), refreshed every `refresh`."""
+    expressions (searched anywhere in the name), refreshed every `refresh`; `probes` narrows
+    (or, for an embedding probe on a model whose mode the gateway does not state, grants)
+    one probe's discovered models."""
 
     include: tuple[str, ...] = ()  # none: every listed model
     exclude: tuple[str, ...] = ()
@@ -374,19 +405,9 @@ class DiscoverConfig(StrictModel):
     max_models: int = Field(default=100, ge=1, le=MAX_DISCOVERED)
     # Names admitted after the first good list, per UTC day; the rest wait (refused, counted).
     max_new_per_day: int = Field(default=100, ge=0, le=MAX_NEW_PER_DAY)
+    probes: dict[str, NameFilter] = Field(default_factory=dict)
 
-    @field_validator("include", "exclude")
-    @classmethod
-    def _check_patterns(cls, patterns: tuple[str, ...]) -> tuple[str, ...]:
-        for pattern in patterns:
-            if not pattern or len(pattern) > MAX_PATTERN:
-                raise ValueError(f"a pattern must be 1 to {MAX_PATTERN} characters")
-            try:
-                re.compile(pattern)  # the stdlib's syntax, which `regex` (used to match) accepts
-                pyregex.compile(pattern)
-            except (re.error, pyregex.error) as exc:
-                raise ValueError(f"{pattern!r} is not a regular expression: {exc}") from None
-        return patterns
+    _patterns = field_validator("include", "exclude")(_check_patterns)
 
 
 def check_model_name(model: str) -> str:
