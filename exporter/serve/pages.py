@@ -150,6 +150,7 @@ def render_status_page(snapshot: Snapshot, info: dict[str, Any], now: float) -> 
 
     rows = []
     unpriced = {tuple(key) for key in info.get("unpriced", ())}
+    sources = info.get("price_sources") or {}
     refused: dict[str, str] = info.get("prices_refused") or {}
     for (target, model, probe), r in snapshot.latest.items():
         served, fingerprint = snapshot.served.get((target, model, probe), ("", ""))
@@ -167,8 +168,12 @@ def render_status_page(snapshot: Snapshot, info: dict[str, Any], now: float) -> 
         tokens = f"{r.usage.prompt or 0}/{r.output_tokens}" + (
             " (est.)" if r.token_source.value == "estimate" else "")
         efficiency = "–" if r.token_efficiency is None else f"{r.token_efficiency:.0%}"
+        # The price's source as `check`, /config and llm_probe_price_info name it.
+        source = sources.get(f"{target}/{model}/{probe}")
         cost = f"{r.cost:.6f}<br>{esc(r.currency or '')}" if r.cost is not None else (
             "unknown price" if (target, model, probe) in unpriced else "–")
+        if source and r.cost is not None:
+            cost += f'<br><span class="fp">{esc(source)} price</span>'
         why = refused.get(f"{target}/{model}/{probe}")
         if why:  # where the price comes from instead, and why
             cost += f'<br><span class="fp" title="{esc(why)}">price refused</span>'
