@@ -246,7 +246,10 @@ def run_check(config: Config, path: str, *, output: str = "table",
     secrets `--allow-missing-secrets` let pass, shown as warnings."""
     found: list[Discovered] = []
     if discover and config.discovering:
-        config, found = asyncio.run(discover_now(config))
+        # A target whose key is not here is not asked: the gateway would only say 401.
+        keyless = {config.targets[u.target].name: f"not asked: {u}" for u in unresolved
+                   if u.target is not None and u.target < len(config.targets)}
+        config, found = asyncio.run(discover_now(config, keyless))
     plan = make_plan(config, series_warning=SERIES_WARNING if series_warning is None
                      else series_warning, discovered=found)
     if unresolved:

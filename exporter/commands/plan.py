@@ -265,13 +265,16 @@ class Discovered:
                 "error": self.error}
 
 
-async def discover_now(config: Config) -> tuple[Config, list[Discovered]]:
+async def discover_now(config: Config, skip: Mapping[str, str] | None = None
+                       ) -> tuple[Config, list[Discovered]]:
     """Ask every discovering target for its models once (`check --discover`): the config with
-    their series, and what each answered."""
+    their series, and what each answered. `skip`: targets not to ask, and why."""
     catalogs: dict[str, Catalog] = {}
-    failed: dict[str, str] = {}
+    failed: dict[str, str] = dict(skip or {})
     async with Prober() as prober:
         for target in config.discovering:
+            if target.name in failed:
+                continue
             try:
                 catalogs[target.name], _ = await fetch_catalog(prober, target)
             except DiscoveryFailed as exc:
