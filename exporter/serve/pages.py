@@ -10,6 +10,7 @@ from typing import Any
 
 import orjson
 
+from exporter.config import format_duration
 from exporter.identity.status import IdentityStatus, Phase, Verdict
 from exporter.log import REDACTOR
 from exporter.record import SCHEMA_VERSION, Record, RecordJSON
@@ -83,14 +84,24 @@ def _pvalue(value: float | None) -> str:
 def identity_phase(status: IdentityStatus) -> str:
     """What an identity series is doing, in words (its reference's progress while recording)."""
     progress = f"{status.reference}/{status.reference_size}"
+    left = status.seconds_to_reference
+    eta = f", about {_about(left)} left" if left is not None else ""
     if status.phase is Phase.LOADING:
         return "reading its reference"
     if status.phase is Phase.RECORDING:
-        return f"recording reference {progress}"
+        return f"recording reference {progress}{eta}"
     if status.phase is Phase.WAITING:
         ref = "/".join(status.reference_series)
-        return f"waiting for the reference of {ref} ({progress})"
-    return f"testing: window {status.window}/{status.window_size}"
+        return f"waiting for the reference of {ref} ({progress}{eta})"
+    until = status.seconds_to_test
+    test = f", next test in about {_about(until)}" if until is not None else ""
+    return f"testing: window {status.window}/{status.window_size}{test}"
+
+
+def _about(seconds: float) -> str:
+    """A rough span: whole minutes (`4h40m`, `12m`), seconds under a minute."""
+    return format_duration(round(seconds / 60) * 60) if seconds >= 60 else \
+        f"{max(seconds, 1):.0f}s"
 
 
 def identity_html(statuses: dict[tuple[str, str, str], IdentityStatus], now: float,
