@@ -65,7 +65,8 @@ def test_the_status_page_is_readable_at_1280_px(tmp_path: Path) -> None:
     assert layout["viewport"] == 1280
     assert layout["width"] <= layout["viewport"] and not layout["cut"], layout
     for words in ("USD", "claude-3-5-sonnet-20241022", "served by", "routes no model",
-                  "different since 90m ago (3 in a row)", "recording reference 123/400, about 23h5m left",
+                  "different since 90m ago (3 in a row)",
+                  "recording reference 123/400, about 23h5m left",
                   "identity: different", "state directory: /var/lib/llm-probe"):
         assert words in html
     shot = tmp_path / "status-1280.png"

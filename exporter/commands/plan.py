@@ -258,6 +258,11 @@ class Discovered:
     counts: DiscoveryCounts | None = None
     error: str = ""
 
+    @property
+    def models(self) -> int:
+        """The models probed (`counts.probed`; 0 without a list)."""
+        return self.counts.probed if self.counts is not None else 0
+
     def to_json(self) -> dict[str, Any]:
         """As JSON: the counts (`models`: the probed ones, its former name) and the error."""
         counts = self.counts.to_json() if self.counts else {}
