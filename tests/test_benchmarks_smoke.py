@@ -219,3 +219,12 @@ def test_redaction_smoke_with_identity_series() -> None:
     assert done.returncode == 0, done.stderr[-3000:]
     assert "| status page cold ms " in done.stdout
     assert "30 identity series, 0 keys, warm: status page " in done.stdout
+@pytest.mark.realservers
+def test_ladder_smoke() -> None:
+    from tests.realservers.servers import llama_server_binary
+
+    if llama_server_binary() is None:
+        pytest.skip("llama-server is not built (make test-deps)")
+    out = run_benchmark("ladder")
+    assert "| input_tokens | TTFT p50 (ms)" in out and "| 1024 |" in out
+    assert "warm cached tokens" in out

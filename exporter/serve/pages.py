@@ -5,6 +5,7 @@ it is escaped or serialised, the finished document once more."""
 from __future__ import annotations
 
 import html
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -54,6 +55,11 @@ def _ago(now: float, then: float) -> str:
     return f"{delta / 3600:.1f}h ago"
 
 
+def _days(seconds: float) -> str:
+    days = seconds / 86_400
+    return f"in {days:.0f} days" if days >= 0 else f"{-days:.0f} days ago"
+
+
 _STYLE = """
 body{font-family:system-ui,sans-serif;margin:1.5rem;color:#1f2328}
 h1{font-size:1.3rem}h2{font-size:1.05rem;margin-top:1.6rem}
@@ -77,6 +83,18 @@ def _reason(result: ProbeResult) -> str:
     return f"{result.reason}; {adapted}" if result.reason else adapted
 
 
+def _state_line(state: dict[str, Any]) -> str:
+    """` · state: 12.3 KiB in 4 files` (escaped), or nothing without a state directory."""
+    if not state:
+        return ""
+    size = float(state.get("bytes", 0))
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            break
+        size /= 1024
+    shown = f"{size:.0f} B" if unit == "B" else f"{size:.1f} {unit}"
+    return (f' · <span title="{html.escape(REDACTOR(str(state.get("directory", ""))))}">state: '
+            f"{shown} in {int(state.get('files', 0))} files</span>")
 def _pvalue(value: float | None) -> str:
     return "–" if value is None else f"{value:.2g}" if value < 0.001 else f"{value:.3f}"
 
@@ -137,20 +155,6 @@ def identity_html(statuses: dict[tuple[str, str, str], IdentityStatus], now: flo
             f"<tbody>{''.join(rows)}</tbody></table>")
 
 
-def _state_line(state: dict[str, Any]) -> str:
-    """` · state: 12.3 KiB in 4 files` (escaped), or nothing without a state directory."""
-    if not state:
-        return ""
-    size = float(state.get("bytes", 0))
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if size < 1024 or unit == "GiB":
-            break
-        size /= 1024
-    shown = f"{size:.0f} B" if unit == "B" else f"{size:.1f} {unit}"
-    return (f' · <span title="{html.escape(REDACTOR(str(state.get("directory", ""))))}">state: '
-            f"{shown} in {int(state.get('files', 0))} files</span>")
-
-
 def render_status_page(snapshot: Snapshot, info: dict[str, Any], now: float) -> str:
     """The status page HTML: every series' last result and recent failures."""
     redact = REDACTOR
@@ -207,6 +211,13 @@ def render_status_page(snapshot: Snapshot, info: dict[str, Any], now: float) -> 
         f'<td class="reason">{esc(r.reason)}</td></tr>'
         for r in snapshot.failures)
     warning = ""
+    retiring = [f"<li>{esc(target)} / {esc(model)}: "
+                f"{time.strftime('%Y-%m-%d', time.gmtime(when))} ({_days(when - now)})</li>"
+                for target, model, when in info.get("retirements", ())]
+    if retiring:
+        warning += ('<div class="warn">Models the gateway says retire '
+                    f"(llm_probe_model_deprecation_timestamp_seconds):<ul>{''.join(retiring)}"
+                    "</ul></div>")
     if info.get("config_reload_error"):
         warning = ('<div class="warn">The last config reload failed; the previous config is '
                    f"still running:<pre>{esc(info['config_reload_error'])}</pre></div>")

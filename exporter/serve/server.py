@@ -430,7 +430,12 @@ def _state_info(state: ServerState) -> dict[str, Any]:
                                for s in (state.config.series if state.config else ())
                                if s.refused_price is not None},
             "state_dir": str(state.config.state_dir)
-            if state.config is not None and state.config.state_dir is not None else None}
+            if state.config is not None and state.config.state_dir is not None else None,
+            # When the gateway says a probed model retires (unix time), by (target, model).
+            "retirements": sorted({(s.target.name, s.model, s.gateway.retires)
+                                   for s in state.config.series if s.gateway is not None
+                                   and s.gateway.retires is not None}
+                                  if state.config else ())}
 
 
 def _snapshot(state: ServerState) -> Snapshot:
@@ -469,11 +474,10 @@ async def config_handler(request: web.Request) -> web.Response:
     if state.adaptations is not None:
         data["adapted_parameters"] = state.adaptations()
     data["prices"] = price_table(state.config)
-    if state.discovery is not None:
-        data["discovery"] = state.discovery.describe(time.time())
-    # Where state lives and what is in it: the files (ours) and their use (the latest sweep).
     data["state"] = {**state_files(state),
                      **(state.state_usage.describe() if state.state_usage is not None else {})}
+    if state.discovery is not None:
+        data["discovery"] = state.discovery.describe(time.time())
     data = REDACTOR.tree(data)
     if request.query.get("format") == "json":
         return web.Response(text=REDACTOR.net(orjson.dumps(data).decode()),

@@ -92,21 +92,23 @@ def test_the_image_health_check_runs_no_module_planted_in_the_state_volume(
     assert found, "no exec-form HEALTHCHECK in deploy/Dockerfile"
     command = json.loads(found.group(1))
     assert command[:2] == ["python3", "-I"]
-    # The script as the image installs it (deploy/healthcheck.py), told the exporter's command
-    # line (PID 1's in the image) by a file: it asks the port that names.
-    script = ROOT / "deploy" / Path(command[2]).name
-    cmdline = tmp_path / "cmdline"
-    cmdline.write_bytes(f"llm-probe-exporter\0--web.listen-address=127.0.0.1:{healthy_server}\0"
-                        .encode())
-    command = [sys.executable, *command[1:2], str(script), str(cmdline)]
+    assert command[2] == "/usr/local/lib/llm-probe-exporter/healthcheck.py"
     marker = tmp_path / "marker"
     volume = tmp_path / "var-lib-llm-probe"
     volume.mkdir()
     plant(volume, marker)
-    result = subprocess.run(command, cwd=volume, capture_output=True, timeout=30,
-                            env={**os.environ, "PYTHONPATH": str(volume)})
+
+    def check(port: int) -> subprocess.CompletedProcess[bytes]:
+        cmdline = tmp_path / f"cmdline-{port}"  # PID 1's command line, as the script reads it
+        cmdline.write_bytes(f"llm-probe-exporter\0--web.listen-address=127.0.0.1:{port}\0"
+                            .encode())
+        return subprocess.run([sys.executable, *command[1:2],
+                               str(ROOT / "deploy" / "healthcheck.py"), str(cmdline)],
+                              cwd=volume, capture_output=True, timeout=30,
+                              env={**os.environ, "PYTHONPATH": str(volume)})
+
+    result = check(healthy_server)
     assert result.returncode == 0, result.stderr.decode()
     assert not marker.exists()
     # The same command against a port with nothing behind it fails: the check can fail.
-    cmdline.write_bytes(b"llm-probe-exporter\0--web.listen-address=127.0.0.1:1\0")
-    assert subprocess.run(command, cwd=volume, capture_output=True, timeout=30).returncode != 0
+    assert check(1).returncode != 0
