@@ -26,10 +26,13 @@ def results_document(snapshot: Snapshot, state_info: dict[str, Any]) -> bytes:
     """/api/v1/results: every series' last result and the recent failures, as records (without
     their inter-chunk gaps, which `chunks` counts)."""
     series = []
+    # Each series' price source goes with the series (one word each), not in a map beside them.
+    sources = state_info.get("price_sources") or {}
+    state_info = {k: v for k, v in state_info.items() if k != "price_sources"}
     for (target, model, probe), result in snapshot.latest.items():
         entry: dict[str, str | RecordJSON | dict[str, Any] | None] = {
             "target": REDACTOR(target), "model": REDACTOR(model), "probe": REDACTOR(probe),
-            "last": None}
+            "price_source": sources.get(f"{target}/{model}/{probe}", "unknown"), "last": None}
         if result is not None:
             entry["last"] = Record(result).to_json(gaps=False)
         status = snapshot.identity.get((target, model, probe))
