@@ -167,6 +167,7 @@ async def test_the_status_every_surface_reads_follows_the_series(tmp_path: Path)
     assert (status.phase, status.reference, status.reference_size) == (Phase.RECORDING, 0, 8)
     assert status.verdict is None and status.record == str(record_path(tmp_path, KEY))
     assert status.seconds_to_reference == 8 * 60  # 8 answers at the interval of 1m
+    assert status.seconds_to_test is None  # no window fills before the reference is complete
     rng = random.Random(11)
     clock[0] = 2000.0
     await h.feed([answer(rng) for _ in range(8)] + [answer(rng) for _ in range(2)])

@@ -58,9 +58,11 @@ class IdentityStatus:
 
     @property
     def seconds_to_test(self) -> float | None:
-        """About how long until the open window is full and tested (None: unknown)."""
-        missing = self.window_size - self.window
-        return max(missing, 0) * self.window_interval if self.window_interval > 0 else None
+        """About how long until the open window is full and tested (None: unknown, or the
+        reference is not complete yet)."""
+        if self.phase is not Phase.TESTING or self.window_interval <= 0:
+            return None
+        return max(self.window_size - self.window, 0) * self.window_interval
 
     @property
     def verdict(self) -> Verdict | None:
