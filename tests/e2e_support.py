@@ -266,6 +266,8 @@ class _Table(HTMLParser):
             self.rows.append([])
         elif self.depth and tag in ("td", "th"):
             self.cell = []
+        elif tag == "br" and self.cell is not None:
+            self.cell.append(" ")  # a line break separates words
 
     def handle_endtag(self, tag: str) -> None:
         if tag == "table" and self.depth:

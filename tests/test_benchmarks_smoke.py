@@ -211,6 +211,14 @@ def test_gate_smoke() -> None:
     assert "## long-tailed, ttft_p95=+20%" in out and "same: undecided" in out
 
 
+@pytest.mark.slow
+def test_redaction_smoke_with_identity_series() -> None:
+    done = subprocess.run([sys.executable, "-m", "benchmarks.redaction", "--smoke",
+                           "--identity", "30"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=180)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "| status page cold ms " in done.stdout
+    assert "30 identity series, 0 keys, warm: status page " in done.stdout
 @pytest.mark.realservers
 def test_ladder_smoke() -> None:
     from tests.realservers.servers import llama_server_binary

@@ -95,3 +95,17 @@ def test_json_output_is_json_whatever_fails(tmp_path: Path, text: str, error: st
     missing = check(tmp_path / "absent.yaml", "--output", "json")
     assert missing.returncode == 1
     assert "cannot read config file" in json.loads(missing.stdout)["error"]
+
+
+def test_discover_does_not_ask_a_gateway_whose_key_is_missing(tmp_path: Path) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump({
+        "probes": {"p": {"prompt": "hi"}},
+        "targets": [{"name": "gw", "base_url": "http://127.0.0.1:9/v1", "api_key_env": "GW_KEY",
+                     "discover": {}}]}))
+    run = check(config, "--allow-missing-secrets", "--discover", "--output", "json")
+    assert run.returncode == 0, run.stderr
+    document = json.loads(run.stdout)
+    [discovery] = [w["message"] for w in document["warnings"] if w["kind"] == "discovery"]
+    assert "not asked: targets[0].api_key_env: environment variable GW_KEY" in discovery
+    assert "connect" not in discovery  # nothing was sent to the (absent) gateway

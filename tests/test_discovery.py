@@ -194,9 +194,16 @@ def test_the_daemon_probes_what_the_gateway_lists(tmp_path: Path) -> None:
             assert daemon.sample(f"llm_probe_discovery_{name}", target="gateway") == value
         page = http_get(f"{daemon.url}/").decode()
         assert 'id="discovery"' in page and "unknown price" in page
+        # The price's source, as check and llm_probe_price_info name it.
+        [chat] = [r for r in table_cells(page, "series")
+                  if r["target / model / probe"].startswith("gateway gw-chat short")]
+        assert chat["cost"].endswith("USD gateway price"), chat
         shown = table_cells(page, "discovery")[0]
         assert (shown["listed"], shown["kept"], shown["probed"]) == ("4", "3", "3"), shown
-        api = orjson.loads(http_get(f"{daemon.url}/api/v1/results"))["discovery"][0]
+        results = orjson.loads(http_get(f"{daemon.url}/api/v1/results"))
+        sources = {s["model"]: s["price_source"] for s in results["series"]}
+        assert (sources["gw-chat"], sources["gw-notools"]) == ("gateway", "unknown")
+        api = results["discovery"][0]
         assert (api["listed"], api["kept"], api["probed"], api["trimmed"]) == (4, 3, 3, 0)
         prices = orjson.loads(http_get(f"{daemon.url}/config?format=json"))["prices"]
         assert prices["gateway"]["gw-notools"] == "unknown"

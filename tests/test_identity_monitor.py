@@ -166,12 +166,15 @@ async def test_the_status_every_surface_reads_follows_the_series(tmp_path: Path)
     status = h.monitor.statuses[KEY]
     assert (status.phase, status.reference, status.reference_size) == (Phase.RECORDING, 0, 8)
     assert status.verdict is None and status.record == str(record_path(tmp_path, KEY))
+    assert status.seconds_to_reference == 8 * 60  # 8 answers at the interval of 1m
+    assert status.seconds_to_test is None  # no window fills before the reference is complete
     rng = random.Random(11)
     clock[0] = 2000.0
     await h.feed([answer(rng) for _ in range(8)] + [answer(rng) for _ in range(2)])
     status = h.monitor.statuses[KEY]
     assert (status.phase, status.reference, status.window, status.window_size) == (
         Phase.TESTING, 8, 2, 4)
+    assert status.seconds_to_reference is None and status.seconds_to_test == 2 * 60
     await h.feed([answer(rng) for _ in range(2)], start=10)
     status = h.monitor.statuses[KEY]
     assert (status.verdict, status.same, status.different) == (Verdict.SAME, 1, 0)

@@ -51,7 +51,7 @@ def _page(now: float) -> str:
         gpt: IdentityStatus(Phase.TESTING, 400, 400, gpt, 37, 200, 0.01, 12, 3, 3, 2.1e-5,
                             0.0312, now - 60, now - 5400, record),
         anthropic: IdentityStatus(Phase.RECORDING, 123, 400, anthropic, 0, 200, 0.01,
-                                  record=record)}
+                                  record=record, interval=300, window_interval=300)}
     for key in identity:
         latest[key] = ProbeResult(*key, Result.SUCCESS, finished_at=now - 2)
     snapshot = Snapshot(latest=latest, failures=failures, served=served, identity=identity)
@@ -65,7 +65,8 @@ def test_the_status_page_is_readable_at_1280_px(tmp_path: Path) -> None:
     assert layout["viewport"] == 1280
     assert layout["width"] <= layout["viewport"] and not layout["cut"], layout
     for words in ("USD", "claude-3-5-sonnet-20241022", "served by", "routes no model",
-                  "different since 90m ago (3 in a row)", "recording reference 123/400",
+                  "different since 90m ago (3 in a row)",
+                  "recording reference 123/400, about 23h5m left",
                   "identity: different", "state directory: /var/lib/llm-probe"):
         assert words in html
     shot = tmp_path / "status-1280.png"

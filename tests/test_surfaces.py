@@ -74,11 +74,12 @@ def test_the_metrics_and_the_status_page_show_the_same_counts() -> None:
     assert value("llm_probe_discovery_listed_models", {"target": "gw"}) == 7
     assert value("llm_probe_discovery_kept_models", {"target": "gw"}) == 6
     assert value("llm_probe_discovery_models", {"target": "gw"}) == 6
-    entry = {"target": "gw", **counts.to_json(), "result": "success", "error": None,
-             "last_success_seconds_ago": 3.0}
+    entry = {"target": "gw", **counts.to_json(), "waiting": 2, "result": "success",
+             "error": None, "last_success_seconds_ago": 3.0}
     [row] = table_cells(discovery_html([entry], html.escape), "discovery")
     assert row == {"target": "gw", "last refresh": "ok", "listed": "7", "kept": "6",
-                   "probed": "6", "left out by the caps": "0", "names refused": "1",
+                   "probed": "6", "left out by the caps": "0", "new, waiting": "2",
+                   "names refused": "1",
                    "prices refused": "0", "last good list": "3s ago"}
 
 

@@ -84,7 +84,7 @@ def price_table(plan: Plan) -> Table:
         seen.add(s.key[:2])
         price = s.price
         refused = f" ({s.refused_price.describe()})" if s.refused_price else ""
-        if price is None and plan.priced_at_run_time(s):
+        if price is None and plan.priced_at_run_time(s) and not refused:
             table.add_row(cell(s.key[0]), cell(s.key[1]), "gateway", "", "", "", "", "",
                           "priced by gateway at run time (its model info; `check "
                           "--discover` asks now)")
@@ -266,7 +266,10 @@ def run_check(config: Config, path: str, *, output: str = "table",
     secrets `--allow-missing-secrets` let pass, shown as warnings."""
     found: list[Discovered] = []
     if discover and config.discovering:
-        config, found = asyncio.run(discover_now(config))
+        # A target whose key is not here is not asked: the gateway would only say 401.
+        keyless = {config.targets[u.target].name: f"not asked: {u}" for u in unresolved
+                   if u.target is not None and u.target < len(config.targets)}
+        config, found = asyncio.run(discover_now(config, keyless))
     plan = make_plan(config, series_warning=SERIES_WARNING if series_warning is None
                      else series_warning, discovered=found)
     if unresolved:

@@ -266,6 +266,11 @@ class Discovered:
     counts: DiscoveryCounts | None = None
     error: str = ""
 
+    @property
+    def models(self) -> int:
+        """The models probed (`counts.probed`; 0 without a list)."""
+        return self.counts.probed if self.counts is not None else 0
+
     def to_json(self) -> dict[str, Any]:
         """As JSON: the counts (`models`: the probed ones, its former name) and the error."""
         counts = self.counts.to_json() if self.counts else {}
@@ -273,11 +278,15 @@ class Discovered:
                 "error": self.error}
 
 
-async def discover_now(config: Config) -> tuple[Config, list[Discovered]]:
+async def discover_now(config: Config, skip: Mapping[str, str] | None = None
+                       ) -> tuple[Config, list[Discovered]]:
     """Ask every discovering target for its models once (`check --discover`): the config with
-    their series, and what each answered."""
+    their series, and what each answered. `skip`: targets not to ask, and why."""
+    skipped = dict(skip or {})
     async with Prober() as prober:
-        catalogs, failed = await fetch_catalogs(prober, config.discovering)
+        catalogs, failed = await fetch_catalogs(
+            prober, [t for t in config.discovering if t.name not in skipped])
+    failed = {**skipped, **failed}
     expanded = expand(config, catalogs)
     found = []
     for target in config.discovering:

@@ -33,6 +33,7 @@ class Unresolved:
 
     location: str  # `targets[1].api_key_env`
     message: str  # `environment variable GW_KEY is not set`
+    target: int | None = None  # the index of the target it belongs to, if one
 
     def __str__(self) -> str:
         return f"{self.location}: {self.message}"
@@ -77,13 +78,13 @@ def _fill_keys(data: Any, env: Mapping[str, str], base: Path,
         if isinstance(name, str) and name and name not in env:
             names.add(name)
             missing.append(Unresolved(f"targets[{index}].api_key_env",
-                                      f"environment variable {name} is not set"))
+                                      f"environment variable {name} is not set", index))
         elif (isinstance(file, str) and file and "${" not in file
               and not _readable(key_file_path(file, base))):
             del target["api_key_file"]
             target["api_key"] = PLACEHOLDER
             missing.append(Unresolved(f"targets[{index}].api_key_file",
-                                      f"{file} cannot be read here"))
+                                      f"{file} cannot be read here", index))
     return names
 
 
@@ -102,8 +103,10 @@ def load_without_secrets(path: str | Path, *, env: Mapping[str, str] | None = No
     for loc, name in unset_variables(data, env):
         if (secret_name(name) or in_params(loc)) and name not in names:
             names.add(name)
+            index = loc[1] if len(loc) > 1 and loc[0] == "targets" else None
             missing.append(Unresolved(format_location(loc),
-                                      f"environment variable {name} is not set"))
+                                      f"environment variable {name} is not set",
+                                      index if isinstance(index, int) else None))
     try:
         config = parse_config(data, env=_WithPlaceholders(env, names), base_dir=base,
                               source=path, shard=shard, redactor=redactor)

@@ -230,7 +230,8 @@ class IdentityMonitor:
             probe.alpha or 0.0, track.same, track.different, track.streak, track.pvalue,
             track.distance, track.tested_at, track.different_since,
             str(reference.path) if reference is not None and reference.path is not None
-            and not reference.refused else None)
+            and not reference.refused else None,
+            reference.series.interval if reference is not None else 0.0, track.series.interval)
 
     # -- tests ----------------------------------------------------------------------------
 

@@ -47,6 +47,22 @@ class IdentityStatus:
     different_since: float | None = None  # unix time of the first test of the current run of
     #                                       different windows (None: the latest was the same)
     record: str | None = None  # the reference's file in the state directory (None: memory)
+    interval: float = 0.0  # seconds between answers of the reference's series (0: unknown)
+    window_interval: float = 0.0  # seconds between answers of this series (0: unknown)
+
+    @property
+    def seconds_to_reference(self) -> float | None:
+        """About how long until the reference is complete (None: it is, or unknown)."""
+        missing = self.reference_size - self.reference
+        return missing * self.interval if missing > 0 and self.interval > 0 else None
+
+    @property
+    def seconds_to_test(self) -> float | None:
+        """About how long until the open window is full and tested (None: unknown, or the
+        reference is not complete yet)."""
+        if self.phase is not Phase.TESTING or self.window_interval <= 0:
+            return None
+        return max(self.window_size - self.window, 0) * self.window_interval
 
     @property
     def verdict(self) -> Verdict | None:
@@ -69,4 +85,6 @@ class IdentityStatus:
             "alpha": self.alpha, "pvalue": self.pvalue, "distance": self.distance,
             "tested_at": self.tested_at, "different_since": self.different_since,
             "consecutive_different": self.consecutive_different,
+            "seconds_to_reference": self.seconds_to_reference,
+            "seconds_to_test": self.seconds_to_test,
         }

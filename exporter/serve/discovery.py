@@ -278,7 +278,9 @@ class Discovery:
         status = self.status.get(target.name)
         if status is None or status.catalog is None:
             return
-        status.counts = discovery_counts(config, target, status.catalog)
+        # Names refused at run time include the daily limit's and the patterns' timeouts.
+        status.counts = replace(discovery_counts(config, target, status.catalog),
+                                refused=sum(status.refusals.values()))
         self._collector.set_counts(target.name, status.counts)
 
     def describe(self, now: float) -> list[dict[str, Any]]:
@@ -315,8 +317,8 @@ def price_table(config: Config) -> dict[str, dict[str, Any]]:
 # The status page's count columns: (heading, key of `describe()`), one list for both, so a
 # number cannot sit under another heading.
 COUNT_COLUMNS = (("listed", "listed"), ("kept", "kept"), ("probed", "probed"),
-                 ("left out by the caps", "trimmed"), ("names refused", "refused"),
-                 ("prices refused", "bad_prices"))
+                 ("left out by the caps", "trimmed"), ("new, waiting", "waiting"),
+                 ("names refused", "refused"), ("prices refused", "bad_prices"))
 COUNTS = tuple(field.name for field in fields(DiscoveryCounts))
 
 
@@ -330,7 +332,7 @@ def discovery_html(entries: list[dict[str, Any]], esc: Callable[[str], str]) -> 
                  if e["error"] else '<td class="ok">ok</td>' if e["result"] else
                  '<td class="none">pending</td>')
         ago = e["last_success_seconds_ago"]
-        counts = "".join(f'<td class="num">{"–" if e[key] is None else f"{e[key]:,}"}</td>'
+        counts = "".join(f'<td class="num">{"–" if e.get(key) is None else f"{e[key]:,}"}</td>'
                          for _, key in COUNT_COLUMNS)
         rows.append(f"<tr><td>{esc(e['target'])}</td>{state}{counts}"
                     f"<td>{'never' if ago is None else f'{ago:.0f}s ago'}</td></tr>")

@@ -11,6 +11,7 @@ from typing import Any
 
 import orjson
 
+from exporter.config import format_duration
 from exporter.identity.status import IdentityStatus, Phase, Verdict
 from exporter.log import REDACTOR
 from exporter.record import SCHEMA_VERSION, Record, RecordJSON
@@ -25,10 +26,13 @@ def results_document(snapshot: Snapshot, state_info: dict[str, Any]) -> bytes:
     """/api/v1/results: every series' last result and the recent failures, as records (without
     their inter-chunk gaps, which `chunks` counts)."""
     series = []
+    # Each series' price source goes with the series (one word each), not in a map beside them.
+    sources = state_info.get("price_sources") or {}
+    state_info = {k: v for k, v in state_info.items() if k != "price_sources"}
     for (target, model, probe), result in snapshot.latest.items():
         entry: dict[str, str | RecordJSON | dict[str, Any] | None] = {
             "target": REDACTOR(target), "model": REDACTOR(model), "probe": REDACTOR(probe),
-            "last": None}
+            "price_source": sources.get(f"{target}/{model}/{probe}", "unknown"), "last": None}
         if result is not None:
             entry["last"] = Record(result).to_json(gaps=False)
         status = snapshot.identity.get((target, model, probe))
@@ -101,14 +105,24 @@ def _pvalue(value: float | None) -> str:
 def identity_phase(status: IdentityStatus) -> str:
     """What an identity series is doing, in words (its reference's progress while recording)."""
     progress = f"{status.reference}/{status.reference_size}"
+    left = status.seconds_to_reference
+    eta = f", about {_about(left)} left" if left is not None else ""
     if status.phase is Phase.LOADING:
         return "reading its reference"
     if status.phase is Phase.RECORDING:
-        return f"recording reference {progress}"
+        return f"recording reference {progress}{eta}"
     if status.phase is Phase.WAITING:
         ref = "/".join(status.reference_series)
-        return f"waiting for the reference of {ref} ({progress})"
-    return f"testing: window {status.window}/{status.window_size}"
+        return f"waiting for the reference of {ref} ({progress}{eta})"
+    until = status.seconds_to_test
+    test = f", next test in about {_about(until)}" if until is not None else ""
+    return f"testing: window {status.window}/{status.window_size}{test}"
+
+
+def _about(seconds: float) -> str:
+    """A rough span: whole minutes (`4h40m`, `12m`), seconds under a minute."""
+    return format_duration(round(seconds / 60) * 60) if seconds >= 60 else \
+        f"{max(seconds, 1):.0f}s"
 
 
 def identity_html(statuses: dict[tuple[str, str, str], IdentityStatus], now: float,
@@ -154,6 +168,7 @@ def render_status_page(snapshot: Snapshot, info: dict[str, Any], now: float) -> 
 
     rows = []
     unpriced = {tuple(key) for key in info.get("unpriced", ())}
+    sources = info.get("price_sources") or {}
     refused: dict[str, str] = info.get("prices_refused") or {}
     for (target, model, probe), r in snapshot.latest.items():
         served, fingerprint = snapshot.served.get((target, model, probe), ("", ""))
@@ -171,8 +186,12 @@ def render_status_page(snapshot: Snapshot, info: dict[str, Any], now: float) -> 
         tokens = f"{r.usage.prompt or 0}/{r.output_tokens}" + (
             " (est.)" if r.token_source.value == "estimate" else "")
         efficiency = "–" if r.token_efficiency is None else f"{r.token_efficiency:.0%}"
+        # The price's source as `check`, /config and llm_probe_price_info name it.
+        source = sources.get(f"{target}/{model}/{probe}")
         cost = f"{r.cost:.6f}<br>{esc(r.currency or '')}" if r.cost is not None else (
             "unknown price" if (target, model, probe) in unpriced else "–")
+        if source and r.cost is not None:
+            cost += f'<br><span class="fp">{esc(source)} price</span>'
         why = refused.get(f"{target}/{model}/{probe}")
         if why:  # where the price comes from instead, and why
             cost += f'<br><span class="fp" title="{esc(why)}">price refused</span>'

@@ -423,6 +423,9 @@ def _state_info(state: ServerState) -> dict[str, Any]:
             "state": state.state_usage.describe() if state.state_usage else None,
             "unpriced": sorted({s.key for s in state.config.series if s.price is None}
                                if state.config else ()),
+            "price_sources": {"/".join(s.key): s.price.source.value
+                              for s in (state.config.series if state.config else ())
+                              if s.price is not None},
             "prices_refused": {"/".join(s.key): s.refused_price.describe()
                                for s in (state.config.series if state.config else ())
                                if s.refused_price is not None},
