@@ -239,3 +239,18 @@ def test_cache_writes_cost_their_own_price() -> None:
     assert cost == pytest.approx((2_000 * 0.3 + 8_000 * 3.75 + 100 * 15.0) / 1e6)
     assert measure.cost(10_000, 0, 0, input_price=3.0, output_price=15.0, cached_price=None,
                         written=8_000, write_price=None) == pytest.approx(0.03)
+
+
+async def test_a_warm_probe_started_with_its_cold_one_waits_for_it() -> None:
+    """`probe` runs every series at once: the warm request still comes after the cold one
+    wrote the cache (real HTTP to the simulator's prefix cache)."""
+    import asyncio
+
+    async with simulators() as make:
+        sim = await make({"m": profile(prefill_rate=10_000.0, output_tokens=4)})
+        config = make_config(sim.url, probe=PAIR)
+        async with Prober() as prober:
+            cold, warm = await asyncio.gather(*(prober.probe(s) for s in config.series))
+    assert cold.success and warm.success
+    assert (cold.usage.cached or 0) == 0 and warm.usage.cached >= 1024
+    assert warm.stamps.t0 > cold.stamps.t_end - 1e-3

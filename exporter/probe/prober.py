@@ -9,6 +9,7 @@ cancellation): every failure maps to exactly one `result` value and its cause.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
 from collections.abc import Callable, Collection
@@ -80,6 +81,11 @@ EVENT_SLICE = 128
 THREAD_ABOVE = 64 * 1024
 # Cache pairs whose cold nonce is kept at most (one per configured pair and size).
 MAX_PAIRS = 10_000
+Pair = tuple[str, str, str, int | None]  # (target, model, probe, input_tokens) of a cache pair
+
+
+def _pair(series: Series) -> Pair:
+    return (series.target.name, series.model, series.probe_name, series.workload.input_tokens)
 
 
 def _mark(stamps: measure.Stamps, kinds: int, now: float) -> None:
@@ -122,7 +128,9 @@ class Prober:
         self._protocols: dict[Any, ApiProtocol] = {}
         self._case_turn: dict[tuple[str, str, str], int] = {}  # golden-set rotation per series
         # The nonce of each cache pair's latest cold request (a warm one sends the same prefix).
-        self._pair_nonce: dict[tuple[str, str, str, int | None], str] = {}
+        self._pair_nonce: dict[Pair, str] = {}
+        # Each cache pair's cold probe in flight: its warm probe waits for it (same prefix after).
+        self._cold_flight: dict[Pair, asyncio.Future[None]] = {}
         self._vocabulary: asyncio.Future[str] | None = None  # the one load of tokens' vocabulary
         # Signing over the finished request (SigV4 for `aws_sigv4`), per series.
         self._signers = signers if signers is not None else AwsSigners(redactor)
@@ -178,7 +186,28 @@ class Prober:
         return self._protocols[api]
 
     async def probe(self, series: Series) -> ProbeResult:
-        """Run one probe of `series`; never raises except on cancellation."""
+        """Run one probe of `series`; never raises except on cancellation. A cache pair's warm
+        probe started while its cold one runs (`probe` runs series at once) waits for it, up to
+        its own timeout: the warm request must come after the cold one wrote the cache."""
+        role, pair = series.workload.cache, _pair(series)
+        if role is CacheRole.WARM:
+            cold = self._cold_flight.get(pair)
+            if cold is not None and not cold.done():
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(series.timeout):
+                        await asyncio.shield(cold)
+            return await self._probe(series)
+        if role is not CacheRole.COLD:
+            return await self._probe(series)
+        flight = self._cold_flight[pair] = asyncio.get_running_loop().create_future()
+        try:
+            return await self._probe(series)
+        finally:
+            flight.set_result(None)
+            if self._cold_flight.get(pair) is flight:
+                del self._cold_flight[pair]
+
+    async def _probe(self, series: Series) -> ProbeResult:
         if self._session is None:
             await self.start()
         started = self._wall()
@@ -277,8 +306,7 @@ class Prober:
         cold: the next warm run is not)."""
         if not series.probe.nonce:
             return None
-        role = series.workload.cache
-        pair = (series.target.name, series.model, series.probe_name, series.workload.input_tokens)
+        role, pair = series.workload.cache, _pair(series)
         if role is CacheRole.WARM and pair in self._pair_nonce:
             return self._pair_nonce[pair]
         nonce = uuid.uuid4().hex[:12]
