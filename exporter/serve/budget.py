@@ -164,8 +164,8 @@ class Budget:
                               top_spenders=", ".join(f"{name}={amount:.4g}"
                                                      for name, amount in top) or None)
         share = self.shares.get(target) if target is not None else None
-        if (share is not None and target not in self._announced
-                and self.by_target.get(target or "", 0.0) >= share):
+        if (share is not None and target not in self._announced and self.spent < self.limit
+                and self.by_target.get(target or "", 0.0) >= share):  # (all spent: said)
             self._announced.add(target)
             self._log.warning("a target's share of the daily budget is spent; its probes are "
                               "skipped until the UTC day ends", target=target,
