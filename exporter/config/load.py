@@ -46,7 +46,6 @@ from exporter.config.rules_check import reasoning_problems
 from exporter.config.schema import (
     CONTROL,
     MIN_REFRESH,
-    BudgetConfig,
     GlobalConfig,
     SimulatorConfig,
     TargetConfig,
@@ -321,7 +320,8 @@ def _build(data: dict[str, Any], env: Mapping[str, str], base_dir: Path, source:
         else:
             paths.append(None)
     if global_ is not None and global_.budget is not None:
-        _check_shares(global_.budget, names, problems)
+        problems += [_problem(("global", "budget", "shares", *where), message)
+                     for where, message in global_.budget.share_problems(names)]
     if problems or global_ is None:
         raise ConfigError("invalid config", problems)
 
@@ -375,20 +375,6 @@ def _build(data: dict[str, Any], env: Mapping[str, str], base_dir: Path, source:
                   raw=data, files=tuple(path for path, _ in reads),
                   interpolated_secrets=tuple(dict.fromkeys(s.value for s in substituted
                                                            if s.secret)), shard=shard)
-
-
-def _check_shares(budget: BudgetConfig, names: Mapping[str, int],
-                  problems: list[ConfigProblem]) -> None:
-    """`global.budget.shares` names targets, and leaves a share for the targets it does not."""
-    loc = ("global", "budget", "shares")
-    for name in budget.shares:
-        if name not in names:
-            problems.append(_problem((*loc, name), f"no target named {name!r} (targets: "
-                                     f"{', '.join(names)})"))
-    left = [name for name in names if name not in budget.shares]
-    if left and sum(budget.shares.values()) >= 1 - 1e-9:
-        problems.append(_problem(loc, "the shares add up to 1, leaving nothing for "
-                                 f"{', '.join(left)}: name them with a share, or lower others"))
 
 
 def _check_interval(section: Mapping[str, Any], loc: Loc, floor: float,

@@ -54,6 +54,19 @@ class BudgetConfig(StrictModel):
         return {name: self.max_cost_per_day * (self.shares[name] if name in self.shares
                                                else left / len(rest)) for name in names}
 
+    def share_problems(self, targets: Iterable[str]) -> list[tuple[tuple[str, ...], str]]:
+        """(location under `shares`, message) for each name that is not a target, and for
+        shares adding up to 1 with targets left unnamed."""
+        names = list(targets)
+        problems: list[tuple[tuple[str, ...], str]] = [
+            ((name,), f"no target named {name!r} (targets: {', '.join(names)})")
+            for name in self.shares if name not in names]
+        left = [name for name in names if name not in self.shares]
+        if left and sum(self.shares.values()) >= 1 - 1e-9:
+            problems.append(((), "the shares add up to 1, leaving nothing for "
+                                 f"{', '.join(left)}: name them with a share, or lower others"))
+        return problems
+
     @field_validator("shares")
     @classmethod
     def _check_shares(cls, shares: dict[str, float]) -> dict[str, float]:
