@@ -133,6 +133,20 @@ def test_hostile_upstream_smoke() -> None:
     assert "refusal bodies of 64 KiB" in out and " 0 refusal bodies" not in out
 
 
+@pytest.mark.slow
+def test_simulator_host_smoke() -> None:
+    out = run_benchmark("simulator_host")
+    assert "| prober's loop " in out and "| own thread " in out and "16,384 tokens" in out
+    assert "peak RSS" in out
+
+
+@pytest.mark.slow
+def test_hostile_lists_smoke() -> None:
+    out = run_benchmark("hostile_lists")
+    assert "| quiet " in out and "| many tiny lists " in out and "peak RSS MB" in out
+    assert "TTFT err p50 ms" in out
+
+
 # ---------------------------------------------------------------------------------------------
 # Reading each tool's per-request export (shapes taken from real runs of each version)
 
@@ -201,3 +215,6 @@ def test_money_smoke() -> None:
     for row in rows:  # every over-claim charged exactly the ceiling check plans
         claimed, charged, ceiling = (float(cell) for cell in row[-3:])
         assert charged == ceiling < claimed, row
+def test_gate_smoke() -> None:
+    out = run_benchmark("gate")
+    assert "## long-tailed, ttft_p95=+20%" in out and "same: undecided" in out

@@ -37,7 +37,7 @@ def test_defaults_are_short_sampled_answers_to_the_built_in_prompts() -> None:
     probe = config().probes["same"]
     assert probe.kind is ProbeKind.IDENTITY
     assert probe.prompts == DEFAULT_PROMPTS and len(probe.prompts) == 10
-    assert (probe.baseline, probe.samples, probe.alpha) == (400, 200, 0.01)
+    assert (probe.baseline, probe.samples, probe.alpha) == (200, 100, 0.01)
     assert (probe.max_tokens, probe.temperature, probe.nonce) == (32, 1.0, False)
     assert probe.reference is None
     assert [case.prompt for case in probe.rotation] == list(DEFAULT_PROMPTS)
@@ -139,10 +139,10 @@ def test_check_plans_samples_tokens_and_tests() -> None:
     document = plan.to_json()["series"]
     identity = {(s["target"], s["model"]): s["identity"] for s in document}
     assert identity[("self-hosted", "llama")] == {
-        "baseline": 400, "samples": 200, "alpha": 0.01, "reference": None,
-        "hours_to_reference": pytest.approx(400 * 300 / 3600),
-        "hours_per_window": pytest.approx(200 * 300 / 3600),
-        "tests_per_day": pytest.approx(288 / 200)}
+        "baseline": 200, "samples": 100, "alpha": 0.01, "reference": None,
+        "hours_to_reference": pytest.approx(200 * 300 / 3600),
+        "hours_per_window": pytest.approx(100 * 300 / 3600),
+        "tests_per_day": pytest.approx(288 / 100)}
     assert identity[("provider", "llama-8b")]["reference"] == {"target": "self-hosted",
                                                                 "model": "llama"}
     assert identity[("provider", "llama-8b")]["hours_to_reference"] is None

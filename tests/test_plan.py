@@ -369,7 +369,7 @@ def test_check_prints_the_plan_as_json(tmp_path: Path) -> None:
     assert totals["prometheus_series"]["probe"] == plan.probe_series.to_json()
     assert totals["prometheus_series"]["exporter"] == plan.own.to_json()
     assert totals["cost_per_day"] == pytest.approx(plan.cost_per_day)
-    assert [w["kind"] for w in document["warnings"]] == ["unpriced"]
+    assert [w["kind"] for w in document["warnings"]] == []  # every demo series priced
     phase = next(f for f in document["families"] if f["family"] == "phase")
     assert phase["shape"] == "sum_count"
     assert phase["native"] == plan.by_family()[Family.PHASE].native
@@ -379,7 +379,7 @@ def test_check_warns_above_the_series_threshold_it_is_given(capsys) -> None:
     assert main(["check", "--config.file", str(ROOT / "config.yaml"), "--output", "json",
                  "--warn.series", "100"]) == 0
     document = orjson.loads(capsys.readouterr().out)
-    assert {w["kind"] for w in document["warnings"]} == {"unpriced", "series_over_limit"}
+    assert {w["kind"] for w in document["warnings"]} == {"series_over_limit"}
     assert document["totals"]["prometheus_series"]["in_force"] == make_plan(
         load_config(ROOT / "config.yaml")).series_in_force > 100
 

@@ -14,6 +14,7 @@ from exporter.config import expand, parse_config
 from exporter.errors import Result
 from exporter.exposition.metrics import DiscoveryCollector
 from exporter.log import Redactor
+from exporter.probe.discovery import fetch_catalog
 from exporter.probe.prober import Prober
 from exporter.providers.gateway import Mode
 from exporter.providers.prices import PriceSource
@@ -78,7 +79,10 @@ async def test_litellm_lists_describes_and_prices_its_models(gateway: LiteLLM) -
     async with Prober(redactor=redactor) as prober:
         discovery = Discovery(prober, collector, changed, redactor=redactor)
         assert await discovery.refresh(config.targets[0]), discovery.status
-        catalog = discovery.catalogs["litellm"]
+        # The list in use holds only what `exclude` keeps; the gateway's whole catalog:
+        assert set(discovery.catalogs["litellm"].by_name) == {"gw-priced", "gw-plain",
+                                                              "gw-embed"}
+        catalog, _ = await fetch_catalog(prober, config.targets[0], redactor=redactor)
         assert catalog.sources == ("/models", "/model/info")
         models = catalog.by_name
         assert set(models) == {"gw-priced", "gw-plain", "gw-embed", "gpt-4o-mini"}

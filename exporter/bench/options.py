@@ -79,6 +79,18 @@ def parse_fail_on(text: str | None) -> list[Rule]:
     return rules
 
 
+def parse_confidence(text: str) -> float:
+    """`95%` or `0.95`: strictly between 50 % and 100 %."""
+    value = text.strip()
+    try:
+        amount = float(value[:-1]) / 100 if value.endswith("%") else float(value)
+    except ValueError:
+        raise ValueError(f"--confidence: {text!r} is not a number (use 95% or 0.95)") from None
+    if not 0.5 < amount < 1:
+        raise ValueError(f"--confidence: {text!r}: must be above 50% and below 100%")
+    return amount
+
+
 def parse_options(*, concurrency: str | None, rate: str | None, requests: int | None,
                   duration: str | None, warmup: int, slo: str | None, knee_threshold: str,
                   seed: int | None, connections: str, workers: int, ramp: str) -> BenchOptions:

@@ -3,24 +3,28 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import orjson
 from rich.console import Console
 from rich.table import Table
 
-from exporter.commands.cells import cell, make_console
+from exporter.commands.cells import cell, fmt_span, make_console
 from exporter.commands.plan import (
     SERIES_WARNING,
     Count,
     Discovered,
     Plan,
+    PlanWarning,
+    WarningKind,
     discover_now,
     make_plan,
 )
-from exporter.config import Config, format_duration
+from exporter.config import Config, ConfigProblem, format_duration
+from exporter.config.offline import Unresolved
 from exporter.log import REDACTOR
 from exporter.probe.charge import CHARGE_FACTOR, PROMPT_ALLOWANCE
 
@@ -58,7 +62,8 @@ def series_table(plan: Plan, title: str) -> Table:
             _int(s.probes_per_day),
             _int(s.output_tokens_per_day) + (" ¹" if s.reasons else ""),
             _int(s.input_tokens_per_day),
-            "unknown" if cost is None or s.price is None
+            "at run time" if plan.priced_at_run_time(s)
+            else "unknown" if cost is None or s.price is None
             else f"{cost:,.2f} {cell(s.price.currency)}",
             _series(s.series, s.extra, plan.classic))
     return table
@@ -78,6 +83,11 @@ def price_table(plan: Plan) -> Table:
         seen.add(s.key[:2])
         price = s.price
         refused = f" ({s.refused_price.describe()})" if s.refused_price else ""
+        if price is None and plan.priced_at_run_time(s):
+            table.add_row(cell(s.key[0]), cell(s.key[1]), "gateway", "", "", "", "",
+                          "priced by gateway at run time (its model info; `check "
+                          "--discover` asks now)")
+            continue
         if price is None:
             table.add_row(cell(s.key[0]), cell(s.key[1]), "unknown", "", "", "", "",
                           cell("no cost counted: set targets[].prices" + refused))
@@ -128,11 +138,13 @@ def identity_table(plan: Plan) -> Table | None:
         identity = s.identity
         assert identity is not None
         hours = identity.hours_to_reference
-        reference = (f"{identity.baseline:,} answers, {hours:,.1f} h" if hours is not None
+        reference = (f"{identity.baseline:,} answers, {fmt_span(hours * 3600)}"
+                     if hours is not None
                      else f"from {cell(identity.reference[0])} / {cell(identity.reference[1])}"
                      if identity.reference else "")
         table.add_row(*(cell(name) for name in s.key), _int(s.probes_per_day), reference,
-                      f"{identity.samples:,} answers, {identity.hours_per_window:,.1f} h",
+                      f"{identity.samples:,} answers, "
+                      f"{fmt_span(identity.hours_per_window * 3600)}",
                       f"{identity.tests_per_day:,.1f}", f"{identity.alpha:g}")
     return table
 
@@ -161,9 +173,12 @@ def print_plan(config: Config, plan: Plan, path: str, console: Console | None = 
     console.print(series_table(plan, f"{len(plan.series)} series in {cell(path)}: a day"))
     console.print(keys_table(config))
     console.print(price_table(plan))
-    unknown = sum(s.price is None for s in plan.series)
+    later = sum(plan.priced_at_run_time(s) for s in plan.series)
+    unknown = sum(s.price is None for s in plan.series) - later
     console.print(f"price data: {plan.library.describe()}; {unknown:,} of {len(plan.series):,} "
-                  "series have no known price (cost unknown, not counted).", soft_wrap=True)
+                  "series have no known price (cost unknown, not counted)"
+                  + (f"; {later:,} priced by gateway at run time" if later else "") + ".",
+                  soft_wrap=True)
     for note in plan.discovery_notes():
         console.print(cell(note), soft_wrap=True)
     console.print(family_table(plan))
@@ -203,23 +218,42 @@ def print_plan(config: Config, plan: Plan, path: str, console: Console | None = 
 
 def print_plan_json(config: Config, plan: Plan, path: str) -> None:
     """The plan as one JSON document on stdout (redacted as a whole, a second net)."""
-    document = {"config": path, **plan.to_json(), "targets": REDACTOR.tree(targets_json(config))}
+    document = {"config": path, "valid": True, **plan.to_json(),
+                "targets": REDACTOR.tree(targets_json(config))}
     text = orjson.dumps(document,
                         option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS).decode()
     sys.stdout.write(REDACTOR.net(text) + "\n")
 
 
+def print_failure_json(path: str, message: str,
+                       problems: Sequence[ConfigProblem] = ()) -> None:
+    """`check --output json` when the config is invalid (or check failed): the problems, each
+    with its location, as one JSON document — a CI parsing stdout always gets one."""
+    document = {"config": path, "valid": False, "error": message,
+                "problems": [{"location": p.location, "error": p.error, "line": p.line}
+                             for p in problems]}
+    text = orjson.dumps(document, option=orjson.OPT_INDENT_2).decode()
+    sys.stdout.write(REDACTOR.net(REDACTOR(text)) + "\n")
+
+
 def run_check(config: Config, path: str, *, output: str = "table",
-              series_warning: int | None = None, discover: bool = False) -> int:
+              series_warning: int | None = None, discover: bool = False,
+              unresolved: Sequence[Unresolved] = ()) -> int:
     """The `check` command on a loaded config: print the plan; exit 0 (warnings included).
 
     Discovering targets are asked for their models only with `discover` (a request with the
-    target's key); otherwise the plan says their models come at run time."""
+    target's key); otherwise the plan says their models come at run time. `unresolved`: the
+    secrets `--allow-missing-secrets` let pass, shown as warnings."""
     found: list[Discovered] = []
     if discover and config.discovering:
         config, found = asyncio.run(discover_now(config))
     plan = make_plan(config, series_warning=SERIES_WARNING if series_warning is None
                      else series_warning, discovered=found)
+    if unresolved:
+        missing = tuple(PlanWarning(WarningKind.MISSING_SECRET,
+                                    f"{u} (checked without it: --allow-missing-secrets)")
+                        for u in unresolved)
+        plan = dataclasses.replace(plan, warnings=(*missing, *plan.warnings))
     if output == "json":
         print_plan_json(config, plan, path)
     else:

@@ -32,6 +32,7 @@ from exporter.config import (
     expand,
     format_duration,
 )
+from exporter.config.census import DiscoveryCounts, discovery_counts
 from exporter.config.model import reasons
 from exporter.exposition.children import at_load, later, samples, served_families
 from exporter.exposition.families import (
@@ -69,6 +70,7 @@ class WarningKind(StrEnum):
     DISCOVERY = "discovery"  # a gateway lists more models than its cap, or none could be read
     PRICE_REFUSED = "price_refused"  # a gateway's or library price broke a sanity bound
     COST_OVER_SHARE = "cost_over_share"  # a target's ceiling passes its share of the budget
+    MISSING_SECRET = "missing_secret"  # checked without it (`--allow-missing-secrets`)
 
 
 @dataclass(frozen=True)
@@ -232,9 +234,12 @@ def own_series(config: Config) -> Count:
             total += len({(s.target.name, s.model) for s in config.series})
         elif spec.key is Family.PRICES_REFUSED:
             total += len(refused_prices(config))
-        elif spec.key in (Family.DISCOVERY_MODELS, Family.DISCOVERY_REFRESHES,
+        elif spec.key in (Family.DISCOVERY_MODELS, Family.DISCOVERY_LISTED,
+                          Family.DISCOVERY_KEPT, Family.DISCOVERY_REFRESHES,
                           Family.DISCOVERY_LAST_SUCCESS):
             total += len(config.discovering)  # (refreshes: one result, success, when well)
+        elif spec.key is Family.DISCOVERY_NAMES_REFUSED:
+            pass  # none while the gateway lists clean names
         else:
             total += len(spec.values) or 1
     return Count(total, total)
@@ -246,18 +251,18 @@ DISCOVERY_WARNING = 200
 
 @dataclass(frozen=True)
 class Discovered:
-    """What `check --discover` learnt of one target: its list, or why there is none."""
+    """What `check --discover` learnt of one target: its list counted as every surface counts
+    it (`config.census`), or why there is none."""
 
     target: str
-    listed: int | None = None  # entries the gateway sent
-    models: int = 0  # models its series probe (after filters and caps)
-    trimmed: int = 0  # matching models left out by discover.max_models / global.max_series
-    refused: int = 0  # names refused
+    counts: DiscoveryCounts | None = None
     error: str = ""
 
     def to_json(self) -> dict[str, Any]:
-        """As JSON."""
-        return dataclasses.asdict(self)
+        """As JSON: the counts (`models`: the probed ones, its former name) and the error."""
+        counts = self.counts.to_json() if self.counts else {}
+        return {"target": self.target, **counts, "models": counts.get("probed", 0),
+                "error": self.error}
 
 
 async def discover_now(config: Config) -> tuple[Config, list[Discovered]]:
@@ -275,12 +280,8 @@ async def discover_now(config: Config) -> tuple[Config, list[Discovered]]:
     found = []
     for target in config.discovering:
         catalog = catalogs.get(target.name)
-        models = {s.model for s in expanded.series
-                  if s.target.name == target.name and s.discovered}
-        found.append(Discovered(target.name, catalog.listed if catalog else None,
-                                len(models), expanded.trimmed.get(target.name, 0),
-                                catalog.refused if catalog else 0,
-                                failed.get(target.name, "")))
+        found.append(Discovered(target.name, discovery_counts(expanded, target, catalog)
+                                if catalog is not None else None, failed.get(target.name, "")))
     return expanded, found
 
 
@@ -318,15 +319,30 @@ class Plan:
             if seen is None:
                 notes.append(f"{target}: {how}; its models are listed at run time (not in "
                              "this plan): `check --discover` asks the gateway now")
-            elif seen.error:
+            elif seen.error or seen.counts is None:
                 notes.append(f"{target}: discovery failed ({seen.error}); the daemon retries")
             else:
-                notes.append(f"{target}: the gateway lists {seen.listed:,} models; "
-                             f"{seen.models:,} of them probed (in this plan)"
-                             + (f", {seen.trimmed:,} left out by the caps" if seen.trimmed
-                                else "")
-                             + (f", {seen.refused:,} names refused" if seen.refused else ""))
+                c = seen.counts
+                notes.append(f"{target}: the gateway lists {c.listed:,} models; {c.kept:,} "
+                             f"kept (models: and include/exclude), {c.probed:,} probed "
+                             "(in this plan)"
+                             + (f", {c.trimmed:,} left out by the caps" if c.trimmed else "")
+                             + (f", {c.refused:,} names refused" if c.refused else ""))
         return notes
+
+    @property
+    def gateway_prices_later(self) -> frozenset[str]:
+        """Discovering targets whose gateway was not asked for this plan: a model of theirs
+        that neither the config nor the library prices is priced by the gateway's model info
+        when the daemon discovers (unknown only if the gateway gives no price either)."""
+        asked = {d.target for d in self.discovered if d.counts is not None}
+        return frozenset(t for t, _ in self.discovering if t not in asked)
+
+    def priced_at_run_time(self, series: SeriesPlan) -> bool:
+        """Whether a series without a price now gets the gateway's at run time (not one whose
+        gateway price was refused: that one is unknown)."""
+        return (series.price is None and series.refused_price is None
+                and series.key[0] in self.gateway_prices_later)
 
     def total(self, field: str) -> float:
         """The sum of one per-series figure over every series."""
@@ -384,7 +400,8 @@ class Plan:
                 "output_tokens_per_day": s.output_tokens_per_day,
                 "input_tokens_per_day": s.input_tokens_per_day, "reasons": s.reasons,
                 "currency": s.price.currency if s.price else None,
-                "price": s.price.to_json() if s.price else "unknown",
+                "price": s.price.to_json() if s.price else
+                "gateway_at_run_time" if self.priced_at_run_time(s) else "unknown",
                 "price_refused": s.refused_price.to_json() if s.refused_price else None,
                 "cost_per_day": s.cost_per_day,
                 "prometheus_series": {**s.series.to_json(), "later": s.extra.to_json()},
@@ -452,15 +469,16 @@ def _how(target: Target) -> str:
 
 def _discovery_warnings(found: Iterable[Discovered]) -> Iterable[PlanWarning]:
     for seen in found:
-        if seen.error:
+        c = seen.counts
+        if seen.error or c is None:
             yield PlanWarning(WarningKind.DISCOVERY, f"{seen.target}: no model list: "
                                                      f"{seen.error}")
-        elif seen.trimmed or (seen.listed or 0) > DISCOVERY_WARNING:
+        elif c.trimmed or c.listed > DISCOVERY_WARNING:
             yield PlanWarning(WarningKind.DISCOVERY, (
-                f"{seen.target}: the gateway lists {seen.listed:,} models; {seen.trimmed:,} "
+                f"{seen.target}: the gateway lists {c.listed:,} models; {c.trimmed:,} "
                 "that match are left out by discover.max_models or global.max_series: "
-                "narrow discover.include / exclude") if seen.trimmed else (
-                f"{seen.target}: the gateway lists {seen.listed:,} models: narrow "
+                "narrow discover.include / exclude") if c.trimmed else (
+                f"{seen.target}: the gateway lists {c.listed:,} models: narrow "
                 "discover.include / exclude"))
 
 
@@ -489,7 +507,8 @@ def _warnings(plan: Plan, series_warning: int) -> Iterable[PlanWarning]:
                 yield PlanWarning(WarningKind.OTHER_CURRENCY,
                                f"{cost:.2f} {other}/day is priced in {other}: the budget "
                                f"({currency}) does not count it")
-        unpriced = [s for s in plan.series if s.price is None]
+        unpriced = [s for s in plan.series
+                    if s.price is None and not plan.priced_at_run_time(s)]
         if unpriced:
             yield PlanWarning(WarningKind.UNPRICED,
                            f"{len(unpriced)} of {len(plan.series)} series have no price "

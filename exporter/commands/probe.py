@@ -17,7 +17,7 @@ from rich.table import Table
 
 from exporter import __version__
 from exporter.commands.cells import ESTIMATED, cell, estimated, fmt_cost, fmt_ms, make_console
-from exporter.commands.selection import Selection, probing, select_series
+from exporter.commands.selection import Selection, discover_selected, probing, select_series
 from exporter.config import Config, Series
 from exporter.log import REDACTOR
 from exporter.measure import percentile
@@ -189,8 +189,9 @@ def results_document(results: Sequence[ProbeResult], series: Sequence[Series],
 async def run_probe_command(config: Config, selection: Selection, *, as_json: bool,
                             repeat: int = 1) -> int:
     """The `probe` command: exit 0 only if every selected probe succeeded."""
+    config, listing = await discover_selected(config, selection)
     try:
-        series = select_series(config, selection)
+        series = select_series(config, selection, listing)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

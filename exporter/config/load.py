@@ -27,10 +27,11 @@ from pydantic import (
 )
 
 from exporter.apis import Api
+from exporter.config.cadence import check_cadence
 from exporter.config.errors import ConfigError, ConfigProblem, format_location
 from exporter.config.expand import bucket_edges, check_references, plan_series, shard_series
 from exporter.config.interpolate import Scrubber, Substitution, interpolate
-from exporter.config.model import Config, KeyKind, KeySource, Target
+from exporter.config.model import Config, KeyKind, KeySource, Series, Target
 from exporter.config.network import (
     AWS_EXTRA_MISSING,
     MAX_TLS_FILE_BYTES,
@@ -41,28 +42,25 @@ from exporter.config.network import (
     build_tls,
     resolve_proxy,
 )
-from exporter.config.probe import ProbeConfig
+from exporter.config.probe import ProbeConfig, ProbeKind
 from exporter.config.rules_check import reasoning_problems
 from exporter.config.schema import (
     CONTROL,
-    MIN_REFRESH,
     GlobalConfig,
     SimulatorConfig,
     TargetConfig,
 )
 from exporter.config.secrets import document_secrets
 from exporter.config.shard import parse_shard
+from exporter.config.simkey import points_at, process_key
 from exporter.config.types import (
     MAX_PROBE_NAME,
-    MIN_INTERVAL,
     Secret,
-    format_duration,
-    parse_duration,
 )
 from exporter.config.urls import split_query
 from exporter.files import FileRefused, YAMLDocument, parse_yaml, read_limited
 from exporter.log import REDACTOR, Redactor
-from exporter.state import default_state_dir
+from exporter.state import NO_DEFAULT, default_state_dir
 
 # ---------------------------------------------------------------------------------------------
 # Loading
@@ -286,11 +284,7 @@ def _build(data: dict[str, Any], env: Mapping[str, str], base_dir: Path, source:
                for index, value in enumerate(raw_targets)]
 
     # Cross-field checks, on the sections as written, so they run even where validation failed.
-    raw_global = data.get("global")
-    if not isinstance(raw_global, dict):
-        raw_global = {}
-    interval_floor = 0.0 if raw_global.get("allow_short_intervals") is True else MIN_INTERVAL
-    _check_interval(raw_global, ("global",), interval_floor, problems)
+    problems += check_cadence(data)
     names: dict[str, int] = {}
     keys: list[tuple[Secret | None, KeySource]] = []
     paths: list[tuple[Proxy | None, TLS] | None] = []
@@ -311,8 +305,6 @@ def _build(data: dict[str, Any], env: Mapping[str, str], base_dir: Path, source:
                 problems.append(_problem(
                     ("targets", index, "probes", j),
                     f"unknown probe {probe_name!r} (defined: {', '.join(probes)})"))
-        _check_interval(raw, ("targets", index), interval_floor, problems)
-        _check_refresh(raw, ("targets", index), interval_floor > 0, problems)
         keys.append(_resolve_key(raw, index, env, base_dir, problems, reads))
         if target is not None:
             _check_target(target, index, probes, problems)
@@ -326,10 +318,17 @@ def _build(data: dict[str, Any], env: Mapping[str, str], base_dir: Path, source:
         raise ConfigError("invalid config", problems)
 
     resolved_probes = {name: probe for name, probe in probes.items() if probe is not None}
+    if simulator is not None and not simulator.api_key:
+        # Never an open simulator: another local user could drive the endpoint we measure.
+        simulator = simulator.model_copy(update={"api_key": process_key()})
     built = []
     for target, (key, key_source), path in zip(targets, keys, paths, strict=True):
         assert target is not None and path is not None  # or a problem was reported
         proxy, tls = path
+        if (simulator is not None and simulator.api_key and key is None
+                and key_source.kind is KeyKind.NONE and target.aws_sigv4 is None
+                and points_at(target.base_url, simulator.listen)):
+            key, key_source = Secret(simulator.api_key), KeySource(KeyKind.SIMULATOR)
         if target.aws_sigv4 is not None:
             key_source = KeySource(KeyKind.AWS_SIGV4, target.aws_sigv4.region + (
                 f" (profile {target.aws_sigv4.profile})" if target.aws_sigv4.profile else ""))
@@ -348,6 +347,7 @@ def _build(data: dict[str, Any], env: Mapping[str, str], base_dir: Path, source:
             proxy=proxy, tls=tls, aws_sigv4=target.aws_sigv4,
             params=dict(target.params), model_family=target.families,
             model_probes={e.name: e.probes for e in target.entries if e.probes},
+            model_interval={e.name: e.interval for e in target.entries if e.interval},
             discover=target.discover, slo=target.slo, model_slo=dict(target.model_slo),
         ))
     series, _ = plan_series(global_, resolved_probes, built, {})
@@ -369,6 +369,8 @@ def _build(data: dict[str, Any], env: Mapping[str, str], base_dir: Path, source:
                 update={"max_cost_per_day": budget.max_cost_per_day / count})})
     state_dir = (base_dir / global_.state_dir if global_.state_dir is not None
                  else default_state_dir(source) if source is not None else None)
+    if state_dir is None and source is not None and _needs_state(global_, series):
+        raise ConfigError("invalid config", [_problem(("global", "state_dir"), NO_DEFAULT)])
     return Config(global_=global_, simulator=simulator, probes=resolved_probes,
                   targets=tuple(built), series=series, buckets=buckets, source=source,
                   state_dir=state_dir,
@@ -377,34 +379,12 @@ def _build(data: dict[str, Any], env: Mapping[str, str], base_dir: Path, source:
                                                            if s.secret)), shard=shard)
 
 
-def _check_interval(section: Mapping[str, Any], loc: Loc, floor: float,
-                    problems: list[ConfigProblem]) -> None:
-    """An interval under MIN_INTERVAL without the opt-in (invalid ones are reported elsewhere)."""
-    try:
-        seconds = parse_duration(section.get("interval", MIN_INTERVAL))
-    except ValueError:
-        return
-    if 0 < seconds < floor:
-        problems.append(_problem((*loc, "interval"), f"{format_duration(seconds)} is shorter "
-                                 f"than {format_duration(MIN_INTERVAL)} (a typo for minutes?); "
-                                 "set global.allow_short_intervals: true if you mean it"))
-
-
-def _check_refresh(section: Mapping[str, Any], loc: Loc, enforce: bool,
-                   problems: list[ConfigProblem]) -> None:
-    """A discovery refresh under MIN_REFRESH without `global.allow_short_intervals`."""
-    discover = section.get("discover")
-    if not enforce or not isinstance(discover, dict) or "refresh" not in discover:
-        return
-    try:
-        seconds = parse_duration(discover["refresh"])
-    except ValueError:
-        return
-    if 0 < seconds < MIN_REFRESH:
-        problems.append(_problem((*loc, "discover", "refresh"), f"{format_duration(seconds)} "
-                                 f"is shorter than {format_duration(MIN_REFRESH)}: every refresh "
-                                 "lists the gateway's models; set "
-                                 "global.allow_short_intervals: true if you mean it"))
+def _needs_state(global_: GlobalConfig, series: Sequence[Series]) -> bool:
+    """Whether the config keeps state in `global.state_dir`: a spend record there (a budget
+    without its own `state_file`) or identity references."""
+    budget = global_.budget
+    return (budget is not None and not budget.state_file) or any(
+        s.probe.kind is ProbeKind.IDENTITY for s in series)
 
 
 def _check_target(target: TargetConfig, index: int, probes: Mapping[str, ProbeConfig | None],
@@ -448,19 +428,29 @@ def _check_target(target: TargetConfig, index: int, probes: Mapping[str, ProbeCo
                 problems.append(_problem((*where, "model_slo", model),
                                          "objectives for a model this target does not probe"))
     if target.discover is not None:
-        problems += _discover_problems(target, where)
+        problems += _discover_problems(target, where, probes)
     problems += [_problem(loc, message)
                  for loc, message in reasoning_problems(target, where, probes)]
 
 
-def _discover_problems(target: TargetConfig, where: Loc) -> list[ConfigProblem]:
-    """What keeps a target from discovering its models."""
+def _discover_problems(target: TargetConfig, where: Loc,
+                       probes: Mapping[str, ProbeConfig | None]) -> list[ConfigProblem]:
+    """What keeps a target from discovering its models; per-probe filters of probes it does
+    not run."""
+    assert target.discover is not None
+    problems = []
     if target.api not in DISCOVERABLE:
         able = ", ".join(api.value for api in DISCOVERABLE)
-        return [_problem((*where, "discover"), f"{target.api.value} lists no models at "
-                         f"GET {{base_url}}/models in a shape discovery reads ({able} do); "
-                         "list the models (models:)")]
-    return []
+        problems.append(_problem((*where, "discover"), f"{target.api.value} lists no models at "
+                                 f"GET {{base_url}}/models in a shape discovery reads ({able} "
+                                 "do); list the models (models:)"))
+    runs = target.probes or tuple(probes)
+    for name in target.discover.probes:
+        if name not in runs:
+            problems.append(_problem((*where, "discover", "probes", name),
+                                     f"probe {name!r} does not run on this target (it runs: "
+                                     f"{', '.join(runs)})"))
+    return problems
 
 
 def _resolve_network(target: TargetConfig, index: int, env: Mapping[str, str], base: Path,

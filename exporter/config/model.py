@@ -13,7 +13,7 @@ from typing import Any, cast
 
 from exporter.apis import Api
 from exporter.config.network import TLS, Proxy
-from exporter.config.probe import ProbeConfig, SloConfig
+from exporter.config.probe import ProbeConfig, ProbeKind, SloConfig
 from exporter.config.reasoning import Effort, merge_patches
 from exporter.config.schema import (
     AwsSigV4Config,
@@ -52,6 +52,7 @@ class KeyKind(StrEnum):
     FILE = "file"            # api_key_file: a path (re-read when it changes)
     LITERAL = "literal"      # api_key: written in the config (or put there by ${VAR})
     NONE = "none"            # no key is sent
+    SIMULATOR = "simulator"  # the embedded simulator's (simulator.api_key, or generated)
     AWS_SIGV4 = "aws_sigv4"  # requests are signed: the AWS credential chain
 
 
@@ -115,6 +116,8 @@ class Target:
     model_family: Mapping[str, str] = field(default_factory=dict)  # model → hosted family
     # Probes of one model (`models: [{name, probes}]`); others run the target's `probes`.
     model_probes: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    # A model's own cadence (`models: [{name, interval}]`): wins over the probe's and ours.
+    model_interval: Mapping[str, float] = field(default_factory=dict)
     discover: DiscoverConfig | None = None  # probe what the gateway lists
     slo: SloConfig = field(default_factory=SloConfig)
     model_slo: Mapping[str, SloConfig] = field(default_factory=dict)
@@ -162,6 +165,14 @@ class Series:
     def key(self) -> SeriesKey:
         """The (target, model, probe) label values."""
         return (self.target.name, self.model, self.probe_name)
+
+    @property
+    def claimed_unsupported(self) -> bool:
+        """Whether the gateway says this model cannot serve the probe (its `mode`, its
+        capabilities): a configured model's series stays, its probe is skipped
+        (`llm_probe_skipped_total{reason="unsupported"}`); a discovered one gets no series."""
+        return self.gateway is not None and not self.gateway.serves(
+            self.probe.features, self.probe.kind is ProbeKind.EMBEDDING)
 
     @property
     def family_name(self) -> str:

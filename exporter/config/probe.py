@@ -213,6 +213,9 @@ class ProbeConfig(StrictModel):
     expect: Expect | None = None
     cases: tuple[Case, ...] = ()
     slo: SloConfig = Field(default_factory=SloConfig)
+    # Its own cadence on every target (a `models:` entry's `interval` still wins); None: the
+    # target's, else global.interval.
+    interval: PositiveDuration | None = None
     # kind: identity (exporter/config/identity.py)
     prompts: tuple[IdentityPrompt, ...] | None = Field(default=None, min_length=1,
                                                        max_length=MAX_PROMPTS)

@@ -5,14 +5,17 @@ The probes and the objectives they share with every level are in config/probe.py
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
 from typing import Any, Literal
 
+import regex as pyregex
 from pydantic import ConfigDict, Field, field_validator, model_validator
 from yarl import URL
 
 from exporter.apis import Api
 from exporter.config.address import parse_listen_address
+from exporter.config.budget import CONTROL as CONTROL  # re-exported: one declaration
+from exporter.config.budget import BudgetConfig as BudgetConfig
+from exporter.config.patterns import choose
 from exporter.config.probe import ProbeConfig, SloConfig
 from exporter.config.reasoning import Params
 from exporter.config.shard import parse_shard
@@ -30,60 +33,6 @@ from exporter.config.urls import scheme_of, shown_scheme, split_query, url_probl
 from exporter.exposition.families import DEFAULT_SHAPES, Family, Shape, bucket_families
 
 HISTOGRAMS = bucket_families()
-
-
-class BudgetConfig(StrictModel):
-    """Stop probing for the rest of the UTC day once this much was spent."""
-
-    max_cost_per_day: float = Field(gt=0)
-    currency: str = "USD"
-    state_file: str | None = None  # default: budget.json in global.state_dir
-    # Sharded (`--shard i/n`): max_cost_per_day is the whole fleet's, each shard stops at its
-    # n-th; `per_shard: true` makes it every shard's own limit instead.
-    per_shard: bool = False
-    # The most a target may spend of the day's limit, as a fraction; the targets not named
-    # share what is left equally (serve/budget.py).
-    shares: dict[str, float] = Field(default_factory=dict)
-
-    def amounts(self, targets: Iterable[str]) -> dict[str, float]:
-        """Each target's share of the day's limit, as an amount: its `shares:` fraction, else
-        an equal part of what the named fractions leave."""
-        names = list(dict.fromkeys(targets))
-        rest = [name for name in names if name not in self.shares]
-        left = max(0.0, 1.0 - sum(self.shares.values()))
-        return {name: self.max_cost_per_day * (self.shares[name] if name in self.shares
-                                               else left / len(rest)) for name in names}
-
-    def share_problems(self, targets: Iterable[str]) -> list[tuple[tuple[str, ...], str]]:
-        """(location under `shares`, message) for each name that is not a target, and for
-        shares adding up to 1 with targets left unnamed."""
-        names = list(targets)
-        problems: list[tuple[tuple[str, ...], str]] = [
-            ((name,), f"no target named {name!r} (targets: {', '.join(names)})")
-            for name in self.shares if name not in names]
-        left = [name for name in names if name not in self.shares]
-        if left and sum(self.shares.values()) >= 1 - 1e-9:
-            problems.append(((), "the shares add up to 1, leaving nothing for "
-                                 f"{', '.join(left)}: name them with a share, or lower others"))
-        return problems
-
-    @field_validator("shares")
-    @classmethod
-    def _check_shares(cls, shares: dict[str, float]) -> dict[str, float]:
-        for name, fraction in shares.items():
-            if not (0 < fraction <= 1):
-                raise ValueError(f"{name}: a share is a fraction of the budget above 0 and at "
-                                 "most 1")
-        if sum(shares.values()) > 1 + 1e-9:
-            raise ValueError(f"the shares add up to {sum(shares.values()):g}; at most 1")
-        return shares
-
-    @field_validator("state_file")
-    @classmethod
-    def _check_state_file(cls, path: str | None) -> str | None:
-        if path is not None and (not path.strip() or CONTROL.search(path)):
-            raise ValueError("must be a file path without control characters")
-        return path
 
 
 class NativeHistogramsConfig(StrictModel):
@@ -195,22 +144,33 @@ class GlobalConfig(StrictModel):
         return buckets
 
 
+# The simulator is demo-sized: what one request (its `x-sim-*` headers, its body) or the admin
+# endpoint can make it do is bounded by these, so no client can make it hold gigabytes or hang
+# a connection for days (docs/security.md).
+SIM_MAX_TOKENS = 16_384      # output, reasoning tokens and tokens per chunk of one answer
+SIM_MAX_DELAY = 300.0        # seconds: ttft, tpot, stall
+SIM_MAX_DIMENSIONS = 4_096   # one embedding's size (text-embedding-3-large: 3072)
+SIM_MAX_EMBED_INPUTS = 64    # texts in one embeddings request
+SIM_MAX_CAPACITY = 1_024     # concurrent generations per model
+
+
 class SimulatedModel(StrictModel):
     """Latency profile and faults of one model served by the embedded simulator."""
 
-    ttft: Duration = 0.3
-    tpot: Duration = 0.02
+    ttft: Duration = Field(default=0.3, le=SIM_MAX_DELAY)
+    tpot: Duration = Field(default=0.02, le=SIM_MAX_DELAY)
     jitter: float = Field(default=0.1, ge=0.0, le=1.0)
-    output_tokens: int = Field(default=64, ge=0)
-    tokens_per_chunk: int = Field(default=1, ge=1)
-    reasoning_tokens: int = Field(default=0, ge=0)
+    output_tokens: int = Field(default=64, ge=0, le=SIM_MAX_TOKENS)
+    tokens_per_chunk: int = Field(default=1, ge=1, le=SIM_MAX_TOKENS)
+    reasoning_tokens: int = Field(default=0, ge=0, le=SIM_MAX_TOKENS)
     error_rate: float = Field(default=0.0, ge=0.0, le=1.0)
     error_status: int = Field(default=500, ge=400, le=599)
     stall_rate: float = Field(default=0.0, ge=0.0, le=1.0)
-    stall: Duration = 30.0
+    stall: Duration = Field(default=30.0, le=SIM_MAX_DELAY)
     disconnect_rate: float = Field(default=0.0, ge=0.0, le=1.0)
-    capacity: int | None = Field(default=None, ge=1)
-    dimensions: int = Field(default=1536, ge=1)  # embedding size when a request names none
+    capacity: int | None = Field(default=None, ge=1, le=SIM_MAX_CAPACITY)
+    # embedding size when a request names none
+    dimensions: int = Field(default=1536, ge=1, le=SIM_MAX_DIMENSIONS)
     # What answers report as `model` (default: the requested name) and `system_fingerprint`
     # (a dated snapshot behind an alias; flip it with a reload to show a served-model change).
     served_model: str | None = Field(default=None, min_length=1, max_length=128)
@@ -263,7 +223,6 @@ class Price(StrictModel):
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:/@+-]{0,127}$")
 _HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # an RFC 9110 token
-CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _CONTROL_BUT_TAB = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 
 
@@ -350,40 +309,64 @@ def check_proxy_url(url: str) -> str:
 
 
 MAX_DISCOVERED = 1000  # models one target may discover at most (discover.max_models)
+MAX_NEW_PER_DAY = 100_000  # discover.max_new_per_day at most
 MAX_PATTERN = 512  # characters of one include/exclude pattern
 MIN_REFRESH = 60.0  # shorter discovery refreshes need global.allow_short_intervals
 
 
 class ModelEntry(StrictModel):
-    """One model of a target: its name, and optionally which probes run on it and the hosted
-    family its request rules follow (`{name, probes, model_family}`; a plain name is
-    `{name}`)."""
+    """One model of a target: its name, and optionally which probes run on it, the hosted
+    family its request rules follow and its cadence (`{name, probes, model_family, interval}`;
+    a plain name is `{name}`)."""
 
     name: str
     probes: tuple[str, ...] | None = Field(default=None, min_length=1)
     model_family: str | None = Field(default=None, min_length=1, max_length=MAX_MODEL_NAME)
+    interval: PositiveDuration | None = None  # every probe of this model; wins over all others
+
+
+def _check_patterns(patterns: tuple[str, ...]) -> tuple[str, ...]:
+    """Regular expressions of 1 to MAX_PATTERN characters that compile."""
+    for pattern in patterns:
+        if not pattern or len(pattern) > MAX_PATTERN:
+            raise ValueError(f"a pattern must be 1 to {MAX_PATTERN} characters")
+        try:
+            re.compile(pattern)  # the stdlib's syntax, which `regex` (used to match) accepts
+            pyregex.compile(pattern)
+        except (re.error, pyregex.error) as exc:
+            raise ValueError(f"{pattern!r} is not a regular expression: {exc}") from None
+    return patterns
+
+
+class NameFilter(StrictModel):
+    """Which discovered models one probe runs on: regular expressions searched in the name."""
+
+    include: tuple[str, ...] = ()  # none: every discovered model
+    exclude: tuple[str, ...] = ()
+
+    _patterns = field_validator("include", "exclude")(_check_patterns)
+
+    def admits(self, name: str) -> bool:
+        """Whether a model of this name passes the filter (a name a pattern runs out of time
+        on does not: the patterns run on names a gateway chose, bounded as in `patterns`)."""
+        return bool(choose(self.include, self.exclude, (name,)).names)
 
 
 class DiscoverConfig(StrictModel):
     """Probe what the gateway lists at `GET {base_url}/models`, filtered by regular
-    expressions (searched anywhere in the name), refreshed every `refresh`."""
+    expressions (searched anywhere in the name), refreshed every `refresh`; `probes` narrows
+    (or, for an embedding probe on a model whose mode the gateway does not state, grants)
+    one probe's discovered models."""
 
     include: tuple[str, ...] = ()  # none: every listed model
     exclude: tuple[str, ...] = ()
     refresh: PositiveDuration = 600.0
     max_models: int = Field(default=100, ge=1, le=MAX_DISCOVERED)
+    # Names admitted after the first good list, per UTC day; the rest wait (refused, counted).
+    max_new_per_day: int = Field(default=100, ge=0, le=MAX_NEW_PER_DAY)
+    probes: dict[str, NameFilter] = Field(default_factory=dict)
 
-    @field_validator("include", "exclude")
-    @classmethod
-    def _check_patterns(cls, patterns: tuple[str, ...]) -> tuple[str, ...]:
-        for pattern in patterns:
-            if not pattern or len(pattern) > MAX_PATTERN:
-                raise ValueError(f"a pattern must be 1 to {MAX_PATTERN} characters")
-            try:
-                re.compile(pattern)
-            except re.error as exc:
-                raise ValueError(f"{pattern!r} is not a regular expression: {exc}") from None
-        return patterns
+    _patterns = field_validator("include", "exclude")(_check_patterns)
 
 
 def check_model_name(model: str) -> str:

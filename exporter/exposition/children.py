@@ -120,7 +120,9 @@ def at_load(series: Series, shapes: Shapes) -> list[Child]:
     out.append((Family.ESTIMATED_TOKENS, None))
     if series.price is not None:
         out.append((Family.COST, series.price.currency))
-    out += [(Family.SKIPPED, reason) for reason in SkipReason]
+    # `unsupported` only where the gateway claims it (one child fewer on every other series).
+    out += [(Family.SKIPPED, reason) for reason in SkipReason
+            if reason is not SkipReason.UNSUPPORTED or series.claimed_unsupported]
     if has_checks(series):
         out += [(Family.CHECKS, outcome) for outcome in CheckOutcome]
     if identity(series):

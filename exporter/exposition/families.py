@@ -44,6 +44,20 @@ class SkipReason(StrEnum):
     BUDGET = "budget"
     OVERLAP = "overlap"
     RATE_LIMITED = "rate_limited"
+    # A configured model the gateway says cannot serve this probe (its `mode` or capabilities):
+    # the series stays, its probe is not sent.
+    UNSUPPORTED = "unsupported"
+
+
+class NameRefusal(StrEnum):
+    """`llm_probe_discovery_names_refused_total{reason}`: why a listed name is not used."""
+
+    INVALID = "invalid"  # not a string, empty, too long, control characters, padded
+    INVISIBLE = "invisible"  # format characters (bidi, zero-width, BOM) or NFKC look-alikes
+    SECRET = "secret"  # holds a secret the redactor knows (the key, echoed)
+    DUPLICATE = "duplicate"  # listed twice
+    PATTERN_TIMEOUT = "pattern_timeout"  # an include/exclude pattern ran out of time on it
+    DAILY_LIMIT = "daily_limit"  # past the target's new names for the UTC day
 
 
 class CheckOutcome(StrEnum):
@@ -145,6 +159,7 @@ class Family(StrEnum):
     BUDGET_SPENT = "budget_spent"
     BUDGET_LIMIT = "budget_limit"
     BUDGET_RECORD_OK = "budget_record_ok"
+    STATE_BYTES = "state_bytes"
     BUDGET_TARGET_SPENT = "budget_target_spent"
     BUDGET_TARGET_LIMIT = "budget_target_limit"
     RELOAD_OK = "config_last_reload_successful"
@@ -156,8 +171,11 @@ class Family(StrEnum):
     PRICE_INFO = "price_info"
     PRICES_REFUSED = "prices_refused"
     DISCOVERY_MODELS = "discovery_models"
+    DISCOVERY_LISTED = "discovery_listed_models"
+    DISCOVERY_KEPT = "discovery_kept_models"
     DISCOVERY_REFRESHES = "discovery_refreshes"
     DISCOVERY_LAST_SUCCESS = "discovery_last_success_timestamp_seconds"
+    DISCOVERY_NAMES_REFUSED = "discovery_names_refused"
     # /probe
     ONDEMAND_SUCCESS = "ondemand_success"
     ONDEMAND_RESULT = "ondemand_result"
@@ -336,6 +354,9 @@ FAMILIES: tuple[FamilySpec, ...] = (
           "1: the spend record of global.budget is usable; 0: it cannot be read or the path "
           "holds another file, and every probe is skipped (reason budget) until it can be.",
           "currency"),
+    _spec(Family.STATE_BYTES, "llm_probe_state_bytes", _G, _E,
+          "Bytes of the exporter's files in global.state_dir (the spend record, identity "
+          "references), as of the latest sweep (every minute)."),
     FamilySpec(Family.BUDGET_TARGET_SPENT, "llm_probe_budget_target_spent", _G, _E,
                "Spent today (UTC) by the target's probes against its share of global.budget.",
                ("target", "currency")),
@@ -369,8 +390,15 @@ FAMILIES: tuple[FamilySpec, ...] = (
                "gateway's over 10x the library's for the model); the next source is used.",
                ("target", "source", "reason")),
     FamilySpec(Family.DISCOVERY_MODELS, "llm_probe_discovery_models", _G, _E,
-               "Models a discovering target probes from the gateway's last good list (after "
-               "include/exclude and the caps).", ("target",)),
+               "Models on a discovering target's last good list that it probes (configured "
+               "in models: or discovered; after include/exclude, the caps and the probes each "
+               "model can serve).", ("target",)),
+    FamilySpec(Family.DISCOVERY_LISTED, "llm_probe_discovery_listed_models", _G, _E,
+               "Entries on a discovering target's last good list, as the gateway sent them.",
+               ("target",)),
+    FamilySpec(Family.DISCOVERY_KEPT, "llm_probe_discovery_kept_models", _G, _E,
+               "Listed models a discovering target keeps: named in models:, or passing "
+               "discover.include/exclude (before the caps).", ("target",)),
     FamilySpec(Family.DISCOVERY_REFRESHES, "llm_probe_discovery_refreshes", _C, _E,
                "Model list refreshes by result (a probe's result values: success, timeout, "
                "auth, http_5xx, stream for a malformed or oversized list...); a failed one "
@@ -378,6 +406,11 @@ FAMILIES: tuple[FamilySpec, ...] = (
     FamilySpec(Family.DISCOVERY_LAST_SUCCESS, "llm_probe_discovery_last_success_timestamp_seconds",
                _G, _E, "Unix time of the target's last successful model list refresh.",
                ("target",)),
+    FamilySpec(Family.DISCOVERY_NAMES_REFUSED, "llm_probe_discovery_names_refused", _C, _E,
+               "Listed names not used, per refresh, by reason: invalid, invisible (bidi, "
+               "zero-width or look-alike characters), secret, duplicate, pattern_timeout "
+               "(include/exclude ran out of time), daily_limit (past discover.max_new_per_day).",
+               ("target", "reason")),
     # -- /probe (one run, blackbox-style) --------------------------------------------------
     _spec(Family.ONDEMAND_SUCCESS, "llm_probe_ondemand_success", _G, _O,
           "Whether this probe succeeded (1/0)."),

@@ -31,6 +31,7 @@ from prometheus_client.utils import floatToGoString
 
 from exporter import __version__
 from exporter.config import Config, Series
+from exporter.config.census import DiscoveryCounts
 from exporter.errors import Result
 from exporter.exposition import protobuf
 from exporter.exposition.children import (
@@ -52,6 +53,7 @@ from exporter.exposition.families import (
     FamilySpec,
     IdentityOutcome,
     IdentityWindow,
+    NameRefusal,
     Shape,
     SkipReason,
 )
@@ -218,36 +220,51 @@ class DiscoveryCollector:
     """Each discovering target's refreshes, models in use and last success (no `_created`)."""
 
     def __init__(self) -> None:
-        self.models: dict[str, int] = {}
+        self.counts: dict[str, DiscoveryCounts] = {}
         self.refreshes: dict[tuple[str, Result], int] = {}
         self.succeeded: dict[str, float] = {}
+        self.refused: dict[tuple[str, NameRefusal], int] = {}
 
-    def record(self, target: str, result: Result, models: int | None,
-               succeeded_at: float | None) -> None:
-        """One refresh of `target` (models: how many it probes now)."""
+    def refuse(self, target: str, counts: Mapping[NameRefusal, int]) -> None:
+        """Names one refresh of `target` did not use, by reason."""
+        for reason, count in counts.items():
+            if count:
+                self.refused[(target, reason)] = self.refused.get((target, reason), 0) + count
+
+    def record(self, target: str, result: Result, succeeded_at: float | None) -> None:
+        """One refresh of `target`."""
         self.refreshes[(target, result)] = self.refreshes.get((target, result), 0) + 1
-        if models is not None:
-            self.models[target] = models
         if succeeded_at is not None:
             self.succeeded[target] = succeeded_at
+
+    def set_counts(self, target: str, counts: DiscoveryCounts) -> None:
+        """What `target` made of its list now (`config.census`: listed, kept, probed)."""
+        self.counts = {**self.counts, target: counts}  # replaced whole: read by scrapes
 
     def forget(self, keep: Iterable[str]) -> None:
         """Drop the targets not in `keep` (they no longer discover, or are gone)."""
         wanted = set(keep)
-        for known in (self.models, self.succeeded):
+        self.counts = {t: c for t, c in self.counts.items() if t in wanted}
+        for known in (self.succeeded,):
             for target in [t for t in known if t not in wanted]:
                 del known[target]
         for key in [k for k in self.refreshes if k[0] not in wanted]:
             del self.refreshes[key]
+        for refused in [k for k in self.refused if k[0] not in wanted]:
+            del self.refused[refused]
 
     def collect(self) -> Iterator[Metric]:
-        """The three families (empty without a discovering target)."""
-        models, refreshes, success = (BY_KEY[f] for f in (
-            Family.DISCOVERY_MODELS, Family.DISCOVERY_REFRESHES, Family.DISCOVERY_LAST_SUCCESS))
-        family = GaugeMetricFamily(models.name, models.help, labels=models.labels)
-        for target, count in sorted(self.models.items()):
-            family.add_metric([target], count)
-        yield family
+        """The discovery families (empty without a discovering target)."""
+        refreshes, success = (BY_KEY[f] for f in (
+            Family.DISCOVERY_REFRESHES, Family.DISCOVERY_LAST_SUCCESS))
+        by_target = sorted(self.counts.items())
+        for key, figure in ((Family.DISCOVERY_MODELS, "probed"),
+                            (Family.DISCOVERY_LISTED, "listed"), (Family.DISCOVERY_KEPT, "kept")):
+            spec = BY_KEY[key]
+            family = GaugeMetricFamily(spec.name, spec.help, labels=spec.labels)
+            for target, counts in by_target:
+                family.add_metric([target], getattr(counts, figure))
+            yield family
         counter = CounterMetricFamily(refreshes.name, refreshes.help, labels=refreshes.labels)
         for (target, result), count in sorted(self.refreshes.items()):
             counter.add_metric([target, result.value], count)
@@ -256,6 +273,11 @@ class DiscoveryCollector:
         for target, when in sorted(self.succeeded.items()):
             family.add_metric([target], when)
         yield family
+        names = BY_KEY[Family.DISCOVERY_NAMES_REFUSED]
+        counter = CounterMetricFamily(names.name, names.help, labels=names.labels)
+        for (target, reason), count in sorted(self.refused.items()):
+            counter.add_metric([target, reason.value], count)
+        yield counter
 
 
 class ExporterMetrics:
@@ -289,6 +311,7 @@ class ExporterMetrics:
         self.budget_spent = _own_gauge(Family.BUDGET_SPENT, own)
         self.budget_limit = _own_gauge(Family.BUDGET_LIMIT, own)
         self.budget_record_ok = _own_gauge(Family.BUDGET_RECORD_OK, own)
+        self.state_bytes = _own_gauge(Family.STATE_BYTES, own)
         self.budget_target_spent = _own_gauge(Family.BUDGET_TARGET_SPENT, own)
         self.budget_target_limit = _own_gauge(Family.BUDGET_TARGET_LIMIT, own)
         self.reload_ok = _own_gauge(Family.RELOAD_OK, own)
@@ -512,6 +535,10 @@ class ExporterMetrics:
                 self.budget_target_limit.labels(target, budget.currency).set(share)
                 self.budget_target_spent.labels(target, budget.currency).set(
                     budget.by_target.get(target, 0.0))
+
+    def set_state_bytes(self, size: int) -> None:
+        """Show the state directory's size in bytes (0 without one)."""
+        self.state_bytes.set(size)
 
     def reload_status(self, ok: bool, when: float | None = None) -> None:
         """Record the outcome of a config (re)load."""

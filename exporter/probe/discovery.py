@@ -2,10 +2,15 @@
 prices, LiteLLM's `GET {base_url}/model/info` — over the prober's session, with the target's
 key, headers, query, proxy and TLS, never following a redirect (it would carry the key).
 
-Bounded: one deadline for the whole refresh, at most MAX_LIST_BYTES read per answer, JSON parsed
-in a worker thread (a 16 MiB list takes tens of milliseconds: never on the loop that stamps
-tokens). A failure is one `DiscoveryFailed` with the same `result` vocabulary as a probe's and a
-redacted reason; the model info is optional (its failure only leaves the models undescribed).
+Bounded: one deadline for the whole refresh, at most MAX_LIST_BYTES read per answer, and at most
+`max_values(discover.max_models)` JSON values: counted over each piece as it arrives (about
+0.1 ms per 64 KiB), so a document of millions of tiny containers is refused before it is read
+whole, let alone parsed (parsed, such a list grew the process by ~500 MB and held the GIL for
+seconds). JSON parsed in a worker thread: at the value bound its worst case is ~25 MB and ~40 ms
+of CPU (benchmarks/README.md, "hostile lists"). A failure is one `DiscoveryFailed` with the same
+`result` vocabulary as a probe's and a redacted reason; the model info is optional (a missing
+or broken one only leaves the models undescribed; one past the byte or structure bound fails
+the refresh like a list).
 """
 
 from __future__ import annotations
@@ -27,7 +32,10 @@ from exporter.providers.gateway import (
     MAX_LIST_BYTES,
     Catalog,
     CatalogError,
+    Structure,
+    TooComplex,
     describe,
+    max_values,
     parse_model_info,
     parse_model_list,
 )
@@ -72,7 +80,8 @@ def _headers(target: Target, key: Secret | None) -> dict[str, str]:
 
 async def _get(prober: Prober, target: Target, path: str,
                redactor: Redactor) -> tuple[int, bytes]:
-    """(status, body) of one GET; ProbeError for a failed connection, _TooLarge past the cap."""
+    """(status, body) of one GET; ProbeError for a failed connection, _TooLarge past the byte
+    cap, CatalogError past the structure bound (both before the rest is read)."""
     session = await prober.started_session()
     proxy = target.proxy
     headers = _headers(target, prober.key_of(target))
@@ -96,17 +105,26 @@ async def _get(prober: Prober, target: Target, path: str,
         raise error from None
     async with response:
         limit = MAX_LIST_BYTES if response.status == 200 else ERROR_LIMIT
+        structure = Structure(_values_of(target),
+                              "the model list" if path == LIST_PATH else "the model info")
         body = bytearray()
         try:
             async for piece in response.content.iter_any():
+                if response.status == 200:
+                    structure.feed(piece)
                 body += piece
                 if len(body) > limit:
                     if response.status == 200:
-                        raise _TooLarge
+                        raise _TooLarge(structure.what)
                     break
         except aiohttp.ClientPayloadError:
             raise StreamError("the answer broke off") from None
         return response.status, bytes(body[:limit])
+
+
+def _values_of(target: Target) -> int:
+    """The structure bound of the target's documents (from its `discover.max_models`)."""
+    return max_values(target.discover.max_models if target.discover is not None else 1)
 
 
 def _status_failure(status: int, body: bytes, redactor: Redactor) -> DiscoveryFailed:
@@ -137,13 +155,15 @@ async def fetch_catalog(prober: Prober, target: Target, *, ask_info: bool = True
                         info = await asyncio.to_thread(parse_model_info, body,
                                                        redactor=redactor, origin=INFO_PATH)
                         answered = True
-                except (ProbeError, _TooLarge, CatalogError):
+                except TooComplex:
+                    raise  # a hostile document fails the refresh like a hostile list
+                except (ProbeError, CatalogError):
                     pass  # no model info: the models stay undescribed
             return describe(listing, info), answered
     except TimeoutError:
         raise DiscoveryFailed(Result.TIMEOUT, f"no model list within {deadline:g}s") from None
-    except _TooLarge:
-        raise DiscoveryFailed(Result.STREAM, f"the model list is larger than "
+    except _TooLarge as exc:
+        raise DiscoveryFailed(Result.STREAM, f"{exc.args[0]} is larger than "
                               f"{MAX_LIST_BYTES // 2**20} MiB") from None
     except CatalogError as exc:
         raise DiscoveryFailed(Result.STREAM, str(exc)) from None

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 import aiohttp
@@ -120,6 +120,15 @@ class Prober:
         self._vocabulary: asyncio.Future[str] | None = None  # the one load of tokens' vocabulary
         # Signing over the finished request (SigV4 for `aws_sigv4`), per series.
         self._signers = signers if signers is not None else AwsSigners(redactor)
+
+    def retain(self, series: Collection[Series]) -> None:
+        """Forget what the prober keeps per series (golden-set turns) and per model
+        (adaptations) for everything not in `series`: a reload dropped it, or discovery did
+        after its grace period; a gateway's churn must not grow these without bound."""
+        keep = {s.key for s in series}
+        for key in [k for k in self._case_turn if k not in keep]:
+            del self._case_turn[key]
+        self.adaptations.retain(series)
 
     async def __aenter__(self) -> Prober:
         await self.start()

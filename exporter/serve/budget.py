@@ -10,8 +10,9 @@ The day's spend survives a restart in the spend record (`budget.json` in the con
 written atomically off the event loop, and never over a file that is not one. A record that
 cannot be read, or a path that holds something else, stops spending — every probe is skipped
 with reason `budget` — and says so on the log, the status page and
-`llm_probe_budget_record_ok`: a budget that forgot what it spent would spend it twice. A config
-reload reads the record again.
+`llm_probe_budget_record_ok`: a budget that forgot what it spent would spend it twice. A record
+that vanishes once this process has read or written it is unusable too (until a restart), never
+a day that starts again from zero. A config reload reads the record again.
 
 No target can spend the others' budget: each may spend at most its share of the day's limit
 (`global.budget.shares: {TARGET: fraction}`; the targets not named split what is left equally),
@@ -70,6 +71,9 @@ class Budget:
         self.by_target: dict[str, float] = {}  # today's spend per target (of those that said)
         self.shares: dict[str, float] = {}  # the most each target may spend today
         self.problem = ""  # why the record cannot be used; spending stops while it is set
+        # A record of ours was read or written by this process: from then on a missing one
+        # vanished (removed or renamed), and spending stops rather than start again from 0.
+        self._recorded = False
         self._warned: set[str] = set()
         self._announced: set[str | None] = set()  # spent today, said: None (all) or a target
         self.set_targets(targets)
@@ -91,9 +95,15 @@ class Budget:
         except StateRefused as exc:
             self._refuse(str(exc))
             return
+        if state is None and self._recorded:
+            self._refuse(f"state file {self.path}: the budget record vanished mid-run (removed "
+                         "or renamed by someone else); the day's spend is unknown, so nothing "
+                         "is spent until a restart")
+            return
         if self.problem:
             self._log.info("budget record readable again; probing resumes", path=str(self.path))
         self.problem = ""
+        self._recorded = self._recorded or state is not None
         if state is None or state.get("currency") != self.currency:
             return
         day, spent = state.get("day"), state.get("spent")
@@ -181,7 +191,8 @@ class Budget:
             write_state(self.path, RECORD, {"day": self.day, "currency": self.currency,
                                             "spent": self.spent,
                                             "targets": dict(self.by_target)},
-                        MAX_STATE_BYTES, _legacy)
+                        MAX_STATE_BYTES, _legacy, must_exist=self._recorded)
+            self._recorded = True
         except StateRefused as exc:
             self._refuse(str(exc))
         except OSError as exc:

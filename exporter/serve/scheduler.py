@@ -6,7 +6,9 @@ a heap entry (~0.2 KiB), not a task with its frame, future and timer handle (~1.
 tick costs a heap push and pop. The first probe of a series new to the schedule (every series
 at start, the ones a reload adds) comes within min(interval, window) of being added, spread by
 the same stable offset, then the series joins its grid; the window is 10 s, longer when more
-than 250 first probes a second would start (`first_probe_window`).
+than 250 first probes a second would start (`first_probe_window`). A series discovery adds
+later (a model a gateway began to list) spreads its first probe over its whole interval: a
+gateway that lists many new names at once cannot make the exporter probe them all at once.
 A tick that finds the previous probe of the same series still running is skipped
 (`reason="overlap"`). On-demand probes (`run_now`, the `/probe` endpoint) run outside the
 scheduled concurrency limit, so they can never starve scheduled series.
@@ -105,6 +107,8 @@ class Scheduler:
         self._overclaimed: dict[SeriesKey, int] = {}  # charges capped so far (warned at the first)
         self._refused: set[tuple[str, str, str]] = set()  # (target, model, why) warned about
         self._stopping = False
+        self._claims: set[SeriesKey] = set()  # series whose unsupported skip was logged
+        self._started = False  # after the first apply: discovered series spread further
         self.budget: Budget | None = None
         self._budget_config: object = None
         self._save_lock = asyncio.Lock()
@@ -142,6 +146,7 @@ class Scheduler:
             if wanted.get(key) != ticks.series:
                 ticks.active = False  # an in-flight probe of this series is left to finish
                 del self._ticks[key]
+        self._claims &= wanted.keys()
         for known in (self._paused_until, self._health, self._overclaimed):
             for key in [k for k in known if k not in wanted]:
                 del known[key]
@@ -152,11 +157,13 @@ class Scheduler:
         window = first_probe_window(len(added))
         for series in added:
             interval = series.interval
+            spread = interval if self._started and series.discovered else window
             # A stable offset spreads series the same way after every restart.
-            first, next_tick = first_ticks(now, interval, series.stable_fraction(), window)
+            first, next_tick = first_ticks(now, interval, series.stable_fraction(), spread)
             ticks = self._ticks[series.key] = _Ticks(series, next_tick)
-            self._push(first + self._rng.uniform(0.0, series.jitter * min(interval, window)),
+            self._push(first + self._rng.uniform(0.0, series.jitter * min(interval, spread)),
                        ticks)
+        self._started = True
         self._arm(loop)
 
     def _push(self, planned: float, ticks: _Ticks) -> None:
@@ -199,6 +206,8 @@ class Scheduler:
 
     def skip_reason(self, series: Series) -> SkipReason | None:
         """Why a probe of this series must not be sent now (rate-limited, budget), if so."""
+        if series.claimed_unsupported:
+            return SkipReason.UNSUPPORTED
         if self._paused_until.get(series.key, float("-inf")) > self._clock():
             return SkipReason.RATE_LIMITED
         if self.budget is not None and self.budget.exhausted(series.target.name):
@@ -219,6 +228,14 @@ class Scheduler:
         reason = self.skip_reason(series)
         if reason is not None:
             self._metrics.record_skip(key, reason)
+            if reason is SkipReason.UNSUPPORTED and key not in self._claims:
+                self._claims.add(key)  # once per series while it is configured
+                gateway = series.gateway
+                self._log.warning(
+                    "probe skipped: the gateway says the model cannot serve it",
+                    target=key[0], model=key[1], probe=key[2],
+                    mode=gateway.mode.value if gateway and gateway.mode else None,
+                    lacks=sorted(f.value for f in gateway.lacks) if gateway else [])
             return
         self._track(key, asyncio.create_task(self._run(series, planned), name=f"probe {key}"))
 

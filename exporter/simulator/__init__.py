@@ -72,6 +72,7 @@ from .plan import Fault, Finish, Overrides, Plan, make_plan
 from .server import Simulator, serve_forever, start_simulator
 from .state import MAX_RECORDS, SIM_RECORDS, SimRecord
 from .text import VOCABULARY, estimate_tokens
+from .thread import SimulatorThread, start_simulator_thread
 
 __all__ = [
     "MAX_RECORDS",
@@ -83,9 +84,11 @@ __all__ = [
     "Plan",
     "SimRecord",
     "Simulator",
+    "SimulatorThread",
     "create_app",
     "estimate_tokens",
     "make_plan",
     "serve_forever",
     "start_simulator",
+    "start_simulator_thread",
 ]

@@ -18,6 +18,7 @@ import structlog
 from aiohttp import web
 
 from ..config import SimulatedModel
+from ..config.schema import SIM_MAX_EMBED_INPUTS
 from .admin import add_admin_routes
 from .answers import TEXT, Answer, Output, plan_answer
 from .catalog import add_discovery_routes
@@ -58,6 +59,8 @@ SPIN_MARGIN = 0.0025
 # Every chunk is timed precisely while at most this many streams generate at once; beyond
 # that only first tokens are (TTFT is the number that matters; busy waits cost CPU).
 PRECISE_MAX_STREAMS = 4
+# A request body: a probe's largest image (20 MiB) in base64, and its JSON around it.
+MAX_BODY = 28 * 1024 * 1024
 
 def create_app(models: Mapping[str, SimulatedModel], *, api_key: str | None = None,
                aws_keys: AwsKeys | None = None, seed: int | None = None, logger: Any = None,
@@ -77,7 +80,7 @@ def create_app(models: Mapping[str, SimulatedModel], *, api_key: str | None = No
                   if m.capacity is not None},
     )
     # Image probes send base64 images; allow bodies larger than aiohttp's 1 MiB default.
-    app = web.Application(client_max_size=64 * 1024 * 1024)
+    app = web.Application(client_max_size=MAX_BODY)
     app[STATE] = state
     app[SIM_RECORDS] = state.records
     for route in ROUTES:
@@ -447,6 +450,9 @@ async def _embed(request: web.Request, dialect: EmbeddingDialect) -> web.StreamR
     parsed, profile, overrides = read
     assert isinstance(parsed, EmbedRequest)
     record, state = ex.record, ex.state
+    if len(parsed.inputs) > SIM_MAX_EMBED_INPUTS:
+        return ex.fail(400, f"Too many inputs: at most {SIM_MAX_EMBED_INPUTS} per request (the "
+                            "simulator is demo-sized).", param="input")
     rng = random.Random(state.rng.getrandbits(64))
     plan = make_plan(profile, rng, overrides=replace(overrides, reasoning_tokens=0),
                      answer_tokens=0)

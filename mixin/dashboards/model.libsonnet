@@ -62,8 +62,8 @@ local p = import '../lib/promql.libsonnet';
     rangeStat('TTFT p95', 'llm_probe_ttft_seconds', 0.95, 's', T.ttft),
     rangeStat('TPOT p50', 'llm_probe_tpot_seconds', 0.5, 's', T.tpot),
     rangeStat('TPS p50', 'llm_probe_output_tokens_per_second', 0.5, 'suffix: tokens/s', T.tps),
-    g.stat('Probes run', 'Finished probes over the selected range (all results).',
-           p.sumBy(fleet, 'increase', 'llm_probe_requests_total', s, R), 'none',
+    g.stat('Probes run', 'Finished probes over the selected range (all results), rounded: increase() extrapolates to the range\'s edges, and a count of probes is whole.',
+           'round(%s)' % p.sumBy(fleet, 'increase', 'llm_probe_requests_total', s, R), 'none',
            legend=std.stripChars(fl, ' ')),
 
     g.row('Compare probes (text, long, image, ...)'),
