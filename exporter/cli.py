@@ -124,6 +124,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="run each level this long (30s, 2m) instead of a request count")
     bench.add_argument("--warmup", type=int, default=1, metavar="K",
                        help="uncounted requests before each level (default 1)")
+    bench.add_argument("--input-tokens", dest="input_tokens", default=None,
+                       metavar="N,N,...",
+                       help="sweep these prompt sizes: each selected series' prompt after a "
+                            "generated context of about N input tokens (a nonce first)")
     bench.add_argument("--concurrency", default=None, metavar="K,K,...",
                        help="closed-loop levels: K requests in flight (default 1)")
     bench.add_argument("--rate", default=None, metavar="R,R,...",
@@ -328,9 +332,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
     import asyncio
 
     from exporter.bench.command import BenchOutputs, run_bench_command
-    from exporter.bench.options import parse_confidence, parse_options
+    from exporter.bench.options import parse_confidence, parse_input_tokens, parse_options
 
     try:
+        sizes = parse_input_tokens(args.input_tokens)
         confidence = parse_confidence(args.confidence)
         options = parse_options(
             concurrency=args.concurrency, rate=args.rate, requests=args.requests,
@@ -347,7 +352,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
                            baseline=args.baseline, fail_on=args.fail_on,
                            confidence=confidence)
     return asyncio.run(run_bench_command(config, _selection(args), options=options,
-                                         outputs=outputs, yes=args.yes))
+                                         outputs=outputs, yes=args.yes,
+                                         input_tokens=sizes))
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:

@@ -218,3 +218,14 @@ def test_money_smoke() -> None:
 def test_gate_smoke() -> None:
     out = run_benchmark("gate")
     assert "## long-tailed, ttft_p95=+20%" in out and "same: undecided" in out
+
+
+@pytest.mark.realservers
+def test_ladder_smoke() -> None:
+    from tests.realservers.servers import llama_server_binary
+
+    if llama_server_binary() is None:
+        pytest.skip("llama-server is not built (make test-deps)")
+    out = run_benchmark("ladder")
+    assert "| input_tokens | TTFT p50 (ms)" in out and "| 1024 |" in out
+    assert "warm cached tokens" in out

@@ -159,7 +159,9 @@ def _seconds(duration: str) -> int:
 def is_optional(expr: str) -> bool:
     """Whether a query may rightly return nothing (server timings, external servers, history)."""
     names = metric_names(substitute(expr))
-    return (" offset " in expr or bool(names & OPTIONAL_NAMES)
+    # Workload-shaped series (`input_tokens:`, `cache: pair`) exist only where a probe has them.
+    workload = 'input_tokens!=""' in expr or 'cache!=""' in expr
+    return (" offset " in expr or bool(names & OPTIONAL_NAMES) or workload
             or any(name.startswith(EXTERNAL_PREFIXES) for name in names))
 
 

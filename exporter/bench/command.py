@@ -25,7 +25,12 @@ from exporter.bench.tables import (
     totals_table,
 )
 from exporter.commands.cells import cell, make_console
-from exporter.commands.selection import Selection, discover_selected, select_series
+from exporter.commands.selection import (
+    Selection,
+    discover_selected,
+    select_series,
+    with_input_sizes,
+)
 from exporter.config import Config
 from exporter.files import read_limited
 
@@ -55,14 +60,16 @@ def read_baseline(path: Path) -> RunDocument:
 
 
 async def run_bench_command(config: Config, selection: Selection, *, options: BenchOptions,
-                            outputs: BenchOutputs, yes: bool = False) -> int:
+                            outputs: BenchOutputs, yes: bool = False,
+                            input_tokens: tuple[int, ...] = ()) -> int:
     """The `bench` command; exit 0, 1 (a regression, a `--fail-on` limit that compared nothing,
     or nothing succeeded), 2 (usage, or a run that may pass the budget without `yes`), 3 (a
     `--fail-on` limit the requests were too few to decide, and nothing failed), 130
-    (interrupted)."""
+    (interrupted). `input_tokens`: sweep these generated prompt sizes."""
     config, listing = await discover_selected(config, selection)
     try:
         series = select_series(config, selection, listing)
+        config, series = with_input_sizes(config, series, input_tokens)
         rules = parse_fail_on(outputs.fail_on)
         baseline = read_baseline(outputs.baseline) if outputs.baseline is not None else None
     except (ValueError, OSError) as exc:

@@ -8,6 +8,7 @@ import math
 from exporter.bench.compare import HIGHER_IS_BETTER, LATENCY_METRICS, METRICS, Rule, is_duration
 from exporter.bench.model import DEFAULT_REQUESTS, STATS, BenchOptions, Connections, Latency, Slo
 from exporter.config import parse_duration
+from exporter.config.workload import MAX_INPUT_TOKENS, MAX_SIZES, MIN_INPUT_TOKENS
 from exporter.record import Level, LoadMode
 
 _SLO_ALIASES = {"ttft": "ttft", "tfa": "time_to_first_answer",
@@ -43,6 +44,18 @@ def parse_levels(text: str, *, integer: bool) -> tuple[float, ...]:
             raise ValueError(f"{part!r}: must be greater than 0")
         levels.append(value)
     return tuple(levels)
+
+
+def parse_input_tokens(text: str | None) -> tuple[int, ...]:
+    """Parse `--input-tokens 1000,8000,32000` (whole sizes, each once, ascending)."""
+    if not text:
+        return ()
+    sizes = [int(v) for v in parse_levels(text, integer=True)]
+    if len(sizes) > MAX_SIZES or len(set(sizes)) != len(sizes) or not all(
+            MIN_INPUT_TOKENS <= n <= MAX_INPUT_TOKENS for n in sizes):
+        raise ValueError(f"--input-tokens: at most {MAX_SIZES} distinct sizes from "
+                         f"{MIN_INPUT_TOKENS} to {MAX_INPUT_TOKENS:,}")
+    return tuple(sorted(sizes))
 
 
 def parse_fail_on(text: str | None) -> list[Rule]:

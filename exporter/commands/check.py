@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import sys
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -72,10 +73,10 @@ def series_table(plan: Plan, title: str) -> Table:
 def price_table(plan: Plan) -> Table:
     """Each probed model's price per 1M tokens and where it comes from."""
     table = Table(title="Prices (per 1M tokens)")
-    for column in ("target", "model", "source", "input", "cached input", "output", "currency",
-                   "from"):
+    for column in ("target", "model", "source", "input", "cached input", "cache write",
+                   "output", "currency", "from"):
         table.add_column(column, justify="right" if column in (
-            "input", "cached input", "output") else "left")
+            "input", "cached input", "cache write", "output") else "left")
     seen: set[tuple[str, str]] = set()
     for s in plan.series:
         if s.key[:2] in seen:
@@ -84,18 +85,19 @@ def price_table(plan: Plan) -> Table:
         price = s.price
         refused = f" ({s.refused_price.describe()})" if s.refused_price else ""
         if price is None and plan.priced_at_run_time(s):
-            table.add_row(cell(s.key[0]), cell(s.key[1]), "gateway", "", "", "", "",
+            table.add_row(cell(s.key[0]), cell(s.key[1]), "gateway", "", "", "", "", "",
                           "priced by gateway at run time (its model info; `check "
                           "--discover` asks now)")
             continue
         if price is None:
-            table.add_row(cell(s.key[0]), cell(s.key[1]), "unknown", "", "", "", "",
+            table.add_row(cell(s.key[0]), cell(s.key[1]), "unknown", "", "", "", "", "",
                           cell("no cost counted: set targets[].prices" + refused))
             continue
         tiers = "".join(f"; > {t.above:,} prompt tokens: {t.rates.input:g} / "
                         f"{t.rates.output:g}" for t in price.tiers)
         table.add_row(cell(s.key[0]), cell(s.key[1]), price.source.value, f"{price.input:g}",
                       "" if price.cached_input is None else f"{price.cached_input:g}",
+                      "" if price.cache_write is None else f"{price.cache_write:g}",
                       f"{price.output:g}", cell(price.currency),
                       cell(price.origin + tiers + refused))
     return table
@@ -181,6 +183,10 @@ def print_plan(config: Config, plan: Plan, path: str, console: Console | None = 
                   soft_wrap=True)
     for note in plan.discovery_notes():
         console.print(cell(note), soft_wrap=True)
+    for (target, model), when in retirements(config).items():
+        console.print(f"[yellow]retires:[/yellow] {cell(target)}/{cell(model)} on "
+                      f"{time.strftime('%Y-%m-%d', time.gmtime(when))} "
+                      f"({_days(when - time.time())}, the gateway says)", soft_wrap=True)
     console.print(family_table(plan))
     identity = identity_table(plan)
     if identity is not None:
@@ -216,10 +222,24 @@ def print_plan(config: Config, plan: Plan, path: str, console: Console | None = 
     console.print("config OK")
 
 
+def retirements(config: Config) -> dict[tuple[str, str], float]:
+    """When each probed (target, model) retires, where its gateway says (unix time)."""
+    return {(s.target.name, s.model): s.gateway.retires for s in config.series
+            if s.gateway is not None and s.gateway.retires is not None}
+
+
+def _days(seconds: float) -> str:
+    days = seconds / 86_400
+    return f"in {days:.0f} days" if days >= 0 else f"{-days:.0f} days ago"
+
+
 def print_plan_json(config: Config, plan: Plan, path: str) -> None:
     """The plan as one JSON document on stdout (redacted as a whole, a second net)."""
     document = {"config": path, "valid": True, **plan.to_json(),
-                "targets": REDACTOR.tree(targets_json(config))}
+                "targets": REDACTOR.tree(targets_json(config)),
+                "retirements": [{"target": t, "model": m, "timestamp": when,
+                                 "date": time.strftime("%Y-%m-%d", time.gmtime(when))}
+                                for (t, m), when in retirements(config).items()]}
     text = orjson.dumps(document,
                         option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS).decode()
     sys.stdout.write(REDACTOR.net(text) + "\n")

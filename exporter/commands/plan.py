@@ -57,6 +57,9 @@ SECONDS_PER_DAY = 86_400
 # Active series past which `check` warns: managed Prometheus offerings bill by active series,
 # and their free tiers end around here.
 SERIES_WARNING = 10_000
+# Input tokens a day past which `check` warns about one workload-shaped series (a 100k-token
+# prompt every 15 minutes is ~10M a day).
+WORKLOAD_WARNING = 5_000_000
 
 
 class WarningKind(StrEnum):
@@ -71,6 +74,7 @@ class WarningKind(StrEnum):
     PRICE_REFUSED = "price_refused"  # a gateway's or library price broke a sanity bound
     COST_OVER_SHARE = "cost_over_share"  # a target's ceiling passes its share of the budget
     MISSING_SECRET = "missing_secret"  # checked without it (`--allow-missing-secrets`)
+    WORKLOAD = "workload"  # a generated prompt sends many input tokens a day
 
 
 @dataclass(frozen=True)
@@ -163,6 +167,7 @@ class SeriesPlan:
     identity: IdentityPlan | None = None  # an identity probe's samples and tests
     image_tokens: int = 0  # an image's input tokens per probe, at most
     refused_price: RefusedPrice | None = None  # a gateway's or library price out of bounds
+    workload: tuple[tuple[str, str], ...] = ()  # labels a workload-shaped probe adds
 
     @property
     def probes_per_day(self) -> float:
@@ -208,12 +213,13 @@ def plan_series(series: Series, specs: Mapping[Family, FamilySpec],
     probe = series.probe
     return SeriesPlan(
         key=series.key, interval=series.interval, max_tokens=output_tokens(series),
-        input_tokens=input_tokens(probe) if prompt_tokens is None else prompt_tokens,
+        input_tokens=input_tokens(probe, series.workload.input_tokens)
+        if prompt_tokens is None else prompt_tokens,
         reasons=reasons(series), price=series.price,
         families=_count(at_load(series, shapes), specs),
         later=_count([c for c in later(series, shapes) if c[0] in specs], specs),
         identity=identity_plan(series), image_tokens=image_tokens(probe.image),
-        refused_price=series.refused_price)
+        refused_price=series.refused_price, workload=series.workload.labels())
 
 
 def own_series(config: Config) -> Count:
@@ -234,6 +240,9 @@ def own_series(config: Config) -> Count:
             total += len({(s.target.name, s.model) for s in config.series})
         elif spec.key is Family.PRICES_REFUSED:
             total += len(refused_prices(config))
+        elif spec.key is Family.MODEL_DEPRECATION:
+            total += len({(s.target.name, s.model) for s in config.series
+                          if s.gateway is not None and s.gateway.retires is not None})
         elif spec.key in (Family.DISCOVERY_MODELS, Family.DISCOVERY_LISTED,
                           Family.DISCOVERY_KEPT, Family.DISCOVERY_REFRESHES,
                           Family.DISCOVERY_LAST_SUCCESS):
@@ -406,6 +415,7 @@ class Plan:
                 "cost_per_day": s.cost_per_day,
                 "prometheus_series": {**s.series.to_json(), "later": s.extra.to_json()},
                 "identity": s.identity.to_json() if s.identity else None,
+                "workload": dict(s.workload),
             } for s in self.series],
             "totals": {
                 "series": len(self.series), "probes_per_day": self.total("probes_per_day"),
@@ -442,11 +452,14 @@ def make_plan(config: Config, *, series_warning: int = SERIES_WARNING,
     """The plan of a loaded config (`discovered`: what `check --discover` found)."""
     shapes = config.global_.shapes
     specs = {spec.key: spec for spec in served_families(config)}
-    prompts: dict[int, int] = {}  # by probe object: thousands of series share a few probes
+    # By probe object and size: thousands of series share a few probes.
+    prompts: dict[tuple[int, int | None], int] = {}
     for s in config.series:
-        if id(s.probe) not in prompts:
-            prompts[id(s.probe)] = input_tokens(s.probe)
-    series = tuple(plan_series(s, specs, shapes, prompts[id(s.probe)]) for s in config.series)
+        size = s.workload.input_tokens
+        if (id(s.probe), size) not in prompts:
+            prompts[(id(s.probe), size)] = input_tokens(s.probe, size)
+    series = tuple(plan_series(s, specs, shapes, prompts[(id(s.probe), s.workload.input_tokens)])
+                   for s in config.series)
     budget = config.global_.budget
     draft = Plan(series, shapes, specs, config.global_.native_histograms.classic,
                  own_series(config), budget.max_cost_per_day if budget else None,
@@ -519,6 +532,15 @@ def _warnings(plan: Plan, series_warning: int) -> Iterable[PlanWarning]:
                           f"{len(refused)} models' prices refused by a sanity bound (see the "
                           "Prices table): their cost is counted at the next source's price, "
                           "or not at all")
+    for s in plan.series:
+        if s.workload and s.input_tokens_per_day >= WORKLOAD_WARNING:
+            daily = s.cost_per_day
+            money = "" if daily is None or s.price is None else (
+                f", ≤ {daily:.2f} {s.price.currency}/day")
+            yield PlanWarning(WarningKind.WORKLOAD,
+                              f"{'/'.join(s.key)} sends about "
+                              f"{s.input_tokens_per_day / 1e6:.1f}M input tokens/day{money}: "
+                              "a long generated prompt is expensive at this interval")
     if plan.series_in_force > series_warning:
         kind = "classic" if plan.classic else "native"
         yield PlanWarning(WarningKind.SERIES_OVER_LIMIT,

@@ -8,10 +8,11 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Iterable, Mapping
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from exporter.config import Config, ConfigError, Series
+from exporter.config import Config, ConfigError, ProbeKind, Series
 from exporter.config.expand import expand
+from exporter.config.workload import Workload
 from exporter.log import REDACTOR
 from exporter.probe import tokens
 from exporter.probe.discovery import DiscoveryFailed, fetch_catalog
@@ -95,6 +96,30 @@ def select_series(config: Config, selection: Selection,
     if not chosen:
         raise ValueError(f"no configured series matches the selection ({selection.describe()})")
     return chosen
+
+
+def with_input_sizes(config: Config, series: list[Series], sizes: tuple[int, ...]
+                     ) -> tuple[Config, list[Series]]:
+    """`bench --input-tokens`: each chosen series once per size (its prompt after a generated
+    context of about that many tokens, as `input_tokens:` makes it), added to the config so
+    worker processes find them; ValueError for a probe that sends no chat prompt."""
+    if not sizes:
+        return config, series
+    out: dict[tuple[str, str, str], Series] = {}
+    for item in series:
+        if item.probe.kind is not ProbeKind.CHAT:
+            raise ValueError(f"--input-tokens: {'/'.join(item.key)} is a "
+                             f"`kind: {item.probe.kind.value}` probe; only chat probes take a "
+                             "generated context")
+        if not item.probe.nonce:
+            raise ValueError(f"--input-tokens: {'/'.join(item.key)} sets `nonce: false`; a "
+                             "generated context starts with a nonce so no cache helps")
+        for size in sizes:
+            sized = replace(item, workload=Workload(size, item.workload.cache))
+            out.setdefault(sized.key, sized)
+    known = {s.key for s in config.series}
+    extra = tuple(s for s in out.values() if s.key not in known)
+    return replace(config, series=(*config.series, *extra)), list(out.values())
 
 
 def _why_no_model(config: Config, selection: Selection, names: list[str],

@@ -24,12 +24,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 
 from exporter.config.errors import ConfigError, ConfigProblem, format_location
-from exporter.config.model import Config, Objectives, Series, Target
+from exporter.config.model import Config, Objectives, Series, SeriesKey, Target
 from exporter.config.patterns import choose
 from exporter.config.probe import ProbeConfig, ProbeKind, SloConfig
 from exporter.config.schema import GlobalConfig
 from exporter.config.shard import in_shard, parse_shard
 from exporter.config.types import MAX_BUCKETS
+from exporter.config.workload import workloads
 from exporter.exposition.families import (
     BY_KEY,
     OBJECTIVE_FAMILY,
@@ -96,7 +97,8 @@ def price_of(target: Target, model: str,
     if configured is not None:
         return ModelPrice(configured.input, configured.output, configured.cached_input,
                           configured.currency, PriceSource.CONFIG,
-                          f"targets[{target.name}].prices"), None
+                          f"targets[{target.name}].prices",
+                          cache_write=configured.cache_write), None
     library = library_price(model, target.base_url, target.api, target.model_family.get(model))
     refused = None
     if info is not None and info.price is not None:
@@ -166,8 +168,10 @@ def _series_of(global_: GlobalConfig, probes: Mapping[str, ProbeConfig], target:
                    jitter=target.jitter,
                    slo=objectives(global_.slo, target.slo, probes[p].slo,
                                   target.model_slo.get(model)),
-                   price=price, refused_price=refused, gateway=info, discovered=found)
-            for p in names]
+                   price=price, refused_price=refused, gateway=info, discovered=found,
+                   workload=workload)
+            for p in names
+            for workload in workloads(probes[p].input_tokens, probes[p].cache)]
 
 
 def plan_series(global_: GlobalConfig, probes: Mapping[str, ProbeConfig],
@@ -203,6 +207,20 @@ def plan_series(global_: GlobalConfig, probes: Mapping[str, ProbeConfig],
             kept += 1
             extra += series
     return (*configured, *extra), trimmed
+
+
+def check_unique(series: Sequence[Series]) -> None:
+    """No two series share a name: a probe named like another's size (`long@8000` next to
+    `long` with `input_tokens: [8000]`) is refused."""
+    seen: set[SeriesKey] = set()
+    for item in series:
+        if item.key in seen:
+            loc = ("probes", item.key[2])
+            raise ConfigError("invalid config", [ConfigProblem(
+                format_location(loc), f"series {'/'.join(item.key)} is made twice: a "
+                "workload-shaped probe names its series <probe>@<input_tokens>; rename the "
+                "probe", path=loc)])
+        seen.add(item.key)
 
 
 def check_references(series: Sequence[Series]) -> None:

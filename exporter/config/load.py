@@ -29,7 +29,13 @@ from pydantic import (
 from exporter.apis import Api
 from exporter.config.cadence import check_cadence
 from exporter.config.errors import ConfigError, ConfigProblem, format_location
-from exporter.config.expand import bucket_edges, check_references, plan_series, shard_series
+from exporter.config.expand import (
+    bucket_edges,
+    check_references,
+    check_unique,
+    plan_series,
+    shard_series,
+)
 from exporter.config.interpolate import Scrubber, Substitution, interpolate
 from exporter.config.model import Config, KeyKind, KeySource, Series, Target
 from exporter.config.network import (
@@ -314,13 +320,23 @@ def _build(data: dict[str, Any], env: Mapping[str, str], base_dir: Path, source:
     if global_ is not None and global_.budget is not None:
         problems += [_problem(("global", "budget", "shares", *where), message)
                      for where, message in global_.budget.share_problems(names)]
+    if simulator is not None and not simulator.api_key:
+        # Never an open simulator: another local user could drive the endpoint we measure. Its
+        # key is the one its targets name, else one generated for this process.
+        named = {key.reveal() for target, (key, _) in zip(targets, keys, strict=True)
+                 if target is not None and key is not None
+                 and points_at(target.base_url, simulator.listen)}
+        if len(named) > 1:
+            problems.append(_problem(("simulator", "api_key"), "targets point at the simulator "
+                                     "with different keys: set simulator.api_key (the one key "
+                                     "it accepts), or give those targets the same key"))
+        else:
+            simulator = simulator.model_copy(
+                update={"api_key": named.pop() if named else process_key()})
     if problems or global_ is None:
         raise ConfigError("invalid config", problems)
 
     resolved_probes = {name: probe for name, probe in probes.items() if probe is not None}
-    if simulator is not None and not simulator.api_key:
-        # Never an open simulator: another local user could drive the endpoint we measure.
-        simulator = simulator.model_copy(update={"api_key": process_key()})
     built = []
     for target, (key, key_source), path in zip(targets, keys, paths, strict=True):
         assert target is not None and path is not None  # or a problem was reported
@@ -351,6 +367,7 @@ def _build(data: dict[str, Any], env: Mapping[str, str], base_dir: Path, source:
             discover=target.discover, slo=target.slo, model_slo=dict(target.model_slo),
         ))
     series, _ = plan_series(global_, resolved_probes, built, {})
+    check_unique(series)
     check_references(series)
     if len(series) > global_.max_series:
         raise ConfigError("invalid config", [ConfigProblem(

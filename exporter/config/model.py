@@ -6,7 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, cast
@@ -31,6 +31,7 @@ from exporter.config.secrets import (
     url_secrets,
 )
 from exporter.config.types import Secret
+from exporter.config.workload import CacheRole, Workload
 from exporter.exposition.families import Family, Objective, RatioObjective
 from exporter.log import REDACTED, Redactor
 from exporter.providers.gateway import GatewayModel
@@ -42,7 +43,9 @@ from exporter.providers.rules import lookup, quiet_default
 # The resolved config
 
 
-SeriesKey = tuple[str, str, str]  # (target, model, probe): one probe series
+# (target, model, probe): one probe series. A workload-shaped probe's series add their size
+# (and cache role) to the probe's name: `long@8000`, `cached@4000/warm` (Workload.suffix).
+SeriesKey = tuple[str, str, str]
 
 
 class KeyKind(StrEnum):
@@ -160,11 +163,24 @@ class Series:
     refused_price: RefusedPrice | None = None  # a gateway's or library price out of bounds
     gateway: GatewayModel | None = None  # what the gateway says of the model (discovery)
     discovered: bool = False  # listed by the gateway, not by `models:`
+    workload: Workload = field(default_factory=Workload)  # input size, cache role
 
     @property
     def key(self) -> SeriesKey:
-        """The (target, model, probe) label values."""
-        return (self.target.name, self.model, self.probe_name)
+        """The (target, model, probe) names of the series (a workload's size and cache
+        role added to the probe's name)."""
+        return (self.target.name, self.model, self.probe_name + self.workload.suffix())
+
+    def sibling(self, role: CacheRole) -> Series:
+        """The series of this cache pair (and size) with the other role."""
+        return replace(self, workload=replace(self.workload, cache=role))
+
+    @property
+    def labels(self) -> tuple[tuple[str, str], ...]:
+        """The series' probe labels: target, model, probe, then `input_tokens` and `cache`
+        where its probe is workload-shaped."""
+        return (("target", self.target.name), ("model", self.model),
+                ("probe", self.probe_name), *self.workload.labels())
 
     @property
     def claimed_unsupported(self) -> bool:

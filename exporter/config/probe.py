@@ -28,6 +28,7 @@ from exporter.config.identity import (
 )
 from exporter.config.reasoning import Params, ReasoningConfig
 from exporter.config.types import PositiveDuration, Ratio, StrictModel
+from exporter.config.workload import CacheMode, InputSizes
 
 
 class SloConfig(StrictModel):
@@ -223,6 +224,10 @@ class ProbeConfig(StrictModel):
     samples: int | None = Field(default=None, ge=2, le=MAX_SAMPLES)
     alpha: float | None = Field(default=None, gt=0.0, le=0.2)
     reference: IdentityReference | None = None
+    # Workload-shaped probes (exporter/config/workload.py): a generated prompt of about N input
+    # tokens, one series per size; a cold and a warm request with one prefix.
+    input_tokens: InputSizes | None = None
+    cache: CacheMode = CacheMode.OFF
 
     @model_validator(mode="before")
     @classmethod
@@ -235,6 +240,10 @@ class ProbeConfig(StrictModel):
 
     @model_validator(mode="after")
     def _prompt_or_messages(self) -> ProbeConfig:
+        if self.kind is not ProbeKind.CHAT and (self.input_tokens is not None
+                                               or self.cache is not CacheMode.OFF):
+            raise ValueError("`input_tokens` and `cache` shape a chat probe's prompt; "
+                             f"`kind: {self.kind.value}` takes neither")
         if self.kind is ProbeKind.IDENTITY:
             return self._check_identity()
         stray = [name for name in IDENTITY_ONLY if getattr(self, name) is not None]
@@ -246,6 +255,11 @@ class ProbeConfig(StrictModel):
             raise ValueError("`input` is the text of a `kind: embedding` probe; a chat probe "
                              "sends `prompt`, `messages` or `cases`")
         given = (self.prompt is not None) + (self.messages is not None)
+        if self.input_tokens is not None or self.cache is not CacheMode.OFF:
+            self._check_workload(given)
+            if not given:  # the generated context ends with a default question
+                self._check_tools()
+                return self
         if self.cases and given:
             raise ValueError("`cases` bring their own prompts: drop `prompt`/`messages`")
         if not self.cases and given != 1:
@@ -254,6 +268,23 @@ class ProbeConfig(StrictModel):
             raise ValueError("`messages` must not be empty")
         self._check_tools()
         return self
+
+    def _check_workload(self, given: int) -> None:
+        if self.cases:
+            raise ValueError("`input_tokens` and `cache` build one prompt per size: they do not "
+                             "rotate `cases`")
+        if given > 1:
+            raise ValueError("set at most one of `prompt` or `messages` (the question after the "
+                             "generated context)")
+        if self.cache is CacheMode.PAIR and self.input_tokens is None:
+            raise ValueError("`cache: pair` needs `input_tokens`: the size of the shared prefix "
+                             "(providers cache from about 1024 tokens)")
+        if self.cache is CacheMode.PAIR and not self.nonce:
+            raise ValueError("`cache: pair` starts each cold request with a fresh nonce: drop "
+                             "`nonce: false`")
+        if not self.nonce:
+            raise ValueError("`input_tokens` prompts start with a nonce so no cache helps: "
+                             "drop `nonce: false`")
 
     def _check_tools(self) -> None:
         names = [tool.name for tool in self.tools]

@@ -5,6 +5,7 @@ The probes and the objectives they share with every level are in config/probe.py
 from __future__ import annotations
 
 import re
+from datetime import date
 from typing import Any, Literal
 
 import regex as pyregex
@@ -186,6 +187,15 @@ class SimulatedModel(StrictModel):
     # A share of the answers drawn from words the model otherwise never says: the answer
     # distribution moves by exactly this total variation (identity probes notice; demo, tests).
     answer_shift: float = Field(default=0.0, ge=0.0, le=1.0)
+    # Prompt tokens read per second before the first token (0: TTFT does not grow with the
+    # input): a context-length ladder's TTFT grows by prompt / prefill_rate.
+    prefill_rate: float = Field(default=0.0, ge=0.0)
+    # A prefix cache (exporter/simulator/prefixcache.py): repeated prompt prefixes of 1,024
+    # tokens or more are reported as cached (where the API asks, only with a cache marker).
+    prompt_cache: bool = True
+    # When the model retires: the list says so (`expiration_date` in /v1/models, OpenRouter's
+    # field; `deprecation_date` in LiteLLM's /model/info).
+    retires: date | None = None
 
 
 class SimulatedPrice(StrictModel):
@@ -218,6 +228,7 @@ class Price(StrictModel):
     input: float = Field(ge=0)
     output: float = Field(ge=0)
     cached_input: float | None = Field(default=None, ge=0)
+    cache_write: float | None = Field(default=None, ge=0)  # tokens written to a prompt cache
     currency: str = "USD"
 
 

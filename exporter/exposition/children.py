@@ -142,7 +142,8 @@ def later(series: Series, shapes: Shapes) -> list[Child]:
     when it is first seen reasoning (`auto`), the server's own timings, the rate-limit gauges,
     the streak of the latest result (from the first probe on), the served model (once a server
     names it), a priced series' capped charges (from the first over-claim), an identity
-    series' p-value and distance (from its first test). Parameters
+    series' p-value and distance (from its first test), a workload-shaped series' reported
+    input-token ratio (once a server reports usage). Parameters
     adapted after a refusal add one child each (an open set, not here)."""
     out: list[Child] = []
     if (streamed(series) and shapes[Family.TIME_TO_FIRST_ANSWER] is Shape.AUTO
@@ -156,6 +157,8 @@ def later(series: Series, shapes: Shapes) -> list[Child]:
         out.append((Family.COST_CAPPED, None))
     if identity(series):
         out += [(Family.IDENTITY_PVALUE, None), (Family.IDENTITY_DISTANCE, None)]
+    if series.workload.input_tokens is not None:
+        out.append((Family.INPUT_TOKENS_RATIO, None))
     return out
 
 

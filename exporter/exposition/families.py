@@ -151,6 +151,7 @@ class Family(StrEnum):
     IDENTITY_TESTS = "identity_tests"
     IDENTITY_SAMPLES = "identity_samples"
     IDENTITY_STREAK = "identity_consecutive_different"
+    INPUT_TOKENS_RATIO = "input_tokens_reported_ratio"
     # the exporter itself
     IN_FLIGHT = "in_flight"
     SCHEDULER_LAG = "scheduler_lag"
@@ -170,6 +171,7 @@ class Family(StrEnum):
     HTTP_CONNECTIONS_CLOSED = "http_connections_closed"
     PRICE_INFO = "price_info"
     PRICES_REFUSED = "prices_refused"
+    MODEL_DEPRECATION = "model_deprecation_timestamp_seconds"
     DISCOVERY_MODELS = "discovery_models"
     DISCOVERY_LISTED = "discovery_listed_models"
     DISCOVERY_KEPT = "discovery_kept_models"
@@ -336,6 +338,10 @@ FAMILIES: tuple[FamilySpec, ...] = (
     _spec(Family.IDENTITY_STREAK, "llm_probe_identity_consecutive_different", _G, _P,
           "Identity probes: how many of the latest test windows in a row were found different "
           "(0 after a window found the same)."),
+    _spec(Family.INPUT_TOKENS_RATIO, "llm_probe_input_tokens_reported_ratio", _G, _P,
+          "Workload-shaped probes (input_tokens): the input tokens the server reported for the "
+          "last generated prompt over its configured size (1: the offline estimate matched the "
+          "model's tokenizer)."),
     # -- the exporter itself ---------------------------------------------------------------
     _spec(Family.IN_FLIGHT, "llm_probe_in_flight", _G, _E, "Probes in flight now."),
     _spec(Family.SCHEDULER_LAG, "llm_probe_scheduler_lag_seconds", _H, _E,
@@ -389,6 +395,10 @@ FAMILIES: tuple[FamilySpec, ...] = (
                "sanity bound (above_ceiling: over 1,000 per 1M tokens; above_library: a "
                "gateway's over 10x the library's for the model); the next source is used.",
                ("target", "source", "reason")),
+    FamilySpec(Family.MODEL_DEPRECATION, "llm_probe_model_deprecation_timestamp_seconds", _G,
+               _E, "Unix time the gateway or provider says a probed model retires (LiteLLM "
+               "deprecation_date, OpenRouter expiration_date); no series for a model without "
+               "a date.", ("target", "model")),
     FamilySpec(Family.DISCOVERY_MODELS, "llm_probe_discovery_models", _G, _E,
                "Models on a discovering target's last good list that it probes (configured "
                "in models: or discovered; after include/exclude, the caps and the probes each "

@@ -47,7 +47,6 @@ from exporter.exposition.families import (
     BY_KEY,
     DEFAULT_SHAPES,
     OBJECTIVE_FAMILY,
-    PROBE_LABELS,
     CheckOutcome,
     Family,
     FamilySpec,
@@ -317,6 +316,8 @@ class ExporterMetrics:
         self.reload_ok = _own_gauge(Family.RELOAD_OK, own)
         self.reload_time = _own_gauge(Family.RELOAD_TIME, own)
         self.price_info = _own_gauge(Family.PRICE_INFO, own)
+        self.deprecation = _own_gauge(Family.MODEL_DEPRECATION, own)
+        self._retiring: dict[tuple[str, str], float] = {}  # (target, model) → unix time
         self._priced: dict[tuple[str, str], tuple[str, str]] = {}  # (target, model) → labels
         self.prices_refused = _own_gauge(Family.PRICES_REFUSED, own)
         self.discoveries = DiscoveryCollector()
@@ -355,6 +356,7 @@ class ExporterMetrics:
     def apply(self, config: Config) -> None:
         """Create children for every configured series; remove those the config dropped."""
         self._apply_prices(config)
+        self._apply_retirements(config)
         shapes = config.global_.shapes
         layout = (dict(config.global_.labels), dict(config.buckets), _native_settings(config),
                   shapes)
@@ -376,8 +378,7 @@ class ExporterMetrics:
                 continue  # the very object synced last time (config.reuse_unchanged): in sync
             values = self.probes.series.get(key)
             if values is None:
-                values = self.probes.add(key, [*zip(PROBE_LABELS, key, strict=True),
-                                               *constant])
+                values = self.probes.add(key, [*series.labels, *constant])
             self._sync(values, series)
         self._applied = wanted
 
@@ -399,6 +400,19 @@ class ExporterMetrics:
         self.prices_refused.clear()
         for (target, source, reason), count in refused_prices(config).items():
             self.prices_refused.labels(target, source, reason).set(count)
+
+    def _apply_retirements(self, config: Config) -> None:
+        """`llm_probe_model_deprecation_timestamp_seconds` per probed (target, model) whose
+        gateway names a retirement date; a model that lost its date loses its series."""
+        wanted = {(s.target.name, s.model): s.gateway.retires for s in config.series
+                  if s.gateway is not None and s.gateway.retires is not None}
+        for key in [k for k in self._retiring if k not in wanted]:
+            self.deprecation.remove(*key)
+            del self._retiring[key]
+        for key, when in wanted.items():
+            if self._retiring.get(key) != when:
+                self.deprecation.labels(*key).set(when)
+                self._retiring[key] = when
 
     def _sync(self, values: SeriesValues, series: Series) -> None:
         """Give a series the children `children.at_load` lists (keeping those that appeared on
@@ -439,6 +453,10 @@ class ExporterMetrics:
             served = self._served.setdefault(result.key, ServedLabels())
             _record_served_model(values, served, result.served_model,
                                  result.system_fingerprint or "", result.finished_at)
+        ratio = result.input_tokens_ratio
+        if ratio is not None and math.isfinite(ratio):
+            values.create(Family.INPUT_TOKENS_RATIO)
+            values.set(Family.INPUT_TOKENS_RATIO, ratio)
         if result.result not in (Result.SUCCESS, Result.CHECK_FAILED):
             return  # latency of a failed probe would pollute the distributions
         t = result.timings

@@ -111,7 +111,7 @@ def usage_of(attempt: Attempt, n_tokens: int) -> Usage:
         prompt=server.prompt if server.prompt is not None
         else estimate_tokens(attempt.prompt_text),
         completion=n_tokens if completion is None else completion,
-        reasoning=reasoning, cached=server.cached)
+        reasoning=reasoning, cached=server.cached, cache_write=server.cache_write)
 
 
 def _reasoning_share(parser: StreamParser[Any], completion: int | None) -> int:
@@ -165,7 +165,8 @@ def assemble(series: Series, attempt: Attempt, error: ProbeError | None, started
             rates = price.at(usage.prompt or 0)  # a long-context tier by the prompt's length
             cost = measure.cost(usage.prompt or 0, usage.completion or 0, usage.cached or 0,
                                 input_price=rates.input, output_price=rates.output,
-                                cached_price=rates.cached_input)
+                                cached_price=rates.cached_input,
+                                written=usage.cache_write or 0, write_price=rates.cache_write)
             currency = price.currency
             limit = charge_ceiling(series)
             if limit is not None and cost > limit:
@@ -178,7 +179,7 @@ def assemble(series: Series, attempt: Attempt, error: ProbeError | None, started
         (headers[h] for h in REQUEST_ID_HEADERS if h in headers), None)
     calls = parser.tool_calls if parser is not None else ()
     return ProbeResult(
-        target=series.target.name, model=series.model, probe=series.probe_name,
+        target=series.target.name, model=series.model, probe=series.key[2],
         result=result, reason=clip(error.reason, REASON_LIMIT) if error else "",
         cause=error.cause if error else None,
         timings=timings, usage=usage, output_tokens=n_tokens, token_source=source,
@@ -195,4 +196,7 @@ def assemble(series: Series, attempt: Attempt, error: ProbeError | None, started
         served_model=parser.served_model if parser is not None else None,
         system_fingerprint=parser.system_fingerprint if parser is not None else None,
         started_at=started, finished_at=wall(), stamps=clocks, adapted=adapted,
+        input_tokens=series.workload.input_tokens,
+        reported_input_tokens=parser.usage.prompt if parser is not None and parser.usage
+        and series.workload.input_tokens is not None else None,
     )

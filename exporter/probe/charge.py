@@ -17,6 +17,7 @@ import math
 import orjson
 
 from exporter.config import ImageSpec, ProbeConfig, ProbeKind, Series
+from exporter.probe.context import context_text
 from exporter.probe.tokens import estimate_tokens
 from exporter.protocols.base import embedding_input, make_prompt
 from exporter.protocols.reasoning import ceiling
@@ -31,18 +32,20 @@ _NONCE = "0" * 12  # as long as the prober's
 CHARGE_FACTOR = 2.0
 PROMPT_ALLOWANCE = 256
 _CACHE_LIMIT = 1024  # probes whose input estimate is kept (a config holds a few)
-_inputs: dict[int, tuple[ProbeConfig, int]] = {}
+_inputs: dict[tuple[int, int | None], tuple[ProbeConfig, int]] = {}
 
 
-def input_tokens(probe: ProbeConfig) -> int:
+def input_tokens(probe: ProbeConfig, size: int | None = None) -> int:
     """The input tokens of one probe, estimated: the largest of its prompts (cases rotate) as
-    sent, with the tools and the response schema it sends; an image is not counted."""
+    sent — a workload-shaped probe's with its generated context of `size` tokens — with the
+    tools and the response schema it sends; an image is not counted."""
     if probe.kind is ProbeKind.EMBEDDING:
         return estimate_tokens(embedding_input(probe, _NONCE if probe.nonce else None))
     nonce = _NONCE if probe.nonce else None
+    context = None if size is None else context_text(probe, size)
     largest = 0
     for case in probe.rotation or (None,):
-        prompt = make_prompt(probe, case, nonce)
+        prompt = make_prompt(probe, case, nonce, context)
         texts = [content for _, content in prompt.messages]
         if prompt.system:
             texts.append(prompt.system)
@@ -55,23 +58,24 @@ def input_tokens(probe: ProbeConfig) -> int:
     return largest + sum(map(estimate_tokens, extra))
 
 
-def planned(probe: ProbeConfig) -> bool:
-    """Whether `planned_input` of this probe is kept already (costs nothing on the loop)."""
-    kept = _inputs.get(id(probe))
+def planned(probe: ProbeConfig, size: int | None = None) -> bool:
+    """Whether `planned_input` of this probe (and size) is kept already (costs nothing on the
+    loop)."""
+    kept = _inputs.get((id(probe), size))
     return kept is not None and kept[0] is probe
 
 
-def planned_input(probe: ProbeConfig) -> int:
+def planned_input(probe: ProbeConfig, size: int | None = None) -> int:
     """`input_tokens`, kept per probe object (the prober asks at every probe, and first from a
     worker thread: the estimate may load the token vocabulary; the probe is held, so its id is
     not reused while the entry lives)."""
-    kept = _inputs.get(id(probe))
+    kept = _inputs.get((id(probe), size))
     if kept is not None and kept[0] is probe:
         return kept[1]
     if len(_inputs) >= _CACHE_LIMIT:
         _inputs.clear()
-    tokens = input_tokens(probe)
-    _inputs[id(probe)] = (probe, tokens)
+    tokens = input_tokens(probe, size)
+    _inputs[(id(probe), size)] = (probe, tokens)
     return tokens
 
 
@@ -99,7 +103,8 @@ def probe_cost(price: ModelPrice | None, input_tokens: int, output_tokens: int) 
     if price is None:
         return None
     rates = price.at(input_tokens)
-    input_rate = max(rates.input, rates.cached_input or 0.0)
+    # A cache write may cost more than the input (Anthropic: 1.25×): the dearest rate bounds it.
+    input_rate = max(rates.input, rates.cached_input or 0.0, rates.cache_write or 0.0)
     return (input_tokens * input_rate + output_tokens * rates.output) / 1e6
 
 
@@ -115,6 +120,7 @@ def charge_ceiling(series: Series, prompt_tokens: int | None = None) -> float | 
     (`prompt_tokens`, else estimated), its image and its output limit."""
     if series.price is None:
         return None
-    tokens = planned_input(series.probe) if prompt_tokens is None else prompt_tokens
+    tokens = (planned_input(series.probe, series.workload.input_tokens) if prompt_tokens is None
+              else prompt_tokens)
     return charged(series.price, tokens + image_tokens(series.probe.image),
                    output_tokens(series))

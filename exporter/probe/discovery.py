@@ -3,11 +3,13 @@ prices, LiteLLM's `GET {base_url}/model/info` — over the prober's session, wit
 key, headers, query, proxy and TLS, never following a redirect (it would carry the key).
 
 Bounded: one deadline for the whole refresh, at most MAX_LIST_BYTES read per answer, and at most
-`max_values(discover.max_models)` JSON values: counted over each piece as it arrives (about
-0.1 ms per 64 KiB), so a document of millions of tiny containers is refused before it is read
-whole, let alone parsed (parsed, such a list grew the process by ~500 MB and held the GIL for
-seconds). JSON parsed in a worker thread: at the value bound its worst case is ~25 MB and ~40 ms
-of CPU (benchmarks/README.md, "hostile lists"). A failure is one `DiscoveryFailed` with the same
+`max_values(discover.max_models)` JSON values (twice that for the model info, whose entries
+are heavier) and OBJECTS_PER_ENTRY objects per allowed entry: counted over each piece as it
+arrives (about 0.1 ms per 64 KiB), so a document of millions of tiny containers is refused
+before it is read whole, let alone parsed (parsed, such a list grew the process by ~500 MB and
+held the GIL for seconds). JSON parsed in a worker thread: just under the bounds its worst case
+is ~22 MB and ~50 ms of CPU for the list, ~45 MB and ~55 ms for the model info
+(benchmarks/README.md, "hostile lists"). A failure is one `DiscoveryFailed` with the same
 `result` vocabulary as a probe's and a redacted reason; the model info is optional (a missing
 or broken one only leaves the models undescribed; one past the byte or structure bound fails
 the refresh like a list).
@@ -29,13 +31,16 @@ from exporter.probe.prober import Prober
 from exporter.probe.transport import NetStamps
 from exporter.protocols.anthropic_messages import ANTHROPIC_VERSION
 from exporter.providers.gateway import (
+    INFO_VALUES_PER_ENTRY,
     MAX_LIST_BYTES,
+    OBJECTS_PER_ENTRY,
+    VALUES_PER_ENTRY,
     Catalog,
     CatalogError,
     Structure,
     TooComplex,
+    allowed_entries,
     describe,
-    max_values,
     parse_model_info,
     parse_model_list,
 )
@@ -105,8 +110,11 @@ async def _get(prober: Prober, target: Target, path: str,
         raise error from None
     async with response:
         limit = MAX_LIST_BYTES if response.status == 200 else ERROR_LIMIT
-        structure = Structure(_values_of(target),
-                              "the model list" if path == LIST_PATH else "the model info")
+        entries = allowed_entries(target.discover.max_models if target.discover else 1)
+        structure = Structure(
+            entries * (VALUES_PER_ENTRY if path == LIST_PATH else INFO_VALUES_PER_ENTRY),
+            "the model list" if path == LIST_PATH else "the model info",
+            entries * OBJECTS_PER_ENTRY)
         body = bytearray()
         try:
             async for piece in response.content.iter_any():
@@ -120,11 +128,6 @@ async def _get(prober: Prober, target: Target, path: str,
         except aiohttp.ClientPayloadError:
             raise StreamError("the answer broke off") from None
         return response.status, bytes(body[:limit])
-
-
-def _values_of(target: Target) -> int:
-    """The structure bound of the target's documents (from its `discover.max_models`)."""
-    return max_values(target.discover.max_models if target.discover is not None else 1)
 
 
 def _status_failure(status: int, body: bytes, redactor: Redactor) -> DiscoveryFailed:

@@ -20,6 +20,7 @@ from yarl import URL
 
 from exporter import measure
 from exporter.config import Case, ProbeKind, Secret, Series, Target
+from exporter.config.workload import CacheRole
 from exporter.errors import (
     GATEWAY_RESULTS,
     Cause,
@@ -36,6 +37,7 @@ from exporter.probe import charge, tokens
 from exporter.probe.adapt import MAX_ADAPTATIONS, Adaptations
 from exporter.probe.assembly import ANSWER_LIMIT, Attempt, assemble, output_tokens
 from exporter.probe.checks import Observed, run_checks
+from exporter.probe.context import context_async
 from exporter.probe.failures import (
     MESSAGE_LIMIT,
     body_error,
@@ -76,6 +78,8 @@ ERROR_BODY_LIMIT = 64 * 1024
 EVENT_SLICE = 128
 # Bodies and answers longer than this are parsed and checked in a worker thread.
 THREAD_ABOVE = 64 * 1024
+# Cache pairs whose cold nonce is kept at most (one per configured pair and size).
+MAX_PAIRS = 10_000
 
 
 def _mark(stamps: measure.Stamps, kinds: int, now: float) -> None:
@@ -117,6 +121,8 @@ class Prober:
         self.adaptations = Adaptations(self._log)
         self._protocols: dict[Any, ApiProtocol] = {}
         self._case_turn: dict[tuple[str, str, str], int] = {}  # golden-set rotation per series
+        # The nonce of each cache pair's latest cold request (a warm one sends the same prefix).
+        self._pair_nonce: dict[tuple[str, str, str, int | None], str] = {}
         self._vocabulary: asyncio.Future[str] | None = None  # the one load of tokens' vocabulary
         # Signing over the finished request (SigV4 for `aws_sigv4`), per series.
         self._signers = signers if signers is not None else AwsSigners(redactor)
@@ -220,9 +226,10 @@ class Prober:
         counted like `check` counts it): a process of unpriced series whose servers all report
         usage never pays for it. The stream's stamps are taken already; waiting here delays
         only this result."""
+        size = series.workload.input_tokens
         if series.price is not None and attempt.stream_done and not charge.planned(
-                series.probe):
-            await asyncio.to_thread(charge.planned_input, series.probe)
+                series.probe, size):
+            await asyncio.to_thread(charge.planned_input, series.probe, size)
         if tokens.loaded() or not attempt.counts_offline():
             return
         if self._vocabulary is None:
@@ -233,9 +240,12 @@ class Prober:
         """Send the request and read the stream into `attempt`."""
         protocol = self._protocol(series)
         target = series.target
-        nonce = uuid.uuid4().hex[:12] if series.probe.nonce else None
+        nonce = self._nonce(series)
         case = self._next_case(series, attempt)
-        prompt = make_prompt(series.probe, case, nonce)
+        size = series.workload.input_tokens
+        context = None if size is None else await context_async(series.probe, size)
+        prompt = make_prompt(series.probe, case, nonce, context,
+                             cache_marker=series.workload.cache is not None)
         attempt.prompt_text = "\n".join(filter(None, (prompt.system, *(
             content for _role, content in prompt.messages))))
         key = self._keys.key(target)
@@ -260,6 +270,23 @@ class Prober:
                     raise error
                 await self._read_stream(response, protocol, series, attempt)
                 return
+
+    def _nonce(self, series: Series) -> str | None:
+        """A fresh nonce per run; a cache pair's warm run reuses its cold run's, so it sends the
+        same prefix (a warm run with no cold one before it starts a prefix of its own, and is
+        cold: the next warm run is not)."""
+        if not series.probe.nonce:
+            return None
+        role = series.workload.cache
+        pair = (series.target.name, series.model, series.probe_name, series.workload.input_tokens)
+        if role is CacheRole.WARM and pair in self._pair_nonce:
+            return self._pair_nonce[pair]
+        nonce = uuid.uuid4().hex[:12]
+        if role is not None:
+            if len(self._pair_nonce) >= MAX_PAIRS and pair not in self._pair_nonce:
+                self._pair_nonce.clear()  # pairs a reload dropped: bounded, never grows
+            self._pair_nonce[pair] = nonce
+        return nonce
 
     async def _run_embedding(self, series: Series, attempt: Attempt) -> None:
         """Send an embeddings request and read its JSON answer into `attempt`."""

@@ -7,7 +7,8 @@ also has `pricing` in USD per token as strings, `supported_parameters`, `archite
 and LiteLLM's `/model/info` (`model_name` + `model_info`: `input_cost_per_token`,
 `output_cost_per_token`, `cache_read_input_token_cost`, their `_above_200k_tokens` tiers, `mode`,
 `max_output_tokens`, `supports_function_calling`, `supports_response_schema`, `supports_vision`,
-`supports_reasoning`).
+`supports_reasoning`). Retirement dates: OpenRouter's `expiration_date` on a listed model and
+LiteLLM's `deprecation_date` in its model info (the earlier of the two wins).
 
 Everything is bounded: the body's bytes (the caller reads at most MAX_LIST_BYTES), its
 structure before it is parsed (`Structure`: the JSON values a document may hold, counted over
@@ -22,10 +23,12 @@ raises anything but `CatalogError`.
 
 from __future__ import annotations
 
+import math
 import re
 import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from datetime import UTC, date, datetime, time
 from enum import StrEnum
 from typing import Any
 
@@ -40,8 +43,13 @@ from exporter.providers.prices import ModelPrice, PriceSource, PriceTier, Rates,
 MAX_LIST_BYTES = 16 * 1024 * 1024  # OpenRouter's full list is ~1.5 MB
 MAX_LISTED = 10_000  # entries read from one list; the rest is ignored (and said)
 # JSON values (counted as the `{`, `[` and `,` bytes, strings included: an over-count) a document
-# may hold per entry it is allowed: a real OpenRouter or LiteLLM entry holds about 100.
+# may hold per entry it is allowed: an OpenAI, Anthropic or OpenRouter list entry holds up to
+# about 100; a LiteLLM 1.106 `/model/info` entry about 215 (it grows with each release).
 VALUES_PER_ENTRY = 256
+INFO_VALUES_PER_ENTRY = 512
+# Objects (`{`), the dearest values to hold (~0.3 KB each parsed), per allowed entry: a real
+# entry holds up to about 7 (the entry, its pricing, architecture, model_info...).
+OBJECTS_PER_ENTRY = 16
 LISTED_FLOOR = 1000  # entries a document is allowed, at least (else twice `max_models`)
 PER_TOKEN = 1_000_000  # gateways price per token; the exporter per 1M tokens
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
@@ -72,27 +80,40 @@ class TooComplex(CatalogError):
     """The document holds more JSON values than allowed (refused before it is parsed)."""
 
 
-def max_values(max_models: int) -> int:
-    """The JSON values a target's model list or model info may hold (see VALUES_PER_ENTRY)."""
-    return VALUES_PER_ENTRY * max(LISTED_FLOOR, 2 * max_models)
+def allowed_entries(max_models: int) -> int:
+    """The entries a target's documents are sized for: max(LISTED_FLOOR, 2 × max_models)."""
+    return max(LISTED_FLOOR, 2 * max_models)
+
+
+def max_values(max_models: int, per_entry: int = VALUES_PER_ENTRY) -> int:
+    """The JSON values a target's model list (or, with INFO_VALUES_PER_ENTRY, its model info)
+    may hold."""
+    return per_entry * allowed_entries(max_models)
 
 
 class Structure:
-    """Counts a document's JSON values over its raw bytes as they arrive (sans-IO); raises
-    CatalogError past `limit`, before anything is parsed."""
+    """Counts a document's JSON values and objects over its raw bytes as they arrive (sans-IO);
+    raises TooComplex past `limit` values or `objects` objects, before anything is parsed."""
 
-    def __init__(self, limit: int, what: str = "the model list") -> None:
+    def __init__(self, limit: int, what: str = "the model list",
+                 objects: int | None = None) -> None:
         self.limit = limit
+        self.objects_limit = limit // VALUES_PER_ENTRY * OBJECTS_PER_ENTRY \
+            if objects is None else objects
         self.what = what
-        self.values = 0
+        self.values = self.objects = 0
 
     def feed(self, piece: bytes) -> None:
         """Count one piece of the body."""
-        self.values += piece.count(b"{") + piece.count(b"[") + piece.count(b",")
+        objects = piece.count(b"{")
+        self.objects += objects
+        self.values += objects + piece.count(b"[") + piece.count(b",")
         if self.values > self.limit:
             raise TooComplex(f"{self.what} holds more than {self.limit:,} JSON values "
-                               f"(at most {VALUES_PER_ENTRY} per entry; raise "
-                               "discover.max_models for a longer list)")
+                               "(raise discover.max_models for a longer list)")
+        if self.objects > self.objects_limit:
+            raise TooComplex(f"{self.what} holds more than {self.objects_limit:,} JSON objects "
+                               "(raise discover.max_models for a longer list)")
 
 
 @dataclass(frozen=True)
@@ -105,6 +126,7 @@ class GatewayModel:
     lacks: frozenset[Feature] = frozenset()  # features the gateway says the model has not
     max_output_tokens: int | None = None
     reasoning: bool | None = None
+    retires: float | None = None  # unix time the gateway says the model retires
 
     def serves(self, features: frozenset[Feature], embedding: bool) -> bool:
         """Whether a probe with these features (an embedding probe or not) fits this model."""
@@ -275,9 +297,31 @@ def parse_model_list(body: bytes, *, redactor: Redactor | None = None,
                                     _int(item.get("max_output_tokens")) or _int(
                                         _dict(item.get("top_provider")).get(
                                             "max_completion_tokens")),
-                                    _reasoning(item))
+                                    _reasoning(item), retirement(item.get("expiration_date")))
     return Catalog(tuple(models.values()), len(data), refused.total, bad_prices, (origin,),
                    refused.counts, tuple(refused.names))
+
+
+def retirement(value: Any) -> float | None:
+    """Unix time of a retirement date as gateways write it (`2026-06-30`, an ISO date-time, or
+    unix seconds); None for anything else or a year outside 2000–2200."""
+    if isinstance(value, bool):
+        return None
+    when: float | None = None
+    if isinstance(value, int | float) and math.isfinite(value):
+        when = float(value)
+    elif isinstance(value, str) and 8 <= len(value) <= 40:  # bounded before parsing
+        text = value.strip().replace("Z", "+00:00")
+        try:
+            parsed = (datetime.fromisoformat(text) if "T" in text or " " in text
+                      else datetime.combine(date.fromisoformat(text), time()))
+        except ValueError:
+            return None
+        when = parsed.replace(tzinfo=parsed.tzinfo or UTC).timestamp()
+    return when if when is not None and _YEAR_2000 <= when <= _YEAR_2200 else None
+
+
+_YEAR_2000, _YEAR_2200 = 946_684_800.0, 7_258_118_400.0
 
 
 def _dict(value: Any) -> dict[str, Any]:
@@ -348,7 +392,8 @@ def parse_model_info(body: bytes, *, redactor: Redactor | None = None,
         reasoning = info.get("supports_reasoning")
         model = GatewayModel(name, price, _mode(info.get("mode")), lacks,
                              _int(info.get("max_output_tokens")),
-                             reasoning if isinstance(reasoning, bool) else None)
+                             reasoning if isinstance(reasoning, bool) else None,
+                             retirement(info.get("deprecation_date")))
         models[name] = _merge(models.get(name), model)
     return Catalog(tuple(models.values()), len(data), refused.total, bad_prices, (origin,),
                    refused.counts, tuple(refused.names))
@@ -366,7 +411,8 @@ def _merge(old: GatewayModel | None, new: GatewayModel) -> GatewayModel:
         return new
     return GatewayModel(old.name, _dearer(old.price, new.price), old.mode or new.mode,
                         old.lacks | new.lacks, old.max_output_tokens or new.max_output_tokens,
-                        old.reasoning if old.reasoning is not None else new.reasoning)
+                        old.reasoning if old.reasoning is not None else new.reasoning,
+                        min(filter(None, (old.retires, new.retires)), default=None))
 
 
 def describe(listing: Catalog, info: Catalog | None) -> Catalog:

@@ -289,6 +289,8 @@ class Discovery:
             out.append({
                 "target": name,
                 **(counts.to_json() if counts is not None else dict.fromkeys(COUNTS)),
+                # new names listed but not admitted yet (hysteresis or the day's limit)
+                "waiting": len(status.churn.pending) if catalog else None,
                 "sources": list(catalog.sources) if catalog else [],
                 "last_success_seconds_ago": None if status.succeeded_at is None
                 else round(max(0.0, now - status.succeeded_at), 1),

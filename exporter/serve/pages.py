@@ -5,6 +5,7 @@ it is escaped or serialised, the finished document once more."""
 from __future__ import annotations
 
 import html
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -51,6 +52,11 @@ def _ago(now: float, then: float) -> str:
     if delta < 7200:
         return f"{delta / 60:.0f}m ago"
     return f"{delta / 3600:.1f}h ago"
+
+
+def _days(seconds: float) -> str:
+    days = seconds / 86_400
+    return f"in {days:.0f} days" if days >= 0 else f"{-days:.0f} days ago"
 
 
 _STYLE = """
@@ -189,6 +195,13 @@ def render_status_page(snapshot: Snapshot, info: dict[str, Any], now: float) -> 
         f'<td class="reason">{esc(r.reason)}</td></tr>'
         for r in snapshot.failures)
     warning = ""
+    retiring = [f"<li>{esc(target)} / {esc(model)}: "
+                f"{time.strftime('%Y-%m-%d', time.gmtime(when))} ({_days(when - now)})</li>"
+                for target, model, when in info.get("retirements", ())]
+    if retiring:
+        warning += ('<div class="warn">Models the gateway says retire '
+                    f"(llm_probe_model_deprecation_timestamp_seconds):<ul>{''.join(retiring)}"
+                    "</ul></div>")
     if info.get("config_reload_error"):
         warning = ('<div class="warn">The last config reload failed; the previous config is '
                    f"still running:<pre>{esc(info['config_reload_error'])}</pre></div>")

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from exporter.config import Config, Series, SeriesKey
+from exporter.config.workload import CacheRole
 from exporter.errors import Result
 from exporter.exposition.families import SkipReason
 from exporter.exposition.metrics import ExporterMetrics
@@ -100,6 +101,7 @@ class Scheduler:
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = math.inf
         self._running: dict[SeriesKey, asyncio.Task[ProbeResult]] = {}
+        self._warm_after: dict[SeriesKey, Series] = {}  # cold series key → its warm series
         self._paused_until: dict[SeriesKey, float] = {}  # on `clock`
         # Last result of each failing series and how many failures in a row: logs follow
         # changes. A healthy series has no entry.
@@ -142,6 +144,10 @@ class Scheduler:
         self._warn_prices(config)
         self.identity.apply(config)
         wanted = {s.key: s for s in config.series}
+        # A cache pair's warm series is not scheduled: it runs right after its cold one.
+        self._warm_after = {s.sibling(CacheRole.COLD).key: s for s in config.series
+                            if s.workload.cache is CacheRole.WARM}
+        scheduled = set(self._ticks)  # a series a reload changed is not new to the gateway
         for key, ticks in list(self._ticks.items()):
             if wanted.get(key) != ticks.series:
                 ticks.active = False  # an in-flight probe of this series is left to finish
@@ -153,11 +159,13 @@ class Scheduler:
         loop = asyncio.get_running_loop()
         now = loop.time()
         # The series new to the schedule (all of them at start) spread their first probes.
-        added = [series for key, series in wanted.items() if key not in self._ticks]
+        added = [series for key, series in wanted.items() if key not in self._ticks
+                 and series.workload.cache is not CacheRole.WARM]
         window = first_probe_window(len(added))
         for series in added:
             interval = series.interval
-            spread = interval if self._started and series.discovered else window
+            spread = (interval if self._started and series.discovered
+                      and series.key not in scheduled else window)
             # A stable offset spreads series the same way after every restart.
             first, next_tick = first_ticks(now, interval, series.stable_fraction(), spread)
             ticks = self._ticks[series.key] = _Ticks(series, next_tick)
@@ -240,11 +248,16 @@ class Scheduler:
         self._track(key, asyncio.create_task(self._run(series, planned), name=f"probe {key}"))
 
     async def _run(self, series: Series, planned: float) -> ProbeResult:
-        """Wait for a concurrency slot, probe, record."""
+        """Wait for a concurrency slot, probe, record; a cache pair's cold probe that
+        succeeded is followed at once, in the same slot, by its warm probe (same prefix)."""
         async with self._semaphore:
             self._metrics.observe_lag(max(0.0, asyncio.get_running_loop().time() - planned))
-            result = await self._probe(series)
-        return self._record(result)
+            result = self._record(await self._probe(series))
+            warm = self._warm_after.get(series.key)
+            if (warm is not None and result.success and warm.key not in self._running
+                    and self.skip_reason(warm) is None):
+                self._record(await self._probe(warm))
+        return result
 
     async def _run_unlimited(self, series: Series) -> ProbeResult:
         """Probe and record without a scheduled slot (on-demand probes)."""

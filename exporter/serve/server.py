@@ -427,7 +427,12 @@ def _state_info(state: ServerState) -> dict[str, Any]:
                                for s in (state.config.series if state.config else ())
                                if s.refused_price is not None},
             "state_dir": str(state.config.state_dir)
-            if state.config is not None and state.config.state_dir is not None else None}
+            if state.config is not None and state.config.state_dir is not None else None,
+            # When the gateway says a probed model retires (unix time), by (target, model).
+            "retirements": sorted({(s.target.name, s.model, s.gateway.retires)
+                                   for s in state.config.series if s.gateway is not None
+                                   and s.gateway.retires is not None}
+                                  if state.config else ())}
 
 
 def _snapshot(state: ServerState) -> Snapshot:

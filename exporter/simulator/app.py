@@ -42,6 +42,7 @@ from .dialects import (
 )
 from .hosted import Rejection, validate
 from .plan import Fault, Kind, OverrideError, Overrides, Plan, Reasoning, make_plan
+from .prefixcache import prompt_text
 from .state import (
     MAX_RECORDS,
     SIM_RECORDS,
@@ -189,6 +190,11 @@ class _Exchange:
             if isinstance(provider, Dialect) else overrides  # a hosted family's own rules
         if isinstance(checked, Rejection):
             return self.fail(400, checked.message, code=checked.code, param=checked.param)
+        if isinstance(parsed, ParsedRequest) and profile.prompt_cache:
+            cached, written = self.state.prefixes.use(
+                provider.name, prompt_text(body), parsed.prompt_tokens,
+                asyncio.get_running_loop().time())
+            parsed = replace(parsed, cached_tokens=cached, cache_write_tokens=written)
         return parsed, profile, checked
 
 
@@ -242,6 +248,9 @@ async def _generate(request: web.Request, dialect: Dialect) -> web.StreamRespons
                      atomic_answer=kind is Kind.TOOL_CALL and not dialect.streams_tool_arguments)
     if not parsed.show_reasoning:
         plan = replace(plan, reasoning=Reasoning.HIDDEN)
+    if profile.prefill_rate:  # reading the prompt (what the cache does not hold) comes first
+        uncached = parsed.prompt_tokens - parsed.cached_tokens
+        plan = replace(plan, ttft=plan.ttft + uncached / profile.prefill_rate)
     call = answer.tool_call
     record.update({"fault": plan.fault.value if plan.fault else None, "ttft_scheduled": plan.ttft,
                    "tpot_scheduled": plan.tpot, "tokens": plan.completion_tokens,
@@ -261,7 +270,8 @@ async def _generate(request: web.Request, dialect: Dialect) -> web.StreamRespons
         created=int(time.time()),
         **({"fingerprint": profile.fingerprint} if profile.fingerprint else {}),
         include_usage=parsed.include_usage,
-        usage=Usage(parsed.prompt_tokens, plan.reasoning_tokens, plan.answer_tokens),
+        usage=Usage(parsed.prompt_tokens, plan.reasoning_tokens, plan.answer_tokens,
+                    parsed.cached_tokens, parsed.cache_write_tokens),
         first_kind=Kind.REASONING if visible else kind, tool_call=call, echo=parsed.echo,
     )
     if answer.output is Output.TEXT:

@@ -49,6 +49,13 @@ SHORT_CONFIG = """{ _config+:: {
     // 30 probes a window instead of a day's 1,440: a few late stamps on a busy 2-core machine
     // move a p95 this short by tens of percent, so the TTFT rise it takes is +100 %, not +50 %.
     drift+: { window: '30s', offsets: ['1m'], 'for': '10s', interval: '1s', ttftRise: 1 },
+    // Days of 20 s: the same 20 s window 20, 40 and 60 s ago, all three on record (no series
+    // can page before a minute of history: the one slow probe at 30 s cannot).
+    ttftAnomaly+: { window: '20s', short: '5s', days: 3, step: '20s', minDays: 3, 'for': '5s',
+                    interval: '1s' },
+    modelRetiring+: { 'for': '5s' },
+    workload+: { window: '20s' },
+    promptCacheCold+: { window: '20s', short: '6s', history: '3m', 'for': '5s' },
 } }"""
 
 # The shipped Alertmanager routing (deploy/docker-compose/alertmanager.yml) with its timings

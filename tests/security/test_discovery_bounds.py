@@ -4,11 +4,13 @@ is a counted discovery failure and the last good list stays in use."""
 
 from __future__ import annotations
 
+import asyncio
 import unicodedata
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 import yaml
 from aiohttp import web
@@ -19,10 +21,12 @@ from exporter.exposition.metrics import DiscoveryCollector
 from exporter.log import Redactor
 from exporter.probe.prober import Prober
 from exporter.providers.gateway import (
+    INFO_VALUES_PER_ENTRY,
     CatalogError,
     NameRefusal,
     Structure,
     max_values,
+    parse_model_info,
     parse_model_list,
 )
 from exporter.serve.discovery import Discovery
@@ -83,7 +87,7 @@ async def test_a_list_that_costs_more_than_its_bytes_is_refused_and_the_last_kep
         assert [m.name for m in discovery.catalogs["gw"].models] == ["a", "b"]
         assert collector.refreshes[("gw", Result.STREAM)] == 1
         if attack != "nesting 100,000 deep":
-            assert "JSON values" in status.error
+            assert "JSON values" in status.error or "JSON objects" in status.error
             # Refused while it arrived: most of the list was never read.
             assert gw.sent["models"][-1] < len(gw.models) // 2, gw.sent
         else:
@@ -116,9 +120,18 @@ def test_the_bound_follows_max_models_and_admits_a_real_sized_list() -> None:
              "architecture": {"input_modalities": ["text", "image"],
                               "output_modalities": ["text"]},
              "description": "A model, with commas, [links](x), and {braces}. " * 8}
-    import orjson
     body = orjson.dumps({"data": [{**entry, "id": f"m{i}"} for i in range(1000)]})
     assert len(parse_model_list(body, max_values=max_values(100)).models) == 1000
+    # A LiteLLM 1.106 `/model/info` entry: ~215 values, up to 5 objects; 1,000 of them pass.
+    info = {"model_name": "m", "litellm_params": {"model": "openai/m", "api_base": "x"},
+            "model_info": {**{f"supports_{i}": True for i in range(170)},
+                           "supported_openai_params": [f"p{i}" for i in range(30)],
+                           "search_context_cost_per_query": {"low": 0.0, "high": 0.0},
+                           "tiered_pricing": [{"range": [0, 1]}]}}
+    body = orjson.dumps({"data": [{**info, "model_name": f"m{i}"} for i in range(1000)]})
+    assert 200 <= body.count(b",") // 1000 <= 230
+    assert len(parse_model_info(body, max_values=max_values(100, INFO_VALUES_PER_ENTRY),
+                                ).models) == 1000
     with pytest.raises(CatalogError, match="JSON values"):
         Structure(10).feed(b"[" * 11)
 
@@ -163,6 +176,7 @@ async def test_new_names_wait_for_two_lists_and_a_daily_limit(
         assert collector.refused[("gw", NameRefusal.DAILY_LIMIT)] == 2
         assert not await discovery.refresh(target)  # still refused today, counted again
         assert collector.refused[("gw", NameRefusal.DAILY_LIMIT)] == 4
+        assert discovery.describe(day[0])[0]["waiting"] == 2  # shown in /api/v1/results
         day[0] += 86_400  # the next UTC day: the rest comes
         assert await discovery.refresh(target)
         assert len(discovery.catalogs["gw"].models) == 6
@@ -237,10 +251,19 @@ def test_a_claim_skips_a_configured_probe_but_never_removes_its_series(tmp_path:
         wait_for(lambda: daemon.sample("llm_probe_requests_total", model="gw-embed",
                                        probe="embed", result="success"), 30,
                  "the embedding probe to run")
-        # The configured series stays visible, never probed.
-        assert daemon.sample("llm_probe_requests_total", model="gw-embed", probe="short",
-                             result="success") == 0
-        assert daemon.sample("llm_probe_success", model="gw-embed", probe="short") is not None
+        # The configured series stays visible and, once the gateway's claim is known (its
+        # first list; a probe may come before it), is not probed again.
+        def probed() -> float:
+            return sum(daemon.sample("llm_probe_requests_total", model="gw-embed",
+                                     probe="short", result=r.value) or 0 for r in Result)
+        before, skipped = probed(), daemon.sample(
+            "llm_probe_skipped_total", model="gw-embed", probe="short", reason="unsupported")
+        wait_for(lambda: daemon.sample("llm_probe_skipped_total", model="gw-embed",
+                                       probe="short", reason="unsupported") >= skipped + 2,
+                 30, "two more skips")
+        assert probed() == before
+        assert daemon.sample("llm_probe_interval_seconds", model="gw-embed",
+                             probe="short") == 1.0
     finally:
         assert daemon.stop() == 0, daemon.output()
     output = daemon.output()
@@ -251,8 +274,6 @@ async def test_what_a_reload_newly_selects_comes_with_the_next_list(
         gateway: tuple[HostileGateway, str]) -> None:
     """Hysteresis holds back what the gateway adds, not what the user asked for: after a
     reload changed the target's patterns, the next list is taken whole."""
-    import asyncio
-
     gw, url = gateway
     gw.models = good_list("a1", "b1")
 

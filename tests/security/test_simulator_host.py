@@ -274,3 +274,27 @@ async def test_simulate_warns_loudly_when_open_beyond_loopback(listen: str, key:
     loud = [event for level, event in log.lines if level == "warning"
             and event.startswith("SIMULATOR OPEN TO THE NETWORK WITHOUT A KEY")]
     assert bool(loud) is warned
+
+
+def test_a_keyless_simulator_takes_the_key_its_targets_name(tmp_path: Path) -> None:
+    """A target that names its own key for the embedded simulator keeps working: the simulator
+    accepts that key (not a generated one); two different keys are a located config error."""
+    from exporter.config import ConfigError
+
+    def config(keys: list[str | None]) -> Path:
+        path = tmp_path / "c.yaml"
+        targets = [{"name": f"t{i}", "base_url": "http://127.0.0.1:19472/v1", "models": ["m"],
+                    **({"api_key": key} if key else {})} for i, key in enumerate(keys)]
+        path.write_text(yaml.safe_dump({
+            "probes": {"p": {"prompt": "hi"}},
+            "simulator": {"listen": "127.0.0.1:19472", "models": {"m": {}}},
+            "targets": targets}))
+        return path
+
+    loaded = load_config(config(["sk-mine-0123456789", None]))
+    assert loaded.simulator is not None and loaded.simulator.api_key == "sk-mine-0123456789"
+    assert [t.api_key.reveal() for t in loaded.targets if t.api_key] == [
+        "sk-mine-0123456789", "sk-mine-0123456789"]
+    with pytest.raises(ConfigError) as error:
+        load_config(config(["sk-one-0123456789", "sk-two-0123456789"]))
+    assert "simulator.api_key" in str(error.value)
