@@ -208,3 +208,18 @@ def test_check_warns_when_a_target_ceiling_passes_its_share() -> None:
     message = plan.warnings[0].message
     assert message.startswith("t: cost ceiling") and "its share of global.budget (1.50 USD" in (
         message)
+
+
+def test_a_record_of_many_targets_is_kept(tmp_path) -> None:
+    # A large config's record holds every target's spend; refusing it would stop all probing.
+    names = [f"{i:04d}" + "t" * 124 for i in range(2000)]  # 128-character target names
+    config = BudgetConfig(max_cost_per_day=100.0, state_file=str(tmp_path / "budget.json"))
+    budget = Budget(config, wall_clock=Clock(DAY1 + 100), targets=names)
+    for name in names:
+        budget.add(0.001, "USD", name)
+    budget.save()
+    assert not budget.problem
+    again = Budget(config, wall_clock=Clock(DAY1 + 200), targets=names)
+    again.load()
+    assert not again.problem and len(again.by_target) == 2000
+    assert again.spent == pytest.approx(2.0)

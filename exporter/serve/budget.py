@@ -36,7 +36,9 @@ from exporter.state import StateRefused, read_state, write_state
 
 RECORD = "budget"
 RECORD_FILE = "budget.json"
-MAX_STATE_BYTES = 64 * 1024  # the total and a spend per target (names of ≤ 200 characters)
+# The total and a spend per target (names of at most 128 characters): room for ~6,000 targets,
+# so a large config never has its record refused (which would stop every probe).
+MAX_STATE_BYTES = 1024 * 1024
 
 
 def utc_day(unix: float) -> str:
