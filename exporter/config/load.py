@@ -52,7 +52,6 @@ from exporter.config.probe import ProbeConfig, ProbeKind
 from exporter.config.rules_check import reasoning_problems
 from exporter.config.schema import (
     CONTROL,
-    BudgetConfig,
     GlobalConfig,
     SimulatorConfig,
     TargetConfig,
@@ -319,7 +318,8 @@ def _build(data: dict[str, Any], env: Mapping[str, str], base_dir: Path, source:
         else:
             paths.append(None)
     if global_ is not None and global_.budget is not None:
-        _check_shares(global_.budget, names, problems)
+        problems += [_problem(("global", "budget", "shares", *where), message)
+                     for where, message in global_.budget.share_problems(names)]
     if simulator is not None and not simulator.api_key:
         # Never an open simulator: another local user could drive the endpoint we measure. Its
         # key is the one its targets name, else one generated for this process.
@@ -402,20 +402,6 @@ def _needs_state(global_: GlobalConfig, series: Sequence[Series]) -> bool:
     budget = global_.budget
     return (budget is not None and not budget.state_file) or any(
         s.probe.kind is ProbeKind.IDENTITY for s in series)
-
-
-def _check_shares(budget: BudgetConfig, names: Mapping[str, int],
-                  problems: list[ConfigProblem]) -> None:
-    """`global.budget.shares` names targets, and leaves a share for the targets it does not."""
-    loc = ("global", "budget", "shares")
-    for name in budget.shares:
-        if name not in names:
-            problems.append(_problem((*loc, name), f"no target named {name!r} (targets: "
-                                     f"{', '.join(names)})"))
-    left = [name for name in names if name not in budget.shares]
-    if left and sum(budget.shares.values()) >= 1 - 1e-9:
-        problems.append(_problem(loc, "the shares add up to 1, leaving nothing for "
-                                 f"{', '.join(left)}: name them with a share, or lower others"))
 
 
 def _check_target(target: TargetConfig, index: int, probes: Mapping[str, ProbeConfig | None],

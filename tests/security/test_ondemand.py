@@ -153,12 +153,13 @@ async def test_a_spent_budget_answers_at_once_without_a_paid_request(scripted_se
     server = await scripted_server(ok_stream(["Hi"], usage={"prompt_tokens": 1000,
                                                             "completion_tokens": 1000}))
     config = make_config(server.url, global_={"interval": "1h", "budget": {
-        "max_cost_per_day": 0.0001, "state_file": str(tmp_path / "budget.json")}},
-        target={"prices": {"m": {"input": 1.0, "output": 1.0}}})
+        "max_cost_per_day": 0.001, "state_file": str(tmp_path / "budget.json")}},
+        target={"prices": {"m": {"input": 1.0, "output": 1.0}}},
+        probe={"max_tokens": 1000})  # the claim fits the probe's charge ceiling
     # Scheduled (for the budget) but its first probe is ~6 s away: only /probe runs here.
     async with serve(config, probe_min_interval=0) as app, aiohttp.ClientSession() as session:
         status, _, _ = await get_text(session, app.url + "/probe", params=params())
-        # 0.002 USD claimed, charged its ceiling (~0.0007 USD): the budget is spent
+        # 0.002 USD, within the probe's charge ceiling: the budget is spent
         assert status == 200 and len(server.requests) == 1
         status, body, headers = await get_text(session, app.url + "/probe", params=params())
         assert status == 200 and headers["X-Probe-Skipped"] == "budget"
