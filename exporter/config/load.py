@@ -30,6 +30,7 @@ from exporter.apis import Api
 from exporter.config.errors import ConfigError, ConfigProblem, format_location
 from exporter.config.expand import bucket_edges, check_references, plan_series, shard_series
 from exporter.config.interpolate import Scrubber, Substitution, interpolate
+from exporter.config.judge import judge_problems
 from exporter.config.model import Config, KeyKind, KeySource, Target
 from exporter.config.network import (
     AWS_EXTRA_MISSING,
@@ -319,6 +320,8 @@ def _build(data: dict[str, Any], env: Mapping[str, str], base_dir: Path, source:
             paths.append(_resolve_network(target, index, env, base_dir, problems, reads))
         else:
             paths.append(None)
+    problems += [_problem(loc, error) for loc, error in judge_problems(
+        global_.judge if global_ is not None else None, probes, targets)]
     if problems or global_ is None:
         raise ConfigError("invalid config", problems)
 
@@ -335,7 +338,9 @@ def _build(data: dict[str, Any], env: Mapping[str, str], base_dir: Path, source:
             name=target.name, api=target.api, base_url=base_url, api_key=key,
             headers=dict(target.headers), query={**dict(in_url), **target.query},
             path=target.path,
-            models=target.model_names, probes=target.probes or tuple(resolved_probes),
+            models=target.model_names,
+            # `probes: []`: a target that only judges
+            probes=tuple(resolved_probes) if target.probes is None else target.probes,
             interval=target.interval or global_.interval,
             timeout=target.timeout or global_.timeout,
             jitter=global_.jitter if target.jitter is None else target.jitter,
@@ -408,7 +413,7 @@ def _check_target(target: TargetConfig, index: int, probes: Mapping[str, ProbeCo
                   problems: list[ConfigProblem]) -> None:
     """Checks that need the whole (valid) target and the probes."""
     where: Loc = ("targets", index)
-    for j, probe_name in enumerate(target.probes or tuple(probes)):
+    for j, probe_name in enumerate(tuple(probes) if target.probes is None else target.probes):
         probe = probes.get(probe_name)
         if probe is None:
             continue

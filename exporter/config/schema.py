@@ -12,6 +12,7 @@ from yarl import URL
 
 from exporter.apis import Api
 from exporter.config.address import parse_listen_address
+from exporter.config.judge import JudgeConfig
 from exporter.config.probe import ProbeConfig, SloConfig
 from exporter.config.reasoning import Params
 from exporter.config.shard import parse_shard
@@ -71,6 +72,7 @@ class GlobalConfig(StrictModel):
     native_histograms: NativeHistogramsConfig = Field(default_factory=NativeHistogramsConfig)
     metrics: dict[Family, Shape] = Field(default_factory=dict)  # per probe histogram
     budget: BudgetConfig | None = None
+    judge: JudgeConfig | None = None  # the judge of every probe with references and none of its own
     max_output_bytes: int = Field(default=4 * 1024 * 1024, ge=1024, le=1024**3)
     shard: str | None = None  # "i/n": probe only the series whose stable hash picks shard i
     max_series: int = Field(default=10_000, ge=1, le=1_000_000)

@@ -55,6 +55,7 @@ from exporter.exposition.families import (
     Shape,
     SkipReason,
 )
+from exporter.exposition.judged import JudgedCollector
 from exporter.exposition.store import NativeSettings, SeriesKey, SeriesValues
 from exporter.log import REDACTOR, Redactor
 from exporter.providers.prices import PriceSource
@@ -283,6 +284,8 @@ class ExporterMetrics:
         self._priced: dict[tuple[str, str], tuple[str, str]] = {}  # (target, model) → labels
         self.discoveries = DiscoveryCollector()
         own.register(self.discoveries)
+        self.judged = JudgedCollector()  # judged quality: verdicts, cases, calibration
+        own.register(self.judged)
         if process_metrics:
             ProcessCollector(registry=own)
         if config is not None:
@@ -317,6 +320,7 @@ class ExporterMetrics:
     def apply(self, config: Config) -> None:
         """Create children for every configured series; remove those the config dropped."""
         self._apply_prices(config)
+        self.judged.apply(config)
         shapes = config.global_.shapes
         layout = (dict(config.global_.labels), dict(config.buckets), _native_settings(config),
                   shapes)
