@@ -9,9 +9,9 @@ from collections.abc import Mapping, Sequence
 from enum import StrEnum
 from typing import Annotated, Any, Protocol
 
-from pydantic import AfterValidator, Field
+from pydantic import AfterValidator, BeforeValidator, Field, field_validator
 
-from exporter.config.types import Ratio, StrictModel
+from exporter.config.types import StrictModel
 
 MAX_REFERENCE = 4000  # characters of one case's reference (the judge's prompt carries it)
 MAX_RUBRIC_PROMPT = 4000
@@ -27,6 +27,9 @@ class Rubric(StrEnum):
     CUSTOM = "custom"              # the user's own criterion (`{prompt, pass_score}`)
 
 
+BUILTIN = frozenset({Rubric.CORRECTNESS.value, Rubric.FAITHFULNESS.value, Rubric.REFUSAL.value})
+
+
 class CustomRubric(StrictModel):
     """The user's own criterion: `prompt` tells the judge what passes; a score at or above
     `pass_score` passes."""
@@ -35,14 +38,17 @@ class CustomRubric(StrictModel):
     pass_score: float = Field(default=0.5, ge=0.0, le=1.0)
 
 
-BuiltinRubric = Annotated[str, AfterValidator(lambda name: _builtin(name))]
+def _share(value: Any) -> Any:
+    """`0.1` or `"10%"`."""
+    if isinstance(value, str) and value.strip().endswith("%"):
+        try:
+            return float(value.strip()[:-1]) / 100
+        except ValueError:
+            raise ValueError(f"{value!r} is not a share (0.1 or 10%)") from None
+    return value
 
 
-def _builtin(name: str) -> str:
-    if name not in {r.value for r in Rubric} - {Rubric.CUSTOM.value}:
-        raise ValueError("a rubric is correctness, faithfulness, refusal, or "
-                         "{prompt: ..., pass_score: ...}")
-    return name
+Share = Annotated[float, BeforeValidator(_share), Field(ge=0.0, le=1.0)]
 
 
 class JudgeConfig(StrictModel):
@@ -50,9 +56,17 @@ class JudgeConfig(StrictModel):
 
     target: str = Field(min_length=1, max_length=128)
     model: str = Field(min_length=1, max_length=256)
-    rubric: BuiltinRubric | CustomRubric = Rubric.CORRECTNESS.value
-    calibration: Ratio = Field(default=0.1, ge=0.0, le=1.0)
+    rubric: str | CustomRubric = Rubric.CORRECTNESS.value
+    calibration: Share = 0.1
     max_tokens: int = Field(default=256, ge=16, le=4096)  # the verdict's length
+
+    @field_validator("rubric", mode="before")
+    @classmethod
+    def _known_rubric(cls, rubric: Any) -> Any:
+        if isinstance(rubric, str) and rubric not in BUILTIN:
+            raise ValueError("a rubric is correctness, faithfulness, refusal, or "
+                             "{prompt: ..., pass_score: ...}")
+        return rubric
 
     @property
     def rubric_name(self) -> Rubric:
@@ -113,8 +127,11 @@ def judge_problems(global_judge: JudgeConfig | None, probes: Mapping[str, ProbeL
 class ProbeLike(Protocol):
     """What `judge_problems` reads of a probe."""
 
-    judge: JudgeConfig | None
-    cases: Sequence[Any]
+    @property
+    def judge(self) -> JudgeConfig | None: ...
+
+    @property
+    def cases(self) -> Sequence[Any]: ...
 
 
 class TargetLike(Protocol):

@@ -191,6 +191,12 @@ class SimulatedModel(StrictModel):
     # A share of the answers drawn from words the model otherwise never says: the answer
     # distribution moves by exactly this total variation (identity probes notice; demo, tests).
     answer_shift: float = Field(default=0.0, ge=0.0, le=1.0)
+    # Judged quality (exporter/simulator/golden.py): known questions (a substring of the
+    # prompt) → the correct answer; a share of them answered fluently wrong (run-time switch);
+    # and a judge that grades `<answer>` against `<reference>`.
+    answers: dict[str, str] = Field(default_factory=dict, max_length=256)
+    wrong_answer_rate: float = Field(default=0.0, ge=0.0, le=1.0)
+    judge: bool = False
 
 
 class SimulatedPrice(StrictModel):

@@ -70,10 +70,10 @@ class JudgedCollector:
                 judged = self._series[key] = _Judged(rubric, cases)
                 judged.case_outcomes = {(case, outcome): 0 for case in cases
                                         for outcome in CheckOutcome}
-        for judge in [j for j in self._judges if j not in judges]:
-            del self._judges[judge]
-        for judge in judges:
-            self._judges.setdefault(judge, dict.fromkeys(Agreement, 0))
+        for gone in [j for j in self._judges if j not in judges]:
+            del self._judges[gone]
+        for kept in judges:
+            self._judges.setdefault(kept, dict.fromkeys(Agreement, 0))
 
     def judged(self, key: SeriesKey) -> bool:
         """Whether `key` is a judged series of the applied config."""

@@ -162,8 +162,9 @@ class Prober:
             self._protocols[api] = protocol_for(api)
         return self._protocols[api]
 
-    async def probe(self, series: Series) -> ProbeResult:
-        """Run one probe of `series`; never raises except on cancellation."""
+    async def probe(self, series: Series, *, answer_limit: int = ANSWER_LIMIT) -> ProbeResult:
+        """Run one probe of `series`; never raises except on cancellation. The result keeps
+        the answer's first `answer_limit` characters (redacted first): more for a judge."""
         if self._session is None:
             await self.start()
         started = self._wall()
@@ -192,18 +193,19 @@ class Prober:
             attempt.stamps.t_end = self._clock()  # the probe ended here, whatever waits next
         try:
             await self._vocabulary_for(attempt)
-            return self._assemble(series, attempt, error, started)
+            return self._assemble(series, attempt, error, started, answer_limit)
         except Exception as exc:  # what a parser collected is unusable: still one result
             self._log.exception("probe result failed", target=series.target.name,
                                 model=series.model, probe=series.probe_name)
             attempt.parser = attempt.embedding = None
             error = ProbeError(f"internal error: {type(exc).__name__}: {exc}", Cause.INTERNAL)
-            return self._assemble(series, attempt, error, started)
+            return self._assemble(series, attempt, error, started, answer_limit)
 
     def _assemble(self, series: Series, attempt: Attempt, error: ProbeError | None,
-                  started: float) -> ProbeResult:
+                  started: float, answer_limit: int) -> ProbeResult:
         return assemble(series, attempt, error, started, clock=self._clock, wall=self._wall,
-                        redactor=self._redact, adapted=self.adaptations.adapted(series))
+                        redactor=self._redact, adapted=self.adaptations.adapted(series),
+                        answer_limit=answer_limit)
 
     async def _vocabulary_for(self, attempt: Attempt) -> None:
         """Load the token vocabulary (~40 MiB; once, in a worker thread) when this result will

@@ -33,7 +33,10 @@ from exporter.errors import Result
 from exporter.exposition.families import SkipReason
 from exporter.exposition.metrics import ExporterMetrics
 from exporter.identity.monitor import IdentityMonitor
+from exporter.judge.engine import Judge, record, without_long_answer
+from exporter.judge.prompt import MAX_GRADED
 from exporter.log import get_logger
+from exporter.probe.assembly import ANSWER_LIMIT
 from exporter.probe.prober import Prober
 from exporter.result import ProbeResult
 from exporter.serve.budget import Budget
@@ -108,6 +111,8 @@ class Scheduler:
         self._save_lock = asyncio.Lock()
         # Identity series: their answers are samples, tested window by window.
         self.identity = IdentityMonitor(metrics, logger=self._log, wall_clock=wall_clock)
+        # Judged series: each answer to a case with a reference is graded by its judge.
+        self.judge = Judge(prober, logger=self._log)
 
     @property
     def in_flight(self) -> int:
@@ -132,6 +137,7 @@ class Scheduler:
             self.budget.load()  # a reload is how an operator says the record was fixed
             self._metrics.set_budget(self.budget)
         self.identity.apply(config)
+        self.judge.apply(config)
         wanted = {s.key: s for s in config.series}
         for key, ticks in list(self._ticks.items()):
             if wanted.get(key) != ticks.series:
@@ -222,18 +228,41 @@ class Scheduler:
         async with self._semaphore:
             self._metrics.observe_lag(max(0.0, asyncio.get_running_loop().time() - planned))
             result = await self._probe(series)
-        return self._record(result)
+        return self._record(await self._graded(series, result))
 
     async def _run_unlimited(self, series: Series) -> ProbeResult:
         """Probe and record without a scheduled slot (on-demand probes)."""
-        return self._record(await self._probe(series))
+        return self._record(await self._graded(series, await self._probe(series)))
 
     async def _probe(self, series: Series) -> ProbeResult:
         self._metrics.in_flight.inc()
+        judged = self.judge.judge_of(series) is not None  # the judge reads a longer answer
         try:
-            return await self._prober.probe(series)
+            return await self._prober.probe(
+                series, answer_limit=MAX_GRADED if judged else ANSWER_LIMIT)
         finally:
             self._metrics.in_flight.dec()
+
+    async def _graded(self, series: Series, result: ProbeResult) -> ProbeResult:
+        """Grade a judged series' answer (outside the probe's concurrency slot: the judge is
+        another endpoint); the judge's calls count in the budget. The result stays the
+        model's, with its answer cut as every result's is."""
+        grading = await self.judge.grade(
+            series, result, may_spend=lambda: self.budget is None or not self.budget.exhausted())
+        if grading is None:
+            return result
+        record(self._metrics.judged, result, grading)
+        for call in grading.calls:
+            if self.budget is not None and call.cost and self.budget.add(call.cost,
+                                                                          call.currency):
+                self._metrics.set_budget(self.budget)
+                asyncio.get_running_loop().create_task(self._save_budget(self.budget))
+        if grading.judgement is not None:
+            self._log.debug("answer judged", target=result.target, model=result.model,
+                            probe=result.probe, case=result.case,
+                            verdict=grading.judgement.verdict.value,
+                            reason=grading.judgement.reason)
+        return without_long_answer(result, ANSWER_LIMIT)
 
     def _record(self, result: ProbeResult) -> ProbeResult:
         """Record a finished probe everywhere; the result as recorded."""
