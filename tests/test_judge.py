@@ -265,3 +265,42 @@ async def test_calibration_grades_canned_answers_and_counts_agreement(sim: Simul
     assert value("llm_probe_case_checks_total",
                  {**labels, "case": "0", "outcome": "pass"}) == len(seen)
     assert value("llm_probe_judge_score_count", {**labels, "rubric": "correctness"}) == len(seen)
+
+
+# -- check and probe -----------------------------------------------------------------------
+
+def test_check_plans_the_judges_calls_tokens_and_cost() -> None:
+    from exporter.commands.plan import make_plan
+
+    data = config_data({"target": "judge", "model": "sim-judge", "calibration": 0.5})
+    data["targets"][1]["prices"] = {"sim-judge": {"input": 1.0, "output": 2.0}}
+    data["targets"][0]["interval"] = "1m"
+    plan = make_plan(parse_config(data, env={}))
+    (series,) = plan.series
+    assert series.judge is not None
+    # one case of two has a reference: 1,440 probes → 720 judged, × 1.5 with calibration
+    assert series.probes_per_day * series.judge.calls_per_probe == pytest.approx(1080)
+    document = series.judge.to_json(series.probes_per_day)
+    assert document["output_tokens_per_day"] == pytest.approx(1080 * 256)
+    cost = series.judge_cost_per_day
+    assert cost is not None and cost > 1080 * 256 * 2.0 / 1e6  # output ceiling plus input
+    assert plan.cost_per_day == {"USD": pytest.approx(cost)}  # the probes' model is unpriced
+    assert plan.to_json()["series"][0]["judge"]["calls_per_day"] == pytest.approx(1080)
+
+
+async def test_probe_prints_the_verdict_and_the_judges_reason(sim: Simulator) -> None:
+    from rich.console import Console
+
+    from exporter.commands.probe import print_judgements, results_document, run_once
+
+    config = sim_config(sim)
+    judged: dict[int, Any] = {}
+    results = await run_once(config, config.series, 2, judged)
+    assert sorted(judged) == [0, 1] and all(len(r.answer) <= 200 for r in results)
+    console = Console(record=True, width=200)
+    print_judgements(results, judged, console)
+    text = console.export_text()
+    assert text.count("judge pass (1.00) sim/sim-chat/facts case 0 by judge/sim-judge "
+                      "(correctness): matches the reference") == 2
+    document = results_document(results, config.series, 2, judged)
+    assert document["results"][0]["judge"]["verdict"] == "pass"

@@ -44,6 +44,7 @@ from exporter.exposition.families import (
     Shape,
     families,
 )
+from exporter.judge.plan import JUDGED_FAMILIES, JudgePlan, judge_plan, judged_series
 from exporter.probe.discovery import DiscoveryFailed, fetch_catalog
 from exporter.probe.prober import Prober
 from exporter.probe.tokens import estimate_tokens
@@ -163,6 +164,14 @@ class SeriesPlan:
     families: Mapping[Family, Count]  # from the config's load
     later: Mapping[Family, Count]  # may appear on first need
     identity: IdentityPlan | None = None  # an identity probe's samples and tests
+    judge: JudgePlan | None = None  # judged probes: the judge's calls
+
+    @property
+    def judge_cost_per_day(self) -> float | None:
+        """The judge calls' cost ceiling of a day (None: not judged, or no price)."""
+        cost = self.judge.cost_per_call if self.judge is not None else None
+        return None if cost is None or self.judge is None \
+            else cost * self.probes_per_day * self.judge.calls_per_probe
 
     @property
     def probes_per_day(self) -> float:
@@ -261,7 +270,9 @@ def own_series(config: Config) -> Count:
     for spec in families(Scope.EXPORTER):
         if spec.key is Family.WEB_CONFIG_RELOAD_OK:
             continue
-        if spec.type is MetricType.HISTOGRAM:
+        if spec.key in JUDGED_FAMILIES:
+            total += judged_series(config, spec)
+        elif spec.type is MetricType.HISTOGRAM:
             total += len(config.buckets.get(spec.key) or spec.buckets) + 3
         elif spec.key in (Family.BUDGET_SPENT, Family.BUDGET_LIMIT, Family.BUDGET_RECORD_OK):
             total += config.global_.budget is not None
@@ -374,6 +385,9 @@ class Plan:
         for s in self.series:
             if s.price is not None and s.cost_per_day is not None:
                 costs[s.price.currency] += s.cost_per_day
+            judging = s.judge_cost_per_day
+            if s.judge is not None and s.judge.price is not None and judging is not None:
+                costs[s.judge.price.currency] += judging  # the judge's calls are spent too
         return dict(costs)
 
     def by_family(self, extra: bool = False) -> dict[Family, Count]:
@@ -414,6 +428,7 @@ class Plan:
                 "cost_per_day": s.cost_per_day,
                 "prometheus_series": {**s.series.to_json(), "later": s.extra.to_json()},
                 "identity": s.identity.to_json() if s.identity else None,
+                "judge": s.judge.to_json(s.probes_per_day) if s.judge else None,
             } for s in self.series],
             "totals": {
                 "series": len(self.series), "probes_per_day": self.total("probes_per_day"),
@@ -452,7 +467,9 @@ def make_plan(config: Config, *, series_warning: int = SERIES_WARNING,
     for s in config.series:
         if id(s.probe) not in prompts:
             prompts[id(s.probe)] = input_tokens(s.probe)
-    series = tuple(plan_series(s, specs, shapes, prompts[id(s.probe)]) for s in config.series)
+    series = tuple(dataclasses.replace(plan, judge=judge_plan(config, s, plan.max_tokens))
+                   for s in config.series
+                   for plan in (plan_series(s, specs, shapes, prompts[id(s.probe)]),))
     budget = config.global_.budget
     draft = Plan(series, shapes, specs, config.global_.native_histograms.classic,
                  own_series(config), budget.max_cost_per_day if budget else None,
