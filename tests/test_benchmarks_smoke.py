@@ -190,3 +190,10 @@ def test_peer_exports_pair_by_id_and_land_on_the_monotonic_clock(tmp_path: Path)
     (bench / "run.json").write_bytes(orjson.dumps({"records": [record]}))
     [m] = BenchTool().parse(bench, 1)
     assert (m.rid, m.t0, m.t_first, m.chunk_gap_mean) == ("chatcmpl-00000009", 5.0, 5.2, 0.02)
+
+
+@pytest.mark.slow
+def test_judge_smoke() -> None:
+    out = run_benchmark("judge")
+    assert "## Alert sizing" in out and "false alarm at p=0.99" in out
+    assert "## A real judge" in out  # measured, or skipped naming what is not installed

@@ -39,7 +39,7 @@ VERDICT_SCHEMA = {
     "properties": {
         "verdict": {"type": "string", "enum": ["pass", "fail"]},
         "score": {"type": "number", "minimum": 0, "maximum": 1},
-        "reason": {"type": "string"},
+        "reason": {"type": "string", "maxLength": REASON_LIMIT},
     },
     "required": ["verdict", "score", "reason"],
     "additionalProperties": False,
