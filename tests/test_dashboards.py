@@ -57,14 +57,16 @@ NOT_SHOWN_FAMILIES: dict[Family, str] = {}
 # some servers report them), adaptations (only after a server refused a parameter) or compare
 # with days ago (`offset`). They must still run.
 # Families that only some configs have: server timings, adaptations, the discovery of a
-# gateway's models (a config without `discover:` has none) and identity tests (none without a
-# `kind: identity` probe).
+# gateway's models (a config without `discover:` has none), identity tests (none without a
+# `kind: identity` probe) and judged quality (none without a judge).
 OPTIONAL_NAMES = frozenset(
     name for spec in FAMILIES
     if spec.name in ("llm_probe_server_duration_seconds", "llm_probe_adapted_parameters",
                      "llm_probe_discovery_models", "llm_probe_discovery_refreshes",
                      "llm_probe_discovery_last_success_timestamp_seconds")
     or spec.name.startswith("llm_probe_identity_")
+    or spec.name in ("llm_probe_judgements", "llm_probe_judge_score",
+                     "llm_probe_judge_calibration", "llm_probe_case_checks")  # judged probes
     for name in (spec.name, *spec.sample_names)
 )
 
