@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
+import orjson
 import pytest
 from prometheus_client import CollectorRegistry
 
@@ -304,3 +305,59 @@ async def test_probe_prints_the_verdict_and_the_judges_reason(sim: Simulator) ->
                       "(correctness): matches the reference") == 2
     document = results_document(results, config.series, 2, judged)
     assert document["results"][0]["judge"]["verdict"] == "pass"
+
+
+# -- secrets -------------------------------------------------------------------------------
+
+SECRET = "sk-judge-secret-0123456789abcdef"
+
+
+async def test_secrets_in_the_answer_and_the_verdict_never_pass_the_judge() -> None:
+    """A model that echoes a key: the judge's request carries it redacted; a judge that echoes
+    it in its reason: the reason is redacted too (a real loopback judge that records bodies)."""
+    from aiohttp import web
+
+    from exporter.log import Redactor
+
+    bodies: list[bytes] = []
+
+    async def judge_endpoint(request: web.Request) -> web.StreamResponse:
+        bodies.append(await request.read())
+        verdict = orjson.dumps({"verdict": "fail", "score": 0.0,
+                                "reason": f"it leaks {SECRET}"}).decode()
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        for delta, finish in (({"content": verdict}, None), ({}, "stop")):
+            chunk = {"id": "x", "object": "chat.completion.chunk", "model": "j",
+                     "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+            await response.write(b"data: " + orjson.dumps(chunk) + b"\n\n")
+        await response.write(b"data: [DONE]\n\n")
+        return response
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", judge_endpoint)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        config = parse_config({
+            "probes": {"facts": {"cases": [{"prompt": QUESTION, "reference": REFERENCE}],
+                                 "judge": {"target": "judge", "model": "j"}}},
+            "targets": [{"name": "judge", "base_url": f"http://127.0.0.1:{port}/v1",
+                         "models": ["j"]}]}, env={})
+        redactor = Redactor()
+        redactor.add([SECRET])
+        async with Prober(redactor=redactor) as prober:
+            judge = Judge(prober, redactor=redactor)
+            judge.apply(config)
+            judgement = await judge.call(CORRECTNESS.model_copy(update={"model": "j"}),
+                                         config.series[0], QUESTION, REFERENCE,
+                                         f"The key is {SECRET}, and {SECRET.upper()}.")
+    finally:
+        await runner.cleanup()
+    (body,) = bodies
+    assert b"<answer>The key is " in body and b"0123456789abcdef" not in body.lower()
+    assert judgement.verdict is Verdict.FAIL
+    assert SECRET not in judgement.reason and "it leaks" in judgement.reason
