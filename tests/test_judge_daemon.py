@@ -4,6 +4,7 @@ available, and only its judged pass rate falls; the judge's calls count in the b
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import aiohttp
@@ -11,7 +12,7 @@ import pytest
 import yaml
 
 from tests.conftest import free_port
-from tests.e2e_support import Daemon, start_daemon, wait_for
+from tests.e2e_support import Daemon, http_get, start_daemon, wait_for
 
 FAST = {"ttft": "5ms", "tpot": "1ms", "jitter": 0}
 QUESTIONS = {"Who wrote 'The Remains of the Day'?": "Kazuo Ishiguro wrote it.",
@@ -81,5 +82,17 @@ async def test_a_model_answering_wrongly_fails_its_judge_and_its_twin_passes(
         probes = sum(daemon.sample("llm_probe_cost_total", model=m) or 0.0
                      for m in ("sim-a", "sim-b"))
         assert spent > probes * 1.5
+
+        # A failing judge gives verdict `error`; the models' results stay theirs, and the
+        # judge's failures are on the status page's recent failures.
+        async with aiohttp.ClientSession() as http, http.patch(
+                f"http://127.0.0.1:{port}/-/simulator/models/sim-judge",
+                json={"error_rate": 1.0, "error_status": 503}) as response:
+            assert response.status == 200
+        wait_for(lambda: verdicts(daemon, "sim-a")["error"] >= 3, 30, "judge errors")
+        failures = json.loads(http_get(f"{daemon.url}/api/v1/results"))["recent_failures"]
+        assert any(f["target"] == "judge" and f["probe"] == "judge"
+                   and f["result"] == "http_5xx" for f in failures), failures[:3]
+        assert not any(f["target"] == "sim" for f in failures)
     finally:
         daemon.stop()

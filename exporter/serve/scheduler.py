@@ -253,6 +253,7 @@ class Scheduler:
             return result
         record(self._metrics.judged, result, grading)
         for call in grading.calls:
+            self._store.record(call)  # a failing judge call is among the recent failures
             if self.budget is not None and call.cost and self.budget.add(call.cost,
                                                                           call.currency):
                 self._metrics.set_budget(self.budget)
