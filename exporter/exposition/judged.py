@@ -15,21 +15,12 @@ from dataclasses import dataclass, field
 from prometheus_client.metrics_core import CounterMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.utils import floatToGoString
 
-from exporter.config import Config, Series, SeriesKey
-from exporter.config.judge import JudgeConfig, Rubric
+from exporter.config import Config, SeriesKey
+from exporter.config.judge import Rubric
 from exporter.exposition.families import BY_KEY, Agreement, CheckOutcome, Family, Verdict
 
 JudgeKey = tuple[str, str]  # the judge's (target, model)
 SCORE_EDGES = BY_KEY[Family.JUDGE_SCORE].buckets
-
-
-def judge_of(config: Config, series: Series) -> JudgeConfig | None:
-    """The judge of a series: its probe's `judge`, else `global.judge`, when a case has a
-    reference (None: its answers are not judged)."""
-    probe = series.probe
-    if not probe.references:
-        return None
-    return probe.judge or config.global_.judge
 
 
 @dataclass(slots=True)
@@ -58,7 +49,7 @@ class JudgedCollector:
         wanted: dict[SeriesKey, tuple[Rubric, tuple[str, ...]]] = {}
         judges: set[JudgeKey] = set()
         for series in config.series:
-            judge = judge_of(config, series)
+            judge = config.judge_of(series)
             if judge is not None:
                 wanted[series.key] = (judge.rubric_name, series.probe.case_ids)
                 judges.add((judge.target, judge.model))
@@ -74,10 +65,6 @@ class JudgedCollector:
             del self._judges[gone]
         for kept in judges:
             self._judges.setdefault(kept, dict.fromkeys(Agreement, 0))
-
-    def judged(self, key: SeriesKey) -> bool:
-        """Whether `key` is a judged series of the applied config."""
-        return key in self._series
 
     def record_verdict(self, key: SeriesKey, verdict: Verdict, score: float | None) -> None:
         """One judged answer of a series."""

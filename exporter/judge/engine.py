@@ -20,7 +20,7 @@ from exporter.config.expand import price_of
 from exporter.config.judge import JudgeConfig
 from exporter.errors import Result
 from exporter.exposition.families import Agreement, CheckOutcome, Verdict
-from exporter.exposition.judged import JudgedCollector, judge_of
+from exporter.exposition.judged import JudgedCollector
 from exporter.judge.calibration import KNOWN, Canned, canned, kinds
 from exporter.judge.prompt import (
     MAX_GRADED,
@@ -95,7 +95,7 @@ class Judge:
 
     def judge_of(self, series: Series) -> JudgeConfig | None:
         """The series' judge (None: its answers are not judged)."""
-        return judge_of(self._config, series) if self._config is not None else None
+        return self._config.judge_of(series) if self._config is not None else None
 
     async def grade(self, series: Series, result: ProbeResult, *,
                     may_spend: Callable[[], bool] = lambda: True) -> Grading | None:

@@ -19,7 +19,6 @@ from exporter.config import Config, Series
 from exporter.config.expand import price_of
 from exporter.config.judge import JudgeConfig
 from exporter.exposition.families import Agreement, CheckOutcome, Family, FamilySpec, Verdict
-from exporter.exposition.judged import judge_of
 from exporter.judge.prompt import MAX_GRADED, SYSTEM, VERDICT_SCHEMA, judge_prompt
 from exporter.probe.tokens import estimate_tokens
 from exporter.providers.prices import ModelPrice
@@ -59,7 +58,7 @@ class JudgePlan:
 
 def judge_plan(config: Config, series: Series, answer_tokens: int) -> JudgePlan | None:
     """The judge figures of a series (None: not judged); `answer_tokens`: its output limit."""
-    judge = judge_of(config, series)
+    judge = config.judge_of(series)
     if judge is None:
         return None
     cases = series.probe.cases
@@ -83,7 +82,7 @@ JUDGED_FAMILIES = frozenset({Family.JUDGEMENTS, Family.JUDGE_SCORE, Family.JUDGE
 def judged_series(config: Config, spec: FamilySpec) -> int:
     """The series one judged-quality family has on the daemon (what `JudgedCollector`
     creates at load)."""
-    judged = [(s, judge) for s in config.series if (judge := judge_of(config, s)) is not None]
+    judged = [(s, judge) for s in config.series if (judge := config.judge_of(s)) is not None]
     if spec.key is Family.JUDGEMENTS:
         return len(judged) * len(Verdict)
     if spec.key is Family.JUDGE_SCORE:
