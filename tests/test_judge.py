@@ -361,3 +361,32 @@ async def test_secrets_in_the_answer_and_the_verdict_never_pass_the_judge() -> N
     assert b"<answer>The key is " in body and b"0123456789abcdef" not in body.lower()
     assert judgement.verdict is Verdict.FAIL
     assert SECRET not in judgement.reason and "it leaks" in judgement.reason
+
+
+def test_judged_series_appear_at_load_and_leave_with_a_reload() -> None:
+    config = parse_config(config_data(), env={})
+    metrics = ExporterMetrics(CollectorRegistry(), config, process_metrics=False)
+    value = metrics.registry.get_sample_value
+    labels = {"target": "sim", "model": "sim-chat", "probe": "facts"}
+    assert value("llm_probe_judgements_total",
+                 {**labels, "rubric": "correctness", "verdict": "error"}) == 0
+    assert value("llm_probe_case_checks_total",
+                 {**labels, "case": "greeting", "outcome": "fail"}) == 0
+    assert value("llm_probe_judge_calibration_total",
+                 {"target": "judge", "model": "sim-judge", "outcome": "disagree"}) == 0
+    data = config_data()
+    del data["probes"]["facts"]["judge"]
+    data["probes"]["facts"]["cases"][0].pop("reference")
+    metrics.apply(parse_config(data, env={}))
+    text = metrics.render().decode()
+    assert "llm_probe_judgements_total{" not in text and "llm_probe_case_checks_total{" not in text
+    assert "llm_probe_judge_calibration_total{" not in text
+
+
+@pytest.mark.parametrize("kind", [{"kind": "embedding", "input": "x"},
+                                  {"kind": "identity", "nonce": False, "temperature": 1}])
+def test_only_chat_probes_are_judged(kind: dict[str, Any]) -> None:
+    data = config_data()
+    data["probes"]["other"] = {**kind, "judge": {"target": "judge", "model": "sim-judge"}}
+    found = problems(data)
+    assert "judge" in found["probes.other"], found
