@@ -287,6 +287,10 @@ def test_check_plans_the_judges_calls_tokens_and_cost() -> None:
     assert cost is not None and cost > 1080 * 256 * 2.0 / 1e6  # output ceiling plus input
     assert plan.cost_per_day == {"USD": pytest.approx(cost)}  # the probes' model is unpriced
     assert plan.to_json()["series"][0]["judge"]["calls_per_day"] == pytest.approx(1080)
+    data["global"] = {"budget": {"max_cost_per_day": 1.0}}
+    del data["targets"][1]["prices"]
+    warnings = [w.message for w in make_plan(parse_config(data, env={})).warnings]
+    assert any("judge judge/sim-judge has no price" in w for w in warnings), warnings
 
 
 async def test_probe_prints_the_verdict_and_the_judges_reason(sim: Simulator) -> None:

@@ -524,6 +524,14 @@ def _warnings(plan: Plan, series_warning: int) -> Iterable[PlanWarning]:
             yield PlanWarning(WarningKind.UNPRICED,
                            f"{len(unpriced)} of {len(plan.series)} series have no price "
                            f"(targets[].prices): the budget cannot count their cost")
+        judges = sorted({(s.judge.judge.target, s.judge.judge.model) for s in plan.series
+                         if s.judge is not None and s.judge.price is None})
+        if judges:
+            yield PlanWarning(WarningKind.UNPRICED,
+                           f"judge {judges[0][0]}/{judges[0][1]}"
+                           + (f" (and {len(judges) - 1} more)" if len(judges) > 1 else "")
+                           + " has no price (targets[].prices): the budget cannot count the "
+                           "judge's calls")
     if plan.series_in_force > series_warning:
         kind = "classic" if plan.classic else "native"
         yield PlanWarning(WarningKind.SERIES_OVER_LIMIT,
