@@ -3,6 +3,7 @@ HTTP to the simulator's golden answers and its judge (every API style)."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -394,3 +395,30 @@ def test_only_chat_probes_are_judged(kind: dict[str, Any]) -> None:
     data["probes"]["other"] = {**kind, "judge": {"target": "judge", "model": "sim-judge"}}
     found = problems(data)
     assert "judge" in found["probes.other"], found
+
+
+async def test_an_on_demand_probe_answers_before_its_judge(sim: Simulator) -> None:
+    """`/probe` (run_now) returns the model's result; the verdict is recorded when the judge
+    answers (here the judge is switched to a 1.5 s first token)."""
+    from exporter.serve.results import ResultStore
+    from exporter.serve.scheduler import Scheduler
+
+    await sim_patch(sim, "sim-judge", ttft="1500ms")
+    config = sim_config(sim)
+    registry = CollectorRegistry()
+    metrics = ExporterMetrics(registry, config, process_metrics=False)
+    async with Prober() as prober:
+        scheduler = Scheduler(prober, metrics, ResultStore())
+        scheduler.judge.apply(config)
+        metrics.apply(config)
+        labels = {"target": "sim", "model": "sim-chat", "probe": "facts",
+                  "rubric": "correctness", "verdict": "pass"}
+        result = await scheduler.run_now(config.series[0])
+        assert result.result is Result.SUCCESS and result.answer == REFERENCE
+        assert registry.get_sample_value("llm_probe_judgements_total", labels) == 0
+        for _ in range(100):
+            if registry.get_sample_value("llm_probe_judgements_total", labels):
+                break
+            await asyncio.sleep(0.05)
+        assert registry.get_sample_value("llm_probe_judgements_total", labels) == 1
+        await scheduler.stop()

@@ -113,6 +113,7 @@ class Scheduler:
         self.identity = IdentityMonitor(metrics, logger=self._log, wall_clock=wall_clock)
         # Judged series: each answer to a case with a reference is graded by its judge.
         self.judge = Judge(prober, logger=self._log)
+        self._grading: set[asyncio.Task[ProbeResult]] = set()  # on-demand answers being judged
 
     @property
     def in_flight(self) -> int:
@@ -231,8 +232,16 @@ class Scheduler:
         return self._record(await self._graded(series, result))
 
     async def _run_unlimited(self, series: Series) -> ProbeResult:
-        """Probe and record without a scheduled slot (on-demand probes)."""
-        return self._record(await self._graded(series, await self._probe(series)))
+        """Probe and record without a scheduled slot (on-demand probes). A judged answer is
+        graded after the answer is returned: the scrape waits for the probe, not the judge."""
+        result = await self._probe(series)
+        if self.judge.judge_of(series) is not None:
+            grading = asyncio.create_task(self._graded(series, result),
+                                          name=f"judge {series.key}")
+            self._grading.add(grading)
+            grading.add_done_callback(self._grading.discard)
+            result = without_long_answer(result, ANSWER_LIMIT)
+        return self._record(result)
 
     async def _probe(self, series: Series) -> ProbeResult:
         self._metrics.in_flight.inc()
@@ -347,4 +356,7 @@ class Scheduler:
             for task in pending:
                 task.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
+        for grading in list(self._grading):
+            grading.cancel()
+        await asyncio.gather(*self._grading, return_exceptions=True)
         await self.identity.stop()
