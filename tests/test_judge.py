@@ -4,6 +4,7 @@ HTTP to the simulator's golden answers and its judge (every API style)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -317,41 +318,55 @@ async def test_probe_prints_the_verdict_and_the_judges_reason(sim: Simulator) ->
 SECRET = "sk-judge-secret-0123456789abcdef"
 
 
-async def test_secrets_in_the_answer_and_the_verdict_never_pass_the_judge() -> None:
-    """A model that echoes a key: the judge's request carries it redacted; a judge that echoes
-    it in its reason: the reason is redacted too (a real loopback judge that records bodies)."""
+@contextlib.asynccontextmanager
+async def loopback_judge(content: str, finish: str = "stop"
+                         ) -> AsyncIterator[tuple[str, list[bytes]]]:
+    """A real OpenAI-style judge on loopback answering `content` with `finish`; yields its
+    base URL and the request bodies it received."""
     from aiohttp import web
-
-    from exporter.log import Redactor
 
     bodies: list[bytes] = []
 
-    async def judge_endpoint(request: web.Request) -> web.StreamResponse:
+    async def endpoint(request: web.Request) -> web.StreamResponse:
         bodies.append(await request.read())
-        verdict = orjson.dumps({"verdict": "fail", "score": 0.0,
-                                "reason": f"it leaks {SECRET}"}).decode()
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
-        for delta, finish in (({"content": verdict}, None), ({}, "stop")):
+        for delta, reason in (({"content": content}, None), ({}, finish)):
             chunk = {"id": "x", "object": "chat.completion.chunk", "model": "j",
-                     "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+                     "choices": [{"index": 0, "delta": delta, "finish_reason": reason}]}
             await response.write(b"data: " + orjson.dumps(chunk) + b"\n\n")
         await response.write(b"data: [DONE]\n\n")
         return response
 
     app = web.Application()
-    app.router.add_post("/v1/chat/completions", judge_endpoint)
+    app.router.add_post("/v1/chat/completions", endpoint)
     runner = web.AppRunner(app)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
     port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
     try:
-        config = parse_config({
-            "probes": {"facts": {"cases": [{"prompt": QUESTION, "reference": REFERENCE}],
-                                 "judge": {"target": "judge", "model": "j"}}},
-            "targets": [{"name": "judge", "base_url": f"http://127.0.0.1:{port}/v1",
-                         "models": ["j"]}]}, env={})
+        yield f"http://127.0.0.1:{port}/v1", bodies
+    finally:
+        await runner.cleanup()
+
+
+def loopback_config(base_url: str) -> Any:
+    return parse_config({
+        "probes": {"facts": {"cases": [{"prompt": QUESTION, "reference": REFERENCE}],
+                             "judge": {"target": "judge", "model": "j"}}},
+        "targets": [{"name": "judge", "base_url": base_url, "models": ["j"]}]}, env={})
+
+
+async def test_secrets_in_the_answer_and_the_verdict_never_pass_the_judge() -> None:
+    """A model that echoes a key: the judge's request carries it redacted; a judge that echoes
+    it in its reason: the reason is redacted too (a real loopback judge that records bodies)."""
+    from exporter.log import Redactor
+
+    verdict = orjson.dumps({"verdict": "fail", "score": 0.0,
+                            "reason": f"it leaks {SECRET}"}).decode()
+    async with loopback_judge(verdict) as (base_url, bodies):
+        config = loopback_config(base_url)
         redactor = Redactor()
         redactor.add([SECRET])
         async with Prober(redactor=redactor) as prober:
@@ -360,12 +375,22 @@ async def test_secrets_in_the_answer_and_the_verdict_never_pass_the_judge() -> N
             judgement = await judge.call(CORRECTNESS.model_copy(update={"model": "j"}),
                                          config.series[0], QUESTION, REFERENCE,
                                          f"The key is {SECRET}, and {SECRET.upper()}.")
-    finally:
-        await runner.cleanup()
     (body,) = bodies
     assert b"<answer>The key is " in body and b"0123456789abcdef" not in body.lower()
     assert judgement.verdict is Verdict.FAIL
     assert SECRET not in judgement.reason and "it leaks" in judgement.reason
+
+
+@pytest.mark.parametrize("finish", ["content_filter", "SAFETY"])
+async def test_a_judge_that_declines_gives_verdict_error(finish: str) -> None:
+    async with loopback_judge("I can't grade this.", finish) as (base_url, _):
+        config = loopback_config(base_url)
+        async with Prober() as prober:
+            judge = Judge(prober)
+            judge.apply(config)
+            judgement = await judge.call(CORRECTNESS.model_copy(update={"model": "j"}),
+                                         config.series[0], QUESTION, REFERENCE, REFERENCE)
+    assert (judgement.verdict, judgement.fault) == (Verdict.ERROR, Fault.REFUSED)
 
 
 def test_judged_series_appear_at_load_and_leave_with_a_reload() -> None:

@@ -42,8 +42,10 @@ JUDGE_PROBE = "judge"  # the probe name of judge calls (logs, results)
 # case's failure without a judge call; other failures say nothing about quality.
 _JUDGED = frozenset({Result.SUCCESS})
 _CHECK_FAILED = frozenset({Result.CHECK_FAILED, Result.EMPTY})
-# A finish reason saying the judge declined to grade.
-_REFUSALS = frozenset({"content_filter", "refusal", "safety"})
+# Finish reasons saying the judge declined to grade, as each API spells them (compared
+# case-folded): OpenAI, Anthropic, Gemini, Bedrock.
+_REFUSALS = frozenset({"content_filter", "refusal", "safety", "prohibited_content", "blocklist",
+                       "spii", "content_filtered", "guardrail_intervened"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,7 +183,7 @@ class Judge:
                               result=call.result.value, reason=call.reason)
             return Judgement(Verdict.ERROR, fault=Fault.FAILED,
                              reason=f"judge {call.result.value}: {call.reason}", call=call)
-        if call.finish_reason in _REFUSALS:
+        if (call.finish_reason or "").casefold() in _REFUSALS:
             return Judgement(Verdict.ERROR, fault=Fault.REFUSED,
                              reason=f"the judge declined (finish reason {call.finish_reason})",
                              call=call)
