@@ -30,8 +30,14 @@ $(DEV): pyproject.toml
 
 setup: $(DEV)
 
+# The demo's ports, in one place: `make run EXPORTER_PORT=9500 SIMULATOR_PORT=9600`. It listens
+# on loopback only (a demo is nobody else's business): http://127.0.0.1:$(EXPORTER_PORT)/.
+EXPORTER_PORT  ?= 9471
+SIMULATOR_PORT ?= 9472
+
 run: $(RUNTIME)
-	$(BIN)/llm-probe-exporter --config.file config.yaml --log.format console
+	SIMULATOR_PORT=$(SIMULATOR_PORT) $(BIN)/llm-probe-exporter --config.file config.yaml \
+		--web.listen-address 127.0.0.1:$(EXPORTER_PORT) --log.format console
 
 image:
 	@IMAGE="$(IMAGE)" BASE_IMAGE="$(BASE_IMAGE)" bash scripts/build-image

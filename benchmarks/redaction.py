@@ -1,12 +1,14 @@
 """Redaction cost: the redactor on single values, and the status page and /api/v1/results of many
 series rendered with and without known keys.
 
-    python -m benchmarks.redaction [--series 10000] [--keys 0,1,10] [--smoke]
+    python -m benchmarks.redaction [--series 10000] [--keys 0,1,10] [--identity N] [--smoke]
 
 Every value is redacted before it is escaped or serialised (whole keys, escaped forms, fragments
 of 12+ characters); the finished document is searched once more for whole keys. "cold" is the
 first render after the keys changed, "warm" a later one (values seen before are remembered).
 CPU time of this process, best of `--repeat`, so other load on the machine matters less.
+`--identity N`: N of the series are identity series (their state on both pages), and the
+table gains a row without them for comparison.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from collections.abc import Callable
 
 from benchmarks.common import machine_line, table
 from exporter.errors import Result
+from exporter.identity.status import IdentityStatus
+from exporter.identity.status import Phase as IdentityPhase
 from exporter.log import REDACTOR
 from exporter.result import Phase, ProbeResult, Timings, TokenSource, Usage
 from exporter.serve.pages import render_status_page, results_document
@@ -46,6 +50,16 @@ def snapshot(series: int, rng: random.Random) -> Snapshot:
     return Snapshot(latest, tuple(r for r in latest.values() if not r.success)[:100])
 
 
+def with_identity(snap: Snapshot, count: int) -> Snapshot:
+    """The snapshot with `count` of its series shown as identity series in mid-test."""
+    now = time.time()
+    statuses = {key: IdentityStatus(IdentityPhase.TESTING, 400, 400, key, 37, 200, 0.01, 12, 3,
+                                    3, 2e-5, 0.031, now - 60, now - 5400,
+                                    f"/var/lib/llm-probe/identity/{i:032x}.json", 60.0, 60.0)
+                for i, key in enumerate(list(snap.latest)[:count])}
+    return Snapshot(snap.latest, snap.failures, snap.served, statuses)
+
+
 def cpu_ms(work: Callable[[], object], repeat: int) -> tuple[float, float]:
     """(first, best of the rest) CPU milliseconds of `work`."""
     times = []
@@ -70,17 +84,21 @@ def main() -> None:
     parser.add_argument("--series", type=int, default=10_000)
     parser.add_argument("--keys", default="0,1,10")
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--identity", type=int, default=0, metavar="N",
+                        help="N of the series are identity series (default 0)")
     parser.add_argument("--smoke", action="store_true", help="seconds: 300 series, 2 repeats")
     args = parser.parse_args()
     if args.smoke:
         args.series, args.repeat = 300, 2
     rng = random.Random(1)
     keys = ["sk-proj-" + "".join(rng.choices(KEY_CHARS, k=48)) for _ in range(10)]
-    snap = snapshot(args.series, rng)
+    plain = snapshot(args.series, rng)
+    snap = with_identity(plain, args.identity)
     info = {"version": "bench", "in_flight": 0}
     render_status_page(snap, info, time.time())  # the first render of all pays for warm-up
     results_document(snap, info)
     rows = []
+    page_warm_0 = api_warm_0 = 0.0
     for count in map(int, args.keys.split(",")):
         REDACTOR.forget()
         REDACTOR.update(keys[:count])
@@ -88,6 +106,8 @@ def main() -> None:
                                       args.repeat)
         api_cold, api_warm = cpu_ms(lambda: results_document(snap, info), args.repeat)
         ids = [r.response_id or "" for r in snap.latest.values() if r is not None]
+        if count == 0:
+            page_warm_0, api_warm_0 = page_warm, api_warm
         rows.append([count, f"{page_cold:.0f}", f"{page_warm:.0f}", f"{api_cold:.0f}",
                      f"{api_warm:.0f}", f"{per_call_us(ids, keys[:count], args.repeat):.2f}"])
     REDACTOR.forget()
@@ -100,6 +120,13 @@ def main() -> None:
     print(f"Redaction, {args.series} series — {machine_line()}\n")
     print(table(["keys", "status page cold ms", "warm ms", "/api cold ms", "warm ms",
                  "µs per response id"], rows))
+    if args.identity:
+        REDACTOR.forget()
+        page_plain = cpu_ms(lambda: render_status_page(plain, info, time.time()), args.repeat)
+        api_plain = cpu_ms(lambda: results_document(plain, info), args.repeat)
+        print(f"\n{args.identity} identity series, 0 keys, warm: status page "
+              f"{page_warm_0:.1f} ms vs {page_plain[1]:.1f} ms without them; /api "
+              f"{api_warm_0:.1f} ms vs {api_plain[1]:.1f} ms")
     print(f"\nSecond net over both documents ({size:.1f} MiB, 10 keys): whole keys only "
           f"{net:.0f} ms; with the fragment search {full:.0f} ms")
 

@@ -99,6 +99,10 @@ def build_parser() -> argparse.ArgumentParser:
                             "GET /models each, with the target's key) and plan them")
     check.add_argument("--warn.series", dest="warn_series", type=int, default=None,
                        metavar="N", help="warn above N Prometheus series (default 10000)")
+    check.add_argument("--allow-missing-secrets", dest="allow_missing_secrets",
+                       action="store_true",
+                       help="validate without the secrets (CI): an unset key variable or "
+                            "unreadable key file is a warning, not an error")
 
     probe = commands.add_parser("probe", help="run probes once and print a table")
     _add_common(probe)
@@ -120,6 +124,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="run each level this long (30s, 2m) instead of a request count")
     bench.add_argument("--warmup", type=int, default=1, metavar="K",
                        help="uncounted requests before each level (default 1)")
+    bench.add_argument("--input-tokens", dest="input_tokens", default=None,
+                       metavar="N,N,...",
+                       help="sweep these prompt sizes: each selected series' prompt after a "
+                            "generated context of about N input tokens (a nonce first)")
     bench.add_argument("--concurrency", default=None, metavar="K,K,...",
                        help="closed-loop levels: K requests in flight (default 1)")
     bench.add_argument("--rate", default=None, metavar="R,R,...",
@@ -151,7 +159,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="run even when the run's cost ceiling passes global.budget")
     bench.add_argument("--fail-on", dest="fail_on", default=None,
                        metavar="ttft_p95=+20%,cost=+15%",
-                       help="exit 1 when a metric regressed beyond its limit vs --baseline")
+                       help="exit 1 when a metric regressed beyond its limit vs --baseline, "
+                            "3 when the requests are too few to decide")
+    bench.add_argument("--confidence", default="95%", metavar="95%",
+                       help="confidence of the --fail-on decisions' intervals (default 95%%)")
 
     simulate = commands.add_parser("simulate", help="run the embedded simulator standalone")
     simulate.add_argument("--listen", default=None, help="address (default 127.0.0.1:9472)")
@@ -250,14 +261,34 @@ def cmd_serve(args: argparse.Namespace, signals: ProcessSignals | None = None) -
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    """Validate the config and print its plan: probes, tokens, cost and Prometheus series."""
-    from exporter.commands.check import run_check
+    """Validate the config and print its plan: probes, tokens, cost and Prometheus series.
+    With `--output json` the answer is JSON whatever happens (errors inside, exit non-zero)."""
+    from exporter.commands.check import print_failure_json, run_check
+    from exporter.config import ConfigError, load_config
+    from exporter.config.offline import Unresolved, load_without_secrets
 
-    config = _load(args.config_file, getattr(args, "shard", None))
-    if config is None:
+    shard = getattr(args, "shard", None)
+    unresolved: list[Unresolved] = []
+    try:
+        if args.allow_missing_secrets:
+            config, unresolved = load_without_secrets(args.config_file, shard=shard)
+        else:
+            config = load_config(args.config_file, shard=shard)
+        return run_check(config, args.config_file, output=args.output,
+                         series_warning=args.warn_series, discover=args.discover,
+                         unresolved=unresolved)
+    except ConfigError as exc:
+        if args.output != "json":
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+        print_failure_json(args.config_file, exc.message, exc.details)
         return 1
-    return run_check(config, args.config_file, output=args.output,
-                     series_warning=args.warn_series, discover=args.discover)
+    except Exception as exc:  # a bug: still JSON for a CI that parses it, never a traceback
+        if args.output != "json":
+            raise
+        print_failure_json(args.config_file,
+                           f"unexpected {type(exc).__name__} (a bug; please report it)")
+        return 70
 
 
 def _selection(args: argparse.Namespace) -> Selection:
@@ -301,9 +332,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
     import asyncio
 
     from exporter.bench.command import BenchOutputs, run_bench_command
-    from exporter.bench.options import parse_options
+    from exporter.bench.options import parse_confidence, parse_input_tokens, parse_options
 
     try:
+        sizes = parse_input_tokens(args.input_tokens)
+        confidence = parse_confidence(args.confidence)
         options = parse_options(
             concurrency=args.concurrency, rate=args.rate, requests=args.requests,
             duration=args.duration, warmup=args.warmup, slo=args.slo,
@@ -316,9 +349,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if config is None:
         return 1
     outputs = BenchOutputs(output=args.output, csv=args.csv, report=args.report,
-                           baseline=args.baseline, fail_on=args.fail_on)
+                           baseline=args.baseline, fail_on=args.fail_on,
+                           confidence=confidence)
     return asyncio.run(run_bench_command(config, _selection(args), options=options,
-                                         outputs=outputs, yes=args.yes))
+                                         outputs=outputs, yes=args.yes,
+                                         input_tokens=sizes))
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:

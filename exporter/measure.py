@@ -135,13 +135,18 @@ def timings(s: Stamps, n_tokens: int, network: Mapping[Phase, float]) -> Timings
 
 
 def cost(prompt: int, completion: int, cached: int, *, input_price: float,
-         output_price: float, cached_price: float | None) -> float:
-    """Cost of one call; prices per 1M tokens. Cached prompt tokens bill at the cached price."""
+         output_price: float, cached_price: float | None, written: int = 0,
+         write_price: float | None = None) -> float:
+    """Cost of one call; prices per 1M tokens. Cached prompt tokens bill at the cached price,
+    prompt tokens written to a cache (`written`) at the cache-write price."""
     if cached_price is None:
         cached_price = input_price
+    if write_price is None:
+        write_price = input_price
     cached = min(cached, prompt)
-    return ((prompt - cached) * input_price + cached * cached_price
-            + completion * output_price) / 1_000_000
+    written = min(written, prompt - cached)
+    return ((prompt - cached - written) * input_price + cached * cached_price
+            + written * write_price + completion * output_price) / 1_000_000
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:

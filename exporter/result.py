@@ -55,6 +55,9 @@ class Usage:
     completion: int | None = None
     reasoning: int | None = None
     cached: int | None = None
+    # Of `prompt`, the tokens written to a prompt cache (Anthropic, Bedrock report them; billed
+    # at the cache-write price, counted as `input` in the token types).
+    cache_write: int | None = None
 
     def disjoint(self) -> dict[TokenType, int]:
         """The counts split into disjoint types that add up to prompt + completion.
@@ -128,6 +131,9 @@ class ProbeResult:
     token_source: TokenSource = TokenSource.NONE
     cost: float | None = None
     currency: str | None = None
+    # What the server's usage would have cost where that passed the probe's charge ceiling
+    # (`cost` is then the ceiling): an upstream over-claim, counted and warned about.
+    claimed_cost: float | None = None
     answer: str = ""
     finish_reason: str | None = None
     response_id: str | None = None
@@ -145,6 +151,18 @@ class ProbeResult:
     finished_at: float = 0.0  # unix time the probe ended
     stamps: ProbeStamps | None = None  # absolute stamps (None for results built elsewhere)
     adapted: tuple[str, ...] = ()  # request parameters adapted for this (target, model)
+    # A workload-shaped probe's generated prompt: its configured size, and the prompt tokens
+    # (cached included) the server reported for it (None: it reported none).
+    input_tokens: int | None = None
+    reported_input_tokens: int | None = None
+
+    @property
+    def input_tokens_ratio(self) -> float | None:
+        """Server-reported input tokens over the generated prompt's size (1.0: the offline
+        estimate matched the model's tokenizer), for workload-shaped probes."""
+        if not self.input_tokens or self.reported_input_tokens is None:
+            return None
+        return self.reported_input_tokens / self.input_tokens
 
     @property
     def success(self) -> bool:

@@ -5,7 +5,7 @@ local p = import 'lib/promql.libsonnet';
 
 {
   local cfg = $._config,
-  local key = cfg.seriesLabels + cfg.fleetLabels,
+  local key = cfg.seriesLabels + cfg.workloadLabels + cfg.fleetLabels,
   local on = 'on (%s)' % p.list(key),
   local m(extra=[]) = p.matchers([cfg.selector] + extra),
   // "target/model/probe" in annotations.
@@ -388,8 +388,65 @@ local p = import 'lib/promql.libsonnet';
             % [ju.window, p.num(ju.minCalibrations)]),
     ],
   },
+  local pc = cfg.promptCacheCold,
+  local mr = cfg.modelRetiring,
+  local an = cfg.ttftAnomaly,
+  local shareOf(w) = 'target_model_probe:llm_probe_cached_input:ratio_rate%s{cache="warm"}' % w,
+  local p95Now = 'target_model_probe:llm_probe_ttft_seconds:p95_rate' + an.window,
+  local median = 'target_model_probe:llm_probe_ttft_seconds:p95_rate%s_same_time_median%dd' % [an.window, an.days],
+  local days = 'target_model_probe:llm_probe_ttft_seconds:p95_rate%s_same_time_days%dd' % [an.window, an.days],
+  local workloadAlerts = {
+    name: 'llm-probe-workload-alerts',
+    rules: [
+      // It hit before (within `history`), it does not now: a provider that never caches is
+      // not paged about every hour.
+      alert('LLMProbePromptCacheCold',
+            |||
+              %(now)s < %(min)s
+              and on (%(k)s)
+              %(short)s < %(min)s
+              and on (%(k)s)
+              max_over_time(%(now)s[%(h)s]) >= %(min)s
+            ||| % { now: shareOf(pc.window), short: shareOf(pc.short), min: p.num(pc.minShare),
+                    k: p.list(key), h: pc.history },
+            pc['for'], 'warning',
+            'The prompt cache of %s stopped hitting.' % series,
+            'Over the last %s only {{ $value | humanizePercentage }} of the input tokens of the warm probes of %s were read from the prompt cache (at least %s within the last %s): every cached prefix is now billed, and read, at the uncached price.'
+            % [pc.window, series, p.num(100 * pc.minShare) + '%', pc.history]),
+      alert('LLMProbeModelRetiring',
+            '(
+  llm_probe_model_deprecation_timestamp_seconds{%s} - time()
+) < %d
+'
+            % [m(), mr.days * 86400],
+            mr['for'], 'warning',
+            '{{ $labels.target }}/{{ $labels.model }} retires within %d days.' % mr.days,
+            'The gateway {{ $labels.target }} says {{ $labels.model }} retires {{ if gt $value 0.0 }}in {{ $value | humanizeDuration }}{{ else }}already ({{ $value | humanizeDuration }} ago, negative){{ end }} (llm_probe_model_deprecation_timestamp_seconds): its probes, and the traffic they stand for, will fail from then on unless moved to a successor.'),
+      alert('LLMProbeTTFTAnomaly',
+            |||
+              %(now)s
+              > %(on)s
+              (%(f)s * %(med)s)
+              and %(on)s
+              %(days)s >= %(n)s
+              and %(on)s
+              (
+                %(short)s
+              )
+              > %(on)s
+              (%(f)s * %(med)s)
+            ||| % { now: p95Now, med: median, days: days, on: on, f: p.num(an.factor), n: p.num(an.minDays),
+                    short: p.indent(p.quantile(0.95, 'llm_probe_ttft_seconds', m(), key, an.short), 4) },
+            an['for'], 'warning',
+            '%s is unusually slow for this time of day.' % series,
+            selectorOf(key)
+            + 'p95 TTFT of %s over the last %s is {{ $value | humanizeDuration }}, more than %sx its median at the same time on the past %d days (%s apart: ' % [series, an.window, p.num(an.factor), an.days, an.step]
+            + queried(median + '%s', 'humanizeDuration')
+            + ') and still as high over the last %s: slower than its own daily pattern explains.' % an.short),
+    ],
+  },
 
   prometheusAlerts+:: {
-    groups+: [exporter, slo, probes, driftAlerts, qualityAlerts],
+    groups+: [exporter, slo, probes, driftAlerts, qualityAlerts, workloadAlerts],
   },
 }

@@ -22,6 +22,9 @@
     onDemandSelector: '%s="%s"' % [self.jobLabel, self.onDemandJob],
     // What identifies one probe series.
     seriesLabels: ['target', 'model', 'probe'],
+    // Labels a workload-shaped probe adds (a context-length ladder's `input_tokens`, a cache
+    // pair's `cache`): kept apart by every aggregation, so sizes never add up (absent elsewhere).
+    workloadLabels: ['input_tokens', 'cache'],
     // The exporter's global.labels that tell a fleet apart (regions, clusters): every aggregation
     // keeps them and every dashboard has a variable for each, so regions never add up.
     fleetLabels: ['location', 'cluster'],
@@ -115,6 +118,22 @@
     // series with fewer verdicts in 6h (intervals over 6m) needs a longer window.
     quality: { window: '6h', short: '1h', minJudged: 60, weekWindow: '1d', offset: '7d', weekDrop: 0.15, 'for': '30m' },
     judgeUnreliable: { window: '1d', agreement: 0.8, minCalibrations: 10, 'for': '30m' },
+    // Workload-shaped probes (issue 39). Prefill throughput and the cached share of input
+    // tokens are recorded over `window`.
+    workload: { window: '1h' },
+    // LLMProbePromptCacheCold: a cache pair's warm probes read less than `minShare` of their
+    // input from the cache over `window` (and still over `short`), where within `history` they
+    // read at least that much: the cache stopped hitting, a silent price rise.
+    promptCacheCold: { minShare: 0.5, window: '1h', short: '15m', history: '7d', 'for': '30m' },
+    // LLMProbeModelRetiring: the gateway says a probed model retires within `days` days (or it
+    // already has, and is still probed).
+    modelRetiring: { days: 14, 'for': '10m' },
+    // LLMProbeTTFTAnomaly: p95 TTFT over `window` above `factor` times the median of the same
+    // window at the same time of day on the past `days` days (`step` apart: the same hour judged
+    // against its own past, so a daily pattern stays quiet), with at least `minDays` of those
+    // days on record (a younger series cannot page), and still above it over `short`.
+    ttftAnomaly: { factor: 3, window: '1h', short: '5m', days: 7, step: '1d', minDays: 4,
+                   'for': '15m', interval: '5m' },
 
     dashboards: {
       tags: ['llm-probe', 'llm', 'prometheus'],

@@ -5,7 +5,7 @@ local p = import 'lib/promql.libsonnet';
 
 {
   local cfg = $._config,
-  local key = cfg.seriesLabels + cfg.fleetLabels,
+  local key = cfg.seriesLabels + cfg.workloadLabels + cfg.fleetLabels,
   local m(extra=[]) = p.matchers([cfg.selector] + extra),
   local rec(name, expr, labels={}) =
     { record: name, expr: expr } + (if labels == {} then {} else { labels: labels }),
@@ -233,6 +233,59 @@ local p = import 'lib/promql.libsonnet';
     ],
   },
 
+  local ww = cfg.workload.window,
+  local workload = {
+    name: 'llm-probe-workload',
+    rules: [
+      // Prefill throughput of context-length ladders: input tokens (cached included) read per
+      // second of TTFT.
+      rec('target_model_probe:llm_probe_prefill_tokens_per_second:ratio_rate' + ww,
+          '%s\n/\n%s' % [
+            p.sumBy(key, 'rate', 'llm_probe_tokens_total', m(['input_tokens!=""', 'type=~"input|cached_input"']), ww),
+            p.histSum('llm_probe_ttft_seconds', m(['input_tokens!=""']), key, ww),
+          ]),
+      // The share of input tokens read from a prompt cache, per cache pair series.
+      rec('target_model_probe:llm_probe_cached_input:ratio_rate' + ww,
+          '%s\n/\n%s' % [
+            p.sumBy(key, 'rate', 'llm_probe_tokens_total', m(['cache!=""', 'type="cached_input"']), ww),
+            p.sumBy(key, 'rate', 'llm_probe_tokens_total', m(['cache!=""', 'type=~"input|cached_input"']), ww),
+          ]),
+    ] + [
+      rec('target_model_probe:llm_probe_cached_input:ratio_rate' + w,
+          '%s\n/\n%s' % [
+            p.sumBy(key, 'rate', 'llm_probe_tokens_total', m(['cache="warm"', 'type="cached_input"']), w),
+            p.sumBy(key, 'rate', 'llm_probe_tokens_total', m(['cache="warm"', 'type=~"input|cached_input"']), w),
+          ])
+      for w in [cfg.promptCacheCold.short]
+      if w != ww
+    ],
+  },
+
+  local an = cfg.ttftAnomaly,
+  // p95 TTFT over the anomaly window `offset` ago, from the raw histograms (no wait until a
+  // recording rule has run for a week).
+  ttftP95Window(offset=''):: p.quantile(0.95, 'llm_probe_ttft_seconds', m(), key, an.window, 'rate', offset),
+  // The same window on each of the past days, labelled by the day (to take their median).
+  local stepUnit = an.step[std.length(an.step) - 1],
+  local stepCount = std.parseInt(std.substr(an.step, 0, std.length(an.step) - 1)),
+  local pastDays = std.join('\nor\n', [
+    'label_replace(\n  %s,\n  "days_ago", "%d", "", ""\n)' % [
+      p.indent($.ttftP95Window('%d%s' % [d * stepCount, stepUnit]), 2), d,
+    ]
+    for d in std.range(1, an.days)
+  ]),
+  local anomaly = {
+    name: 'llm-probe-anomaly',
+    interval: an.interval,
+    rules: [
+      rec('target_model_probe:llm_probe_ttft_seconds:p95_rate' + an.window, $.ttftP95Window()),
+      rec('target_model_probe:llm_probe_ttft_seconds:p95_rate%s_same_time_median%dd' % [an.window, an.days],
+          'quantile by (%s) (\n  0.5,\n  %s\n)' % [p.list(key), p.indent(pastDays, 2)]),
+      rec('target_model_probe:llm_probe_ttft_seconds:p95_rate%s_same_time_days%dd' % [an.window, an.days],
+          'count by (%s) (\n  %s\n)' % [p.list(key), p.indent(pastDays, 2)]),
+    ],
+  },
+
   local exporter = {
     name: 'llm-probe-exporter',
     rules: [
@@ -243,6 +296,7 @@ local p = import 'lib/promql.libsonnet';
   },
 
   prometheusRules+:: {
-    groups+: [objectives, availability, latencySlo, latency, efficiency, drift, exporter],
+    groups+: [objectives, availability, latencySlo, latency, efficiency, drift, exporter, workload,
+              anomaly],
   },
 }

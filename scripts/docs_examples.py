@@ -90,7 +90,7 @@ def run(example: Example) -> str:
             (work / name).write_text(text, encoding="utf-8")
         env = {k: v for k, v in os.environ.items()
                if not k.endswith("_API_KEY") and k not in ("COLUMNS", "LINES")}
-        env.update(example.env, PYTHONPATH=str(ROOT), NO_COLOR="1")
+        env.update(example.env, PYTHONPATH=str(ROOT), NO_COLOR="1", SIMULATOR_PORT=str(port))
         done = subprocess.run([sys.executable, "-m", "exporter", *example.args], cwd=work,
                               env=env, capture_output=True, text=True, timeout=120)
     out = (done.stderr if example.stderr else done.stdout).replace(f":{port}", f":{SIM_PORT}")

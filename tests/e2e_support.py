@@ -16,6 +16,7 @@ import urllib.parse
 import urllib.request
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
@@ -245,3 +246,46 @@ def page_layout(html: str, tmp: Path, *, width: int = 1280) -> dict[str, Any]:
     found = re.search(r'data-layout="([^"]*)"', run.stdout)
     assert found, run.stdout[-2000:]
     return json.loads(html_module.unescape(found.group(1)))
+
+
+class _Table(HTMLParser):
+    """The headings and rows of one `<table id=...>` of a page, as text."""
+
+    def __init__(self, table_id: str) -> None:
+        super().__init__()
+        self.table_id = table_id
+        self.depth = 0  # > 0 inside the table
+        self.headings: list[str] = []
+        self.rows: list[list[str]] = []
+        self.cell: list[str] | None = None
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "table" and (self.depth or dict(attrs).get("id") == self.table_id):
+            self.depth += 1
+        elif self.depth and tag == "tr":
+            self.rows.append([])
+        elif self.depth and tag in ("td", "th"):
+            self.cell = []
+        elif tag == "br" and self.cell is not None:
+            self.cell.append(" ")  # a line break separates words
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "table" and self.depth:
+            self.depth -= 1
+        elif self.depth and tag in ("td", "th") and self.cell is not None:
+            text = " ".join("".join(self.cell).split())
+            (self.headings if tag == "th" else self.rows[-1]).append(text)
+            self.cell = None
+
+    def handle_data(self, data: str) -> None:
+        if self.cell is not None:
+            self.cell.append(data)
+
+
+def table_cells(page: str, table_id: str) -> list[dict[str, str]]:
+    """Each body row of the page's table `table_id`, as {heading: cell text}."""
+    parser = _Table(table_id)
+    parser.feed(page)
+    rows = [row for row in parser.rows if row]
+    assert all(len(row) == len(parser.headings) for row in rows), (parser.headings, rows)
+    return [dict(zip(parser.headings, row, strict=True)) for row in rows]

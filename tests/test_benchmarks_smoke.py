@@ -133,6 +133,20 @@ def test_hostile_upstream_smoke() -> None:
     assert "refusal bodies of 64 KiB" in out and " 0 refusal bodies" not in out
 
 
+@pytest.mark.slow
+def test_simulator_host_smoke() -> None:
+    out = run_benchmark("simulator_host")
+    assert "| prober's loop " in out and "| own thread " in out and "16,384 tokens" in out
+    assert "peak RSS" in out
+
+
+@pytest.mark.slow
+def test_hostile_lists_smoke() -> None:
+    out = run_benchmark("hostile_lists")
+    assert "| quiet " in out and "| many tiny lists " in out and "peak RSS MB" in out
+    assert "TTFT err p50 ms" in out
+
+
 # ---------------------------------------------------------------------------------------------
 # Reading each tool's per-request export (shapes taken from real runs of each version)
 
@@ -190,6 +204,32 @@ def test_peer_exports_pair_by_id_and_land_on_the_monotonic_clock(tmp_path: Path)
     (bench / "run.json").write_bytes(orjson.dumps({"records": [record]}))
     [m] = BenchTool().parse(bench, 1)
     assert (m.rid, m.t0, m.t_first, m.chunk_gap_mean) == ("chatcmpl-00000009", 5.0, 5.2, 0.02)
+
+
+def test_gate_smoke() -> None:
+    out = run_benchmark("gate")
+    assert "## long-tailed, ttft_p95=+20%" in out and "same: undecided" in out
+
+
+@pytest.mark.slow
+def test_redaction_smoke_with_identity_series() -> None:
+    done = subprocess.run([sys.executable, "-m", "benchmarks.redaction", "--smoke",
+                           "--identity", "30"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=180)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "| status page cold ms " in done.stdout
+    assert "30 identity series, 0 keys, warm: status page " in done.stdout
+
+
+@pytest.mark.realservers
+def test_ladder_smoke() -> None:
+    from tests.realservers.servers import llama_server_binary
+
+    if llama_server_binary() is None:
+        pytest.skip("llama-server is not built (make test-deps)")
+    out = run_benchmark("ladder")
+    assert "| input_tokens | TTFT p50 (ms)" in out and "| 1024 |" in out
+    assert "warm cached tokens" in out
 
 
 @pytest.mark.slow

@@ -10,7 +10,7 @@ import pytest
 import yaml
 from prometheus_client import CollectorRegistry
 
-from exporter.config import BudgetConfig, parse_config
+from exporter.config import BudgetConfig, ConfigError, parse_config
 from exporter.exposition.metrics import ExporterMetrics
 from exporter.probe.prober import Prober
 from exporter.serve.budget import Budget, utc_day
@@ -49,7 +49,7 @@ def test_budget_survives_restart_same_day_only(tmp_path) -> None:
     first.save()
     assert json.loads(path.read_text()) == {"format": "llm-probe-exporter/budget/v1",
                                             "day": utc_day(DAY1), "currency": "USD",
-                                            "spent": 1.5}
+                                            "spent": 1.5, "targets": {}}
     assert list(path.parent.iterdir()) == [path]  # no temp files left
     same_day = Budget(config, wall_clock=Clock(DAY1 + 5000))
     same_day.load()
@@ -64,6 +64,7 @@ async def test_scheduler_skips_probes_once_budget_is_spent(scripted_server, tmp_
                                                             "completion_tokens": 1000}))
     state = tmp_path / "budget.json"
     config = make_config(server.url, target={"prices": {"m": {"input": 1.0, "output": 1.0}}},
+                         probe={"max_tokens": 1000},  # the claim fits the charge ceiling
                          global_={"interval": "50ms", "jitter": 0,
                                   "budget": {"max_cost_per_day": 0.005,
                                              "state_file": str(state)}})
@@ -73,9 +74,13 @@ async def test_scheduler_skips_probes_once_budget_is_spent(scripted_server, tmp_
     async with Prober() as prober:
         scheduler = Scheduler(prober, metrics, store)
         scheduler.apply(config)
-        await asyncio.sleep(0.6)
+        labels = {"target": "t", "model": "m", "probe": "short"}
+        for _ in range(100):  # the first result may wait for the token vocabulary to load
+            await asyncio.sleep(0.05)
+            if (registry.get_sample_value("llm_probe_skipped_total",
+                                          {**labels, "reason": "budget"}) or 0) >= 5:
+                break
         await scheduler.stop()
-    labels = {"target": "t", "model": "m", "probe": "short"}
     # Each probe costs 0.002: the third one crosses 0.005, then everything is skipped.
     assert registry.get_sample_value("llm_probe_requests_total",
                                      {**labels, "result": "success"}) == 3
@@ -123,3 +128,65 @@ def test_a_restart_mid_day_keeps_the_days_spend(tmp_path) -> None:
         assert after is not None and after >= saved["spent"] > 0
     finally:
         daemon.stop()
+
+
+class Log:
+    """A logger that keeps its events."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, dict]] = []
+
+    def _log(self, event: str, **kw) -> None:
+        self.events.append((event, kw))
+
+    info = warning = error = debug = _log
+
+
+def test_no_target_spends_the_others_share(tmp_path) -> None:
+    path = tmp_path / "budget.json"
+    config = BudgetConfig(max_cost_per_day=3.0, state_file=str(path), shares={"big": 0.5})
+    log, clock = Log(), Clock(DAY1 + 100)
+    budget = Budget(config, wall_clock=clock, logger=log, targets=["big", "a", "b"])
+    assert budget.shares == pytest.approx({"big": 1.5, "a": 0.75, "b": 0.75})
+    for _ in range(3):
+        budget.add(0.6, "USD", "a")  # a passes its 0.75 with the second probe
+    assert budget.exhausted("a") and not budget.exhausted("b") and not budget.exhausted("big")
+    assert not budget.exhausted()  # the budget as a whole is not spent
+    said = [kw for event, kw in log.events if event.startswith("a target's share")]
+    assert said == [{"target": "a", "spent": 1.2, "share": 0.75, "currency": "USD"}]  # once
+    budget.add(1.5, "USD", "big")
+    assert budget.exhausted("b")  # 3.3 of 3.0 spent: every target stops
+    spent = [kw for event, kw in log.events if event.startswith("daily budget spent")]
+    assert len(spent) == 1 and spent[0]["last_target"] == "big"
+    assert spent[0]["top_spenders"] == "a=1.8, big=1.5"
+    budget.add(0.1, "USD", "b")
+    assert len([e for e, _ in log.events if e.startswith("daily budget spent")]) == 1
+    budget.save()
+    # A restart the same day knows who spent what; the next day every share is whole again.
+    again = Budget(config, wall_clock=Clock(DAY1 + 200), targets=["big", "a", "b"])
+    again.load()
+    assert again.by_target == pytest.approx({"a": 1.8, "big": 1.5, "b": 0.1})
+    assert again.exhausted("a")
+    clock.now = DAY1 + 90_000
+    assert not budget.exhausted("a") and budget.by_target == {}
+
+
+@pytest.mark.parametrize(("shares", "message"), [
+    ({"nope": 0.5}, "global.budget.shares.nope: no target named 'nope' (targets: t)"),
+    ({"t": 1.5}, "a share is a fraction of the budget above 0 and at most 1"),
+    ({"t": 0.0}, "a share is a fraction of the budget above 0 and at most 1"),
+])
+def test_shares_name_targets_and_are_fractions(shares, message) -> None:
+    with pytest.raises(ConfigError) as info:
+        make_config(global_={"budget": {"max_cost_per_day": 1.0, "shares": shares}})
+    assert message in str(info.value)
+
+
+def test_shares_leave_something_for_the_targets_they_do_not_name() -> None:
+    data = make_config().raw
+    data["targets"].append({**data["targets"][0], "name": "u"})
+    data["global"]["budget"] = {"max_cost_per_day": 1.0, "shares": {"t": 1.0}}
+    with pytest.raises(ConfigError) as info:
+        parse_config(data, env={})
+    assert "global.budget.shares: the shares add up to 1, leaving nothing for u" in str(
+        info.value)

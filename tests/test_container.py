@@ -197,6 +197,22 @@ def test_its_health_check_passes_inside_the_container(container: Container,
         assert engine("healthcheck", "run", container.name, check=False).returncode == 0
 
 
+def test_its_health_check_follows_the_listen_address(image: str, engine_name: str) -> None:
+    """Started on another port, the image's own check asks that port (not a fixed 9471)."""
+    name = f"llm-probe-test-port-{os.getpid()}"
+    flags = ["--health-interval", "disable"] if engine_name == "podman" else []
+    engine("run", "--detach", "--name", name, "--read-only", "--tmpfs", "/tmp", *flags, image,
+           "--config.file=/etc/llm-probe-exporter/config.yaml", "--web.listen-address=:9573",
+           timeout=120)
+    try:
+        container = Container(name, "")
+        test = container.inspect()["Config"]["Healthcheck"]["Test"]
+        wait_for(lambda: container.exec(*test[1:]).returncode == 0, timeout=60,
+                 what="the health check on :9573")
+    finally:
+        engine("rm", "--force", "--volumes", name, check=False, timeout=120)
+
+
 def test_sigterm_stops_it_with_status_0_before_the_stop_timeout(container: Container) -> None:
     wait_for(lambda: http_get(f"{container.url}/-/healthy"), timeout=60, what="/-/healthy")
     started = time.monotonic()

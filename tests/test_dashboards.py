@@ -63,7 +63,9 @@ OPTIONAL_NAMES = frozenset(
     name for spec in FAMILIES
     if spec.name in ("llm_probe_server_duration_seconds", "llm_probe_adapted_parameters",
                      "llm_probe_discovery_models", "llm_probe_discovery_refreshes",
-                     "llm_probe_discovery_last_success_timestamp_seconds")
+                     "llm_probe_discovery_listed_models", "llm_probe_discovery_kept_models",
+                     "llm_probe_discovery_last_success_timestamp_seconds",
+                     "llm_probe_discovery_names_refused")
     or spec.name.startswith("llm_probe_identity_")
     or spec.name in ("llm_probe_judgements", "llm_probe_judge_score",
                      "llm_probe_judge_calibration", "llm_probe_case_checks")  # judged probes
@@ -157,7 +159,9 @@ def _seconds(duration: str) -> int:
 def is_optional(expr: str) -> bool:
     """Whether a query may rightly return nothing (server timings, external servers, history)."""
     names = metric_names(substitute(expr))
-    return (" offset " in expr or bool(names & OPTIONAL_NAMES)
+    # Workload-shaped series (`input_tokens:`, `cache: pair`) exist only where a probe has them.
+    workload = 'input_tokens!=""' in expr or 'cache!=""' in expr
+    return (" offset " in expr or bool(names & OPTIONAL_NAMES) or workload
             or any(name.startswith(EXTERNAL_PREFIXES) for name in names))
 
 
@@ -309,14 +313,16 @@ def test_units() -> None:
     assert units[(overview, "Output tokens per second (TPS) p50")] == "suffix: tokens/s"
     assert units[(overview, "Availability")] == "percentunit"
     assert units[(overview, "Token efficiency")] == "percentunit"
-    assert units[(overview, "Exporter memory")] == "bytes"
+    assert units[(overview, "Exporter memory and state")] == "bytes"
     overview_panels = {p["title"]: p for p in _panels(_load(GRAFANA / overview))}
     overrides = overview_panels["Cost per hour"]["fieldConfig"]["overrides"]
     assert {"id": "unit", "value": "currencyUSD"} in overrides[0]["properties"]
 
 
 def test_rate_windows_follow_grafana() -> None:
-    allowed = {"$__rate_interval", "$__range", "1d", mixin_config()["drift"]["window"]}
+    # (the SLO period: an error budget is a period's, whatever the range shown)
+    allowed = {"$__rate_interval", "$__range", "1d", mixin_config()["drift"]["window"],
+               mixin_config()["sloPeriod"]}
     for query in dashboard_queries() + annotation_queries():
         windows = set(re.findall(r"\[([^\]]+)\]", query.expr))
         assert windows <= allowed, query

@@ -28,7 +28,7 @@ from exporter.probe.prober import Prober
 from exporter.providers.gateway import MAX_LIST_BYTES
 from exporter.serve.discovery import Discovery
 from tests.conftest import free_port
-from tests.e2e_support import ROOT, http_get, start_daemon, wait_for
+from tests.e2e_support import ROOT, http_get, start_daemon, table_cells, wait_for
 
 KEY = "sk-gateway-key-0123456789abcdefXYZ"
 
@@ -188,9 +188,23 @@ def test_the_daemon_probes_what_the_gateway_lists(tmp_path: Path) -> None:
         wait_for(lambda: (daemon.sample("llm_probe_cost_total", model="gw-chat") or 0) > 0, 15,
                  "cost from the gateway's price")
         assert daemon.sample("llm_probe_cost_total", model="gw-notools") is None
-        assert daemon.sample("llm_probe_discovery_models", target="gateway") == 2
+        # One count on every surface: 4 listed, hidden-one excluded, gw-chat configured and
+        # on the list, so 3 kept and 3 probed.
+        for name, value in (("models", 3), ("listed_models", 4), ("kept_models", 3)):
+            assert daemon.sample(f"llm_probe_discovery_{name}", target="gateway") == value
         page = http_get(f"{daemon.url}/").decode()
         assert 'id="discovery"' in page and "unknown price" in page
+        # The price's source, as check and llm_probe_price_info name it.
+        [chat] = [r for r in table_cells(page, "series")
+                  if r["target / model / probe"].startswith("gateway gw-chat short")]
+        assert chat["cost"].endswith("USD gateway price"), chat
+        shown = table_cells(page, "discovery")[0]
+        assert (shown["listed"], shown["kept"], shown["probed"]) == ("4", "3", "3"), shown
+        results = orjson.loads(http_get(f"{daemon.url}/api/v1/results"))
+        sources = {s["model"]: s["price_source"] for s in results["series"]}
+        assert (sources["gw-chat"], sources["gw-notools"]) == ("gateway", "unknown")
+        api = results["discovery"][0]
+        assert (api["listed"], api["kept"], api["probed"], api["trimmed"]) == (4, 3, 3, 0)
         prices = orjson.loads(http_get(f"{daemon.url}/config?format=json"))["prices"]
         assert prices["gateway"]["gw-notools"] == "unknown"
         assert prices["gateway"]["gw-chat"]["source"] == "gateway"
@@ -218,6 +232,8 @@ def test_check_discover_plans_the_listed_models(tmp_path: Path) -> None:
     offline = orjson.loads(subprocess.run(command, capture_output=True, check=True, cwd=ROOT,
                                           timeout=60).stdout)
     assert {s["model"] for s in offline["series"]} == {"gw-chat"}
+    # Not asked: no price from the config or the library, the gateway's comes at run time.
+    assert offline["series"][0]["price"] == "gateway_at_run_time"
     assert offline["discovery"][0]["now"] is None  # not asked: said, not guessed
     assert offline["price_library"]["name"] == "genai-prices"
     sim = subprocess.Popen([sys.executable, "-m", "exporter", "simulate", "--config.file",
@@ -238,8 +254,8 @@ def test_check_discover_plans_the_listed_models(tmp_path: Path) -> None:
     assert series[("gw-notools", "short")]["cost_per_day"] is None
     assert series[("gw-chat", "short")]["price"]["source"] == "gateway"
     assert series[("gw-chat", "short")]["cost_per_day"] > 0
-    assert plan["discovery"][0]["now"]["listed"] == 4
-    assert plan["discovery"][0]["now"]["models"] == 2
+    now = plan["discovery"][0]["now"]
+    assert (now["listed"], now["kept"], now["probed"], now["models"]) == (4, 3, 3, 3)
 
 
 def docs_gateway_example(tmp: Path) -> Path:

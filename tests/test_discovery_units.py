@@ -29,7 +29,7 @@ from exporter.providers.prices import (
     library_info,
     library_price,
 )
-from exporter.serve.discovery import ABSENT_REFRESHES, settle
+from exporter.serve.discovery import ABSENT_REFRESHES, Churn, settle
 
 KEY = "sk-discovery-secret-0123456789abcdef"
 
@@ -139,13 +139,19 @@ def test_litellm_model_info_prices_tiers_and_capabilities() -> None:
 
 def test_a_flipping_list_does_not_churn() -> None:
     a, b = Catalog((GatewayModel("a"),)), Catalog((GatewayModel("b"),))
-    current, absent = settle(None, a, {})
-    for fresh in (b, a, b, a):  # every refresh a different model
-        current, absent = settle(current, fresh, absent)
-        assert {m.name for m in current.models} == {"a", "b"}
+    churn = Churn()
+    current, _ = settle(None, a, churn)
+    for fresh in (b, a, b, a):  # every refresh a different model: b is never admitted
+        current, _ = settle(current, fresh, churn)
+        assert {m.name for m in current.models} == {"a"}
+    ab = Catalog((GatewayModel("a"), GatewayModel("b")))
+    current, _ = settle(current, ab, churn)
+    assert [m.name for m in current.models] == ["a"]  # b listed once in a row: waits
+    current, _ = settle(current, ab, churn)
+    assert [m.name for m in current.models] == ["a", "b"]  # twice: admitted
     gone = current
     for _ in range(ABSENT_REFRESHES):
-        gone, absent = settle(gone, a, absent)
+        gone, _ = settle(gone, a, churn)
     assert [m.name for m in gone.models] == ["a"]  # missing twice in a row: it leaves
 
 
@@ -222,7 +228,11 @@ def test_series_follow_the_list_capabilities_and_precedence() -> None:
     keys = {s.key[1:] for s in expanded.series}
     assert ("pinned", "tool") in keys  # named probes are never second-guessed
     assert {("gw-chat", "short"), ("gw-chat", "tool")} <= keys
-    assert ("gw-chat", "embed") not in keys  # the gateway says chat: no embedding probe
+    # A configured model keeps every series (issue 36); the gateway's claim ("chat") makes
+    # the scheduler skip its embedding probe, `skipped{reason="unsupported"}`.
+    by_key = {s.key[1:]: s for s in expanded.series}
+    assert by_key[("gw-chat", "embed")].claimed_unsupported
+    assert not by_key[("gw-chat", "short")].claimed_unsupported
     assert {p for m, p in keys if m == "no-tools"} == {"short"}
     assert {p for m, p in keys if m == "embedder"} == {"embed"}
     assert not {m for m, _ in keys} & {"painter", "skip-me"}
@@ -230,6 +240,19 @@ def test_series_follow_the_list_capabilities_and_precedence() -> None:
     assert prices["gw-chat"].source is PriceSource.CONFIG and prices["gw-chat"].currency == "EUR"
     assert prices["gpt-4o-mini"].source is PriceSource.CONFIG  # config before the library
     assert all(s.discovered == (s.model not in ("pinned", "gw-chat")) for s in expanded.series)
+
+
+def test_library_prices_are_looked_up_only_for_the_models_kept() -> None:
+    """Issue 36: seconds of CPU went to pricing names `max_models` then dropped."""
+    from exporter.providers.prices import _library_price
+
+    config = parse_config(gateway_config(discover={"max_models": 3},
+                                         base_url="http://127.0.0.1:2/price-test/v1"))
+    _library_price.cache_clear()
+    huge = catalog(*(GatewayModel(f"gpt-4o-{i:05d}", mode=Mode.CHAT) for i in range(2000)))
+    expanded = expand(config, {"gw": huge})
+    assert len({s.model for s in expanded.series}) == 3
+    assert _library_price.cache_info().misses == 3
 
 
 def test_discovered_models_are_capped_never_an_error() -> None:

@@ -13,6 +13,7 @@ from exporter.config import ConfigError, ProbeKind, parse_config
 from exporter.config.identity import DEFAULT_PROMPTS
 from exporter.exposition.children import at_load, later
 from exporter.exposition.families import DEFAULT_SHAPES, Family, IdentityOutcome, IdentityWindow
+from exporter.probe.charge import CHARGE_FACTOR, PROMPT_ALLOWANCE
 
 
 def config(probe: dict[str, Any] | None = None, *, targets: list[dict[str, Any]] | None = None,
@@ -36,7 +37,7 @@ def test_defaults_are_short_sampled_answers_to_the_built_in_prompts() -> None:
     probe = config().probes["same"]
     assert probe.kind is ProbeKind.IDENTITY
     assert probe.prompts == DEFAULT_PROMPTS and len(probe.prompts) == 10
-    assert (probe.baseline, probe.samples, probe.alpha) == (400, 200, 0.01)
+    assert (probe.baseline, probe.samples, probe.alpha) == (200, 100, 0.01)
     assert (probe.max_tokens, probe.temperature, probe.nonce) == (32, 1.0, False)
     assert probe.reference is None
     assert [case.prompt for case in probe.rotation] == list(DEFAULT_PROMPTS)
@@ -133,14 +134,15 @@ def test_check_plans_samples_tokens_and_tests() -> None:
     other = by_key[("provider", "llama-8b", "same")]
     assert own.probes_per_day == other.probes_per_day == 288  # every 5 minutes
     assert own.output_tokens_per_day == 288 * 32  # max_tokens 32 by default
-    assert own.cost_per_day == pytest.approx(288 * (own.input_tokens * 1.0 + 32 * 2.0) / 1e6)
+    assert own.cost_per_day == pytest.approx(  # each probe's charge ceiling (probe.charge)
+        288 * CHARGE_FACTOR * ((own.input_tokens + PROMPT_ALLOWANCE) * 1.0 + 32 * 2.0) / 1e6)
     document = plan.to_json()["series"]
     identity = {(s["target"], s["model"]): s["identity"] for s in document}
     assert identity[("self-hosted", "llama")] == {
-        "baseline": 400, "samples": 200, "alpha": 0.01, "reference": None,
-        "hours_to_reference": pytest.approx(400 * 300 / 3600),
-        "hours_per_window": pytest.approx(200 * 300 / 3600),
-        "tests_per_day": pytest.approx(288 / 200)}
+        "baseline": 200, "samples": 100, "alpha": 0.01, "reference": None,
+        "hours_to_reference": pytest.approx(200 * 300 / 3600),
+        "hours_per_window": pytest.approx(100 * 300 / 3600),
+        "tests_per_day": pytest.approx(288 / 100)}
     assert identity[("provider", "llama-8b")]["reference"] == {"target": "self-hosted",
                                                                 "model": "llama"}
     assert identity[("provider", "llama-8b")]["hours_to_reference"] is None

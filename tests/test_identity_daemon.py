@@ -76,6 +76,23 @@ def test_a_switched_model_is_found_different_and_its_twin_stays_the_same(tmp_pat
         pages = [daemon.metrics(), http_get(f"{daemon.url}/").decode(), json.dumps(results),
                  daemon.output()]
         assert all(s["last"]["answer"] == "" for s in results["series"]), results["series"]
+        # Every surface reads the monitor's state: the verdict the metrics paged on, and when.
+        state = {s["model"]: s["identity"] for s in results["series"]}
+        assert state["sim-b"]["verdict"] == "different", state
+        assert state["sim-b"]["different_since"] is not None
+        assert state["sim-b"]["tests"]["different"] >= 2
+        assert state["sim-a"]["verdict"] == "same" and state["sim-a"]["different_since"] is None
+        assert state["sim-a"]["reference"]["samples"] == 24
+        page = http_get(f"{daemon.url}/").decode()
+        assert "identity: different" in page and 'id="identity"' in page
+        assert f"state directory: {tmp_path / 'state'}" in page
+        shown = json.loads(http_get(f"{daemon.url}/config?format=json"))["state"]
+        assert shown["directory"] == str(tmp_path / "state")
+        by_model = {r["model"]: r["record"] for r in shown["identity_records"]}
+        assert by_model["sim-a"] == state["sim-a"]["reference"]["record"]
+        # The record file says which series it belongs to (its own name is a hash).
+        record = json.loads(Path(by_model["sim-b"]).read_text())
+        assert record["series"] == {"target": "sim", "model": "sim-b", "probe": "same"}
         for text in pages:
             assert not any(word in text for word in SHIFTED_WORDS), text[:2000]
     finally:

@@ -22,6 +22,7 @@ from exporter.errors import Result
 from exporter.exposition.metrics import ExporterMetrics
 from exporter.identity.monitor import IdentityMonitor
 from exporter.identity.stats import Outcome, Sample, mmd_test
+from exporter.identity.status import Phase, Verdict
 from exporter.identity.store import MAX_TEXT, record_path
 from exporter.identity.worker import WorkerFailed, run_test
 from exporter.log import Redactor
@@ -155,6 +156,69 @@ async def test_reference_then_windows_same_and_different(tmp_path: Path) -> None
     # Log lines carry counts and verdicts, never an answer.
     logged = " ".join(str(value) for _, _, fields in h.log.events for value in fields.values())
     assert not any(word in logged for word in (*WORDS, *SHIFTED))
+
+
+async def test_the_status_every_surface_reads_follows_the_series(tmp_path: Path) -> None:
+    clock = [1000.0]
+    h = Harness(wall_clock=lambda: clock[0])
+    h.apply(make(tmp_path))
+    await settle(h.monitor)
+    status = h.monitor.statuses[KEY]
+    assert (status.phase, status.reference, status.reference_size) == (Phase.RECORDING, 0, 8)
+    assert status.verdict is None and status.record == str(record_path(tmp_path, KEY))
+    assert status.seconds_to_reference == 8 * 60  # 8 answers at the interval of 1m
+    assert status.seconds_to_test is None  # no window fills before the reference is complete
+    rng = random.Random(11)
+    clock[0] = 2000.0
+    await h.feed([answer(rng) for _ in range(8)] + [answer(rng) for _ in range(2)])
+    status = h.monitor.statuses[KEY]
+    assert (status.phase, status.reference, status.window, status.window_size) == (
+        Phase.TESTING, 8, 2, 4)
+    assert status.seconds_to_reference is None and status.seconds_to_test == 2 * 60
+    await h.feed([answer(rng) for _ in range(2)], start=10)
+    status = h.monitor.statuses[KEY]
+    assert (status.verdict, status.same, status.different) == (Verdict.SAME, 1, 0)
+    assert status.pvalue == h.value("llm_probe_identity_pvalue")  # the figures of the metrics
+    assert status.tested_at == 2000.0 and status.different_since is None
+    clock[0] = 3000.0
+    await h.feed([answer(rng, SHIFTED) for _ in range(4)], start=12)
+    clock[0] = 3600.0
+    await h.feed([answer(rng, SHIFTED) for _ in range(4)], start=16)
+    status = h.monitor.statuses[KEY]
+    assert (status.verdict, status.different, status.consecutive_different) == (
+        Verdict.DIFFERENT, 2, 2)
+    assert status.different_since == 3000.0  # the first window of the run, not the latest
+    assert status.distance == h.value("llm_probe_identity_distance")
+    doc = status.to_json()
+    assert doc["reference"]["series"] == {"target": "t", "model": "m", "probe": "same"}
+    assert (doc["verdict"], doc["tests"]) == ("different", {"same": 1, "different": 2})
+    await h.feed([answer(rng) for _ in range(4)], start=20)
+    assert h.monitor.statuses[KEY].different_since is None  # the run ended
+    h.apply(make(tmp_path, targets=[{"name": "u", "base_url": "http://127.0.0.1:1/v1",
+                                     "models": ["m"]}]))
+    await settle(h.monitor)
+    assert KEY not in h.monitor.statuses  # a series that left is shown no more
+
+
+async def test_the_record_file_names_its_series(tmp_path: Path) -> None:
+    h = Harness()
+    h.apply(make(tmp_path))
+    await settle(h.monitor)
+    await h.feed([answer(random.Random(12)) for _ in range(8)])
+    record = json.loads(record_path(tmp_path, KEY).read_text())
+    assert record["series"] == {"target": "t", "model": "m", "probe": "same"}
+
+
+async def test_a_series_waits_for_the_reference_another_series_records(tmp_path: Path) -> None:
+    targets = [{"name": "self", "base_url": "http://127.0.0.1:1/v1", "models": ["llama"]},
+               {"name": "provider", "base_url": "http://127.0.0.1:2/v1", "models": ["l8b"]}]
+    h = Harness()
+    h.apply(make(tmp_path, targets=targets, reference={"target": "self", "model": "llama"}))
+    await settle(h.monitor)
+    status = h.monitor.statuses[("provider", "l8b", "same")]
+    assert status.phase is Phase.WAITING
+    assert status.reference_series == ("self", "llama", "same")
+    assert status.record == str(record_path(tmp_path, ("self", "llama", "same")))
 
 
 async def test_failed_probes_and_stale_answers_are_not_samples(tmp_path: Path) -> None:

@@ -171,7 +171,7 @@ def test_offline_readers_load_only_the_run_model(module: str) -> None:
     loaded = _loaded_by(module)
     ours = {m for m in loaded if m.startswith("exporter")}
     assert ours <= {"exporter", "exporter.bench", "exporter.bench.model",
-                    "exporter.bench.summary", "exporter.bench.compare",
+                    "exporter.bench.summary", "exporter.bench.compare", "exporter.bench.gate",
                     "exporter.bench.report", "exporter.record", "exporter.result",
                     "exporter.errors", "exporter.measure", "exporter.commands",
                     "exporter.commands.cells", "exporter.log"}

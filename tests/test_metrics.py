@@ -61,7 +61,8 @@ def test_every_series_exists_before_its_first_probe() -> None:
                 "llm_probe_tokens_total", {**labels, "type": token_type.value}) == 0
         for reason in SkipReason:
             assert registry.get_sample_value(
-                "llm_probe_skipped_total", {**labels, "reason": reason.value}) == 0
+                "llm_probe_skipped_total", {**labels, "reason": reason.value}) == (
+                None if reason is SkipReason.UNSUPPORTED else 0)  # only where claimed
         assert registry.get_sample_value("llm_probe_estimated_tokens_total", labels) == 0
         assert registry.get_sample_value("llm_probe_ttft_seconds_count", labels) == 0
         assert registry.get_sample_value(
@@ -183,13 +184,34 @@ def test_global_labels_and_bucket_override() -> None:
                                      {"le": "0.5"}) == 1
 
 
-@pytest.mark.parametrize("reason", list(SkipReason))
+@pytest.mark.parametrize("reason", [r for r in SkipReason if r is not SkipReason.UNSUPPORTED])
 def test_every_skip_reason_can_be_recorded_for_every_series(reason) -> None:
     metrics, registry = metrics_for(make_config(models=("m", "n")))
     for model in ("m", "n"):
         metrics.record_skip(("t", model, "short"), reason)
         assert registry.get_sample_value(
             "llm_probe_skipped_total", {**LABELS, "model": model, "reason": reason.value}) == 1
+
+
+def test_a_series_the_gateway_claims_unsupported_has_the_unsupported_child() -> None:
+    """Only a configured model the gateway says cannot serve the probe gets the child."""
+    import dataclasses
+
+    from exporter.providers.gateway import GatewayModel, Mode
+
+    config = make_config(models=("m", "n"))
+    config = dataclasses.replace(config, series=tuple(
+        dataclasses.replace(s, gateway=GatewayModel(s.model, mode=Mode.EMBEDDING))
+        if s.model == "m" else s for s in config.series))
+    metrics, registry = metrics_for(config)
+    unsupported = {**LABELS, "reason": SkipReason.UNSUPPORTED.value}
+    assert registry.get_sample_value("llm_probe_skipped_total",
+                                     {**unsupported, "model": "m"}) == 0
+    assert registry.get_sample_value("llm_probe_skipped_total",
+                                     {**unsupported, "model": "n"}) is None
+    metrics.record_skip(("t", "m", "short"), SkipReason.UNSUPPORTED)
+    assert registry.get_sample_value("llm_probe_skipped_total",
+                                     {**unsupported, "model": "m"}) == 1
 
 
 # -- objectives ---------------------------------------------------------------------------------

@@ -331,7 +331,8 @@ def test_without_botocore_aws_sigv4_is_a_config_error_naming_the_extra(tmp_path)
                           env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=60)
     assert done.returncode == 1
     assert ("targets[0].aws_sigv4: aws_sigv4 needs botocore, which is not installed: "
-            "pip install 'llm-probe-exporter[aws]' (line 3)") in done.stderr
+            "pip install 'botocore>=1.31' (the `aws` extra: '.[aws]' from a checkout) "
+            "(line 3)") in done.stderr
 
 
 def test_one_file_with_every_network_problem(tmp_path) -> None:

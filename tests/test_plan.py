@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 import subprocess
@@ -20,20 +21,24 @@ from prometheus_client.parser import text_string_to_metric_families
 from exporter.cli import main
 from exporter.commands.plan import (
     SECONDS_PER_DAY,
-    TOKENS_PER_MESSAGE,
-    TOKENS_PER_REQUEST,
     Count,
     SeriesPlan,
     WarningKind,
-    input_tokens,
     make_plan,
-    probe_cost,
 )
 from exporter.config import ConfigError, load_config, parse_config
 from exporter.errors import Result
 from exporter.exposition.children import phases
 from exporter.exposition.families import BY_KEY, Family, Scope, families
 from exporter.exposition.metrics import ExporterMetrics
+from exporter.probe.charge import (
+    CHARGE_FACTOR,
+    PROMPT_ALLOWANCE,
+    TOKENS_PER_MESSAGE,
+    TOKENS_PER_REQUEST,
+    input_tokens,
+    probe_cost,
+)
 from exporter.probe.tokens import estimate_tokens
 from exporter.providers.prices import ModelPrice
 from exporter.result import Phase, ProbeResult, ServerPhase, Timings, TokenSource, Usage
@@ -57,6 +62,9 @@ PROBE_NAMES = {spec.name + ("_total" if spec.type == "counter" else ""): spec.ke
         (0.5, 64, 10, None, 172_800, 11_059_200, None),
         (5.0, 256, 29, ModelPrice(input=0.15, output=0.6, currency="CNY"), 17_280, 4_423_680,
          17_280 * 157.95e-6),
+        # A cached price above the input price: the ceiling takes the dearer.
+        (60.0, 10, 100, ModelPrice(input=1.0, output=1.0, cached_input=2.0), 1440, 14_400,
+         1440 * 210e-6),
     ])
 def test_probes_tokens_and_cost_per_day(interval, max_tokens, prompt, price, per_day, output,
                                         cost) -> None:
@@ -67,8 +75,10 @@ def test_probes_tokens_and_cost_per_day(interval, max_tokens, prompt, price, per
     if cost is None:
         assert plan.cost_per_probe is None and plan.cost_per_day is None
     else:
-        assert plan.cost_per_day == pytest.approx(cost)
         assert probe_cost(price, prompt, max_tokens) == pytest.approx(cost / per_day)
+        # What a day is charged at most: each probe's ceiling (×2, 1024 prompt tokens more).
+        allowance = probe_cost(price, PROMPT_ALLOWANCE, 0) or 0.0
+        assert plan.cost_per_day == pytest.approx(CHARGE_FACTOR * (cost + per_day * allowance))
 
 
 def test_plan_reads_intervals_max_tokens_and_prices_from_the_config() -> None:
@@ -86,7 +96,8 @@ def test_plan_reads_intervals_max_tokens_and_prices_from_the_config() -> None:
     short = plan[("a", "m", "short")]
     assert short.probes_per_day == 288 and short.output_tokens_per_day == 28_800
     assert short.input_tokens == hello
-    assert short.cost_per_day == pytest.approx(288 * (hello * 2 + 100 * 8) / 1e6)
+    assert short.cost_per_day == pytest.approx(
+        288 * CHARGE_FACTOR * ((hello + PROMPT_ALLOWANCE) * 2 + 100 * 8) / 1e6)
     assert plan[("a", "n", "short")].cost_per_day is None  # no price for n
     embed = plan[("a", "m", "embed")]
     assert embed.output_tokens_per_day == 0 and embed.input_tokens == estimate_tokens(
@@ -205,7 +216,10 @@ def test_plan_counts_exactly_what_metrics_exposes(name: str) -> None:
     assert exposed(metrics) == planned(plan.by_family())
     # Probes that bring every child that appears on first need: exactly the plan's extra.
     for series in config.series:
-        metrics.record(_result(series.key, reasoning=True, phases=phases(series)))
+        result = _result(series.key, reasoning=True, phases=phases(series))
+        if series.price is not None:  # an over-claim: the capped-charge counter appears
+            result = dataclasses.replace(result, claimed_cost=1.0)
+        metrics.record(result)
     grown = {f: plan.by_family().get(f, Count()) + plan.by_family(extra=True).get(f, Count())
              for f in {*plan.by_family(), *plan.by_family(extra=True)}}
     assert exposed(metrics) == planned(grown)
@@ -355,7 +369,7 @@ def test_check_prints_the_plan_as_json(tmp_path: Path) -> None:
     assert totals["prometheus_series"]["probe"] == plan.probe_series.to_json()
     assert totals["prometheus_series"]["exporter"] == plan.own.to_json()
     assert totals["cost_per_day"] == pytest.approx(plan.cost_per_day)
-    assert [w["kind"] for w in document["warnings"]] == ["unpriced"]
+    assert document["warnings"] == []  # the demo prices every series within its budget
     phase = next(f for f in document["families"] if f["family"] == "phase")
     assert phase["shape"] == "sum_count"
     assert phase["native"] == plan.by_family()[Family.PHASE].native
@@ -365,7 +379,7 @@ def test_check_warns_above_the_series_threshold_it_is_given(capsys) -> None:
     assert main(["check", "--config.file", str(ROOT / "config.yaml"), "--output", "json",
                  "--warn.series", "100"]) == 0
     document = orjson.loads(capsys.readouterr().out)
-    assert {w["kind"] for w in document["warnings"]} == {"unpriced", "series_over_limit"}
+    assert {w["kind"] for w in document["warnings"]} == {"series_over_limit"}
     assert document["totals"]["prometheus_series"]["in_force"] == make_plan(
         load_config(ROOT / "config.yaml")).series_in_force > 100
 
@@ -373,7 +387,7 @@ def test_check_warns_above_the_series_threshold_it_is_given(capsys) -> None:
 def test_check_table_shows_the_day_and_the_families(capsys) -> None:
     assert main(["check", "--config.file", str(ROOT / "config.yaml")]) == 0
     out = capsys.readouterr().out
-    for text in ("17,280", "4,423,680", "2.73 USD", "llm_probe_phase_seconds", "sum_count",
+    for text in ("17,280", "4,423,680", "1.68 USD", "llm_probe_phase_seconds", "sum_count",
                  "config OK"):
         assert text in out
 
@@ -396,8 +410,9 @@ def test_bench_says_its_ceiling_and_refuses_to_pass_the_budget(tmp_path: Path, c
     code = main(["bench", "--config.file", str(path), "--concurrency", "1,2", "--requests", "5"])
     captured = capsys.readouterr()
     assert code == 2
-    # 64 output tokens at 1000/1M a request: 0.768 USD, and the prompts at 100/1M.
-    assert re.search(r"bench: 12 requests \(warm-ups included\), cost ceiling 0\.7[7-9]\d* USD",
+    # Each request's charge ceiling (probe.charge): 64 output tokens at 1000/1M and the prompt
+    # (with PROMPT_ALLOWANCE) at 100/1M, × CHARGE_FACTOR: 12 × 2 × (0.064 + ~0.0287) USD.
+    assert re.search(r"bench: 12 requests \(warm-ups included\), cost ceiling 2\.1[89]\d* USD",
                      captured.out), captured.out
     assert "may cost more than global.budget (0.5 USD/day)" in captured.err
     assert "--yes" in captured.err

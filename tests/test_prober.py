@@ -276,7 +276,8 @@ async def test_cost_from_prices(scripted_server) -> None:
         "prompt_tokens": 1000, "completion_tokens": 500,
         "prompt_tokens_details": {"cached_tokens": 400}}))
     config = make_config(server.url, target={"prices": {"m": {
-        "input": 2.0, "output": 8.0, "cached_input": 0.5, "currency": "CNY"}}})
+        "input": 2.0, "output": 8.0, "cached_input": 0.5, "currency": "CNY"}}},
+        probe={"max_tokens": 1000})  # the claim fits the probe's charge ceiling
     registry = CollectorRegistry()
     metrics = ExporterMetrics(registry, config)
     async with Prober() as prober:

@@ -190,3 +190,22 @@ async def test_golden_cases_rotate_and_count_checks(scripted_server) -> None:
     labels = {"target": "t", "model": "m", "probe": "short"}
     assert registry.get_sample_value("llm_probe_checks_total", {**labels, "outcome": "pass"}) == 2
     assert registry.get_sample_value("llm_probe_checks_total", {**labels, "outcome": "fail"}) == 2
+
+
+async def test_a_departed_series_leaves_nothing_in_the_prober(scripted_server) -> None:
+    """Issue 36: per-series state (the golden-set turn) goes with the series, so a gateway's
+    churn cannot grow it; a series that comes back starts its rotation afresh."""
+    from tests.conftest import ok_stream
+
+    server = await scripted_server(ok_stream(["Paris"]))
+    config = make_config(server.url, probe={"prompt": None, "nonce": False, "cases": [
+        {"prompt": "first"}, {"prompt": "second"}, {"prompt": "third"}]})
+    series = config.series[0]
+    async with Prober() as prober:
+        await prober.probe(series)
+        prober.retain(config.series)  # still there: its turn is kept
+        await prober.probe(series)
+        prober.retain(())  # departed (a reload, or discovery after its grace period)
+        await prober.probe(series)
+    sent = [r["json"]["messages"][-1]["content"] for r in server.requests]
+    assert sent == ["first", "second", "first"]

@@ -14,6 +14,7 @@ from exporter.config import expand, parse_config
 from exporter.errors import Result
 from exporter.exposition.metrics import DiscoveryCollector
 from exporter.log import Redactor
+from exporter.probe.discovery import fetch_catalog
 from exporter.probe.prober import Prober
 from exporter.providers.gateway import Mode
 from exporter.providers.prices import PriceSource
@@ -78,7 +79,10 @@ async def test_litellm_lists_describes_and_prices_its_models(gateway: LiteLLM) -
     async with Prober(redactor=redactor) as prober:
         discovery = Discovery(prober, collector, changed, redactor=redactor)
         assert await discovery.refresh(config.targets[0]), discovery.status
-        catalog = discovery.catalogs["litellm"]
+        # The list in use holds only what `exclude` keeps; the gateway's whole catalog:
+        assert set(discovery.catalogs["litellm"].by_name) == {"gw-priced", "gw-plain",
+                                                              "gw-embed"}
+        catalog, _ = await fetch_catalog(prober, config.targets[0], redactor=redactor)
         assert catalog.sources == ("/models", "/model/info")
         models = catalog.by_name
         assert set(models) == {"gw-priced", "gw-plain", "gw-embed", "gpt-4o-mini"}
@@ -92,8 +96,9 @@ async def test_litellm_lists_describes_and_prices_its_models(gateway: LiteLLM) -
 
         expanded = expand(config, discovery.catalogs)
         keys = {s.key[1:] for s in expanded.series}
-        assert keys == {("gw-priced", "short"), ("gw-priced", "embed"), ("gw-plain", "short"),
-                        ("gw-plain", "embed"), ("gw-embed", "embed")}  # gpt-* excluded
+        # gpt-* excluded; custom routes (no `mode` in /model/info) get no embedding probe on a
+        # guess: only the route LiteLLM says embeds does.
+        assert keys == {("gw-priced", "short"), ("gw-plain", "short"), ("gw-embed", "embed")}
         one = next(s for s in expanded.series if s.key[1:] == ("gw-priced", "short"))
         assert one.price == priced
         plain = next(s for s in expanded.series if s.key[1:] == ("gw-plain", "short"))

@@ -29,7 +29,7 @@ _promtool_installed = pytest.mark.skipif(
 def needs_promtool(test: Callable[..., None]) -> Callable[..., None]:
     """Marks a test that runs promtool (not in `make check`), skipped where it is missing."""
     return pytest.mark.tools(_promtool_installed(test))
-SERIES_JOIN = "on (target, model, probe, location, cluster"
+SERIES_JOIN = "on (target, model, probe, input_tokens, cache, location, cluster"
 
 
 def _promtool(*args: str) -> subprocess.CompletedProcess[str]:

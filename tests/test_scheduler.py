@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import time
 
@@ -238,3 +239,30 @@ async def test_a_bug_in_one_tick_never_ends_the_series_loop(scripted_server) -> 
     assert logged.count("series tick failed") == 3
     count = registry.get_sample_value("llm_probe_requests_total", {**LABELS, "result": "success"})
     assert count >= 5
+
+
+async def test_a_discovered_series_spreads_its_first_probe_over_its_interval(
+        scripted_server) -> None:
+    """Issue 36: a gateway listing many new names at once must not make them all probe within
+    seconds. m18 and m38 have stable offsets of ~0.05: added later with a 60 s interval, a
+    configured series probes ~0.5 s after (within the 10 s window), a discovered one ~3 s."""
+    server = await scripted_server(ok_stream(["Hi"]))
+    first = make_config(server.url, models=["m0"], global_={"interval": "60s", "jitter": 0})
+    later = make_config(server.url, models=["m0", "m18", "m38"],
+                        global_={"interval": "60s", "jitter": 0})
+    later = dataclasses.replace(later, series=tuple(
+        dataclasses.replace(s, discovered=s.model == "m38") for s in later.series))
+    registry = CollectorRegistry()
+    metrics = ExporterMetrics(registry, later)
+    async with Prober() as prober:
+        scheduler = Scheduler(prober, metrics, ResultStore(), max_concurrency=4)
+        scheduler.apply(first)
+        scheduler.apply(later)
+        await asyncio.sleep(1.2)
+        await scheduler.stop(grace=5)
+
+    def probes(model: str) -> float | None:
+        return registry.get_sample_value("llm_probe_requests_total", {
+            **LABELS, "model": model, "result": "success"})
+    assert probes("m18") == 1
+    assert probes("m38") == 0  # its child exists from the start, unprobed

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from exporter.errors import Cause, Result
+from exporter.identity.status import IdentityStatus, Phase
 from exporter.result import ProbeResult, Timings, Usage
 from exporter.serve.pages import render_status_page
 from exporter.serve.results import Snapshot
@@ -43,8 +44,19 @@ def _page(now: float) -> str:
         served[key] = (f"{model}-served-snapshot", "fp_0123456789abcdef")
     latest[("a-target-with-no-result-yet", "m", "p")] = None
     failures = tuple(r for r in latest.values() if r is not None and not r.success) * 5
-    snapshot = Snapshot(latest=latest, failures=failures, served=served)
-    return render_status_page(snapshot, {"version": "1.2.3", "in_flight": 2}, now)
+    gpt = ("litellm-gateway-eu-west-1", "gpt-4o-mini-2024-07-18", "identity")
+    anthropic = ("anthropic-direct", "claude-sonnet-4-5-20250929", "identity")
+    record = "/var/lib/llm-probe/identity/0123456789abcdef0123456789abcdef.json"
+    identity = {
+        gpt: IdentityStatus(Phase.TESTING, 400, 400, gpt, 37, 200, 0.01, 12, 3, 3, 2.1e-5,
+                            0.0312, now - 60, now - 5400, record),
+        anthropic: IdentityStatus(Phase.RECORDING, 123, 400, anthropic, 0, 200, 0.01,
+                                  record=record, interval=300, window_interval=300)}
+    for key in identity:
+        latest[key] = ProbeResult(*key, Result.SUCCESS, finished_at=now - 2)
+    snapshot = Snapshot(latest=latest, failures=failures, served=served, identity=identity)
+    return render_status_page(snapshot, {"version": "1.2.3", "in_flight": 2,
+                                         "state_dir": "/var/lib/llm-probe"}, now)
 
 
 def test_the_status_page_is_readable_at_1280_px(tmp_path: Path) -> None:
@@ -52,7 +64,10 @@ def test_the_status_page_is_readable_at_1280_px(tmp_path: Path) -> None:
     layout = page_layout(html, tmp_path, width=1280)
     assert layout["viewport"] == 1280
     assert layout["width"] <= layout["viewport"] and not layout["cut"], layout
-    for words in ("USD", "claude-3-5-sonnet-20241022", "served by", "routes no model"):
+    for words in ("USD", "claude-3-5-sonnet-20241022", "served by", "routes no model",
+                  "different since 90m ago (3 in a row)",
+                  "recording reference 123/400, about 23h5m left",
+                  "identity: different", "state directory: /var/lib/llm-probe"):
         assert words in html
     shot = tmp_path / "status-1280.png"
     run = chromium((tmp_path / "layout-1280.html").as_uri(), tmp_path, screenshot=shot,

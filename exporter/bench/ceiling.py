@@ -8,8 +8,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from exporter.bench.model import BenchOptions
-from exporter.commands.plan import input_tokens, output_tokens, probe_cost
 from exporter.config import BudgetConfig, Series
+from exporter.probe.charge import charge_ceiling
 from exporter.record import LoadMode
 
 
@@ -66,7 +66,7 @@ def run_ceiling(series: Sequence[Series], options: BenchOptions) -> RunCeiling:
     costs: defaultdict[str, float] = defaultdict(float)
     unpriced = 0
     for s in series:
-        cost = probe_cost(s.price, input_tokens(s.probe), output_tokens(s))
+        cost = charge_ceiling(s)  # what the prober charges a request at most
         if cost is None or s.price is None:
             unpriced += 1
             continue

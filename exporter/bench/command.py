@@ -11,6 +11,7 @@ import orjson
 
 from exporter.bench.ceiling import run_ceiling
 from exporter.bench.compare import LEVEL_MISSING, compare, comparison
+from exporter.bench.gate import DEFAULT_CONFIDENCE
 from exporter.bench.model import BenchOptions, RunDocument, Summary
 from exporter.bench.options import parse_fail_on
 from exporter.bench.output import write_csv, write_json, write_report
@@ -24,11 +25,17 @@ from exporter.bench.tables import (
     totals_table,
 )
 from exporter.commands.cells import cell, make_console
-from exporter.commands.selection import Selection, select_series
+from exporter.commands.selection import (
+    Selection,
+    discover_selected,
+    select_series,
+    warn_undiscovered,
+    with_input_sizes,
+)
 from exporter.config import Config
 from exporter.files import read_limited
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNDECIDED, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 MAX_BASELINE_BYTES = 512 * 1024 * 1024  # a run.json with every raw record of a long run
 
 
@@ -41,6 +48,7 @@ class BenchOutputs:
     report: Path | None = None
     baseline: Path | None = None
     fail_on: str | None = None
+    confidence: float = DEFAULT_CONFIDENCE
 
 
 def read_baseline(path: Path) -> RunDocument:
@@ -53,12 +61,17 @@ def read_baseline(path: Path) -> RunDocument:
 
 
 async def run_bench_command(config: Config, selection: Selection, *, options: BenchOptions,
-                            outputs: BenchOutputs, yes: bool = False) -> int:
+                            outputs: BenchOutputs, yes: bool = False,
+                            input_tokens: tuple[int, ...] = ()) -> int:
     """The `bench` command; exit 0, 1 (a regression, a `--fail-on` limit that compared nothing,
-    or nothing succeeded), 2 (usage, or a run that may pass the budget without `yes`), 130
-    (interrupted)."""
+    or nothing succeeded), 2 (usage, or a run that may pass the budget without `yes`), 3 (a
+    `--fail-on` limit the requests were too few to decide, and nothing failed), 130
+    (interrupted). `input_tokens`: sweep these generated prompt sizes."""
+    config, listing = await discover_selected(config, selection)
+    warn_undiscovered(listing)
     try:
-        series = select_series(config, selection)
+        series = select_series(config, selection, listing)
+        config, series = with_input_sizes(config, series, input_tokens)
         rules = parse_fail_on(outputs.fail_on)
         baseline = read_baseline(outputs.baseline) if outputs.baseline is not None else None
     except (ValueError, OSError) as exc:
@@ -87,14 +100,17 @@ async def run_bench_command(config: Config, selection: Selection, *, options: Be
         console.print("[yellow]interrupted: results cover the requests that finished[/yellow]")
     code = EXIT_OK
     if baseline is not None and outputs.baseline is not None:
-        deltas = compare(baseline.summaries, summaries, rules)
-        result = comparison(str(outputs.baseline), outputs.fail_on, deltas)
+        deltas = compare(baseline.summaries, summaries, rules, baseline_records=baseline.records,
+                         current_records=document.records, confidence=outputs.confidence)
+        result = comparison(str(outputs.baseline), outputs.fail_on, deltas, outputs.confidence)
         document = dataclasses.replace(document, comparison=result)
-        print_comparison(console, deltas)
+        print_comparison(console, deltas, outputs.confidence)
         if any(d.unchecked and d.note == LEVEL_MISSING for d in deltas):
             console.print(f"the baseline has: {_levels(baseline.summaries)}", soft_wrap=True)
         if result.regressions or result.unchecked:
             code = EXIT_FAILED
+        elif result.undecided:
+            code = EXIT_UNDECIDED
     data = document.to_json() if outputs.output or outputs.csv else {}
     if outputs.output is not None:
         write_json(outputs.output, data)

@@ -286,6 +286,13 @@ class Delta:
     limit: str | None  # the `--fail-on` rule, when one covers this metric
     regression: bool
     note: str = ""  # why nothing was compared
+    # Decided on the raw records (`bench.gate`): too few requests to tell a change of the
+    # limit's size from noise; the change's confidence interval in the limit's unit (a fraction
+    # for `%` limits); requests on the smaller side, and per run likely to decide it.
+    undecided: bool = False
+    interval: tuple[float, float] | None = None
+    requests: int | None = None
+    requests_needed: int | None = None
 
     @property
     def unchecked(self) -> bool:
@@ -302,6 +309,8 @@ class Comparison:
     deltas: tuple[Delta, ...]
     regressions: int
     unchecked: int = 0  # `--fail-on` limits that compared nothing
+    undecided: int = 0  # `--fail-on` limits the samples could not decide
+    confidence: float | None = None  # of the intervals (None: before the gate had them)
 
 
 # ---------------------------------------------------------------------------------------------

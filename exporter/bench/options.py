@@ -8,6 +8,7 @@ import math
 from exporter.bench.compare import HIGHER_IS_BETTER, LATENCY_METRICS, METRICS, Rule, is_duration
 from exporter.bench.model import DEFAULT_REQUESTS, STATS, BenchOptions, Connections, Latency, Slo
 from exporter.config import parse_duration
+from exporter.config.workload import MAX_INPUT_TOKENS, MAX_SIZES, MIN_INPUT_TOKENS
 from exporter.record import Level, LoadMode
 
 _SLO_ALIASES = {"ttft": "ttft", "tfa": "time_to_first_answer",
@@ -45,6 +46,18 @@ def parse_levels(text: str, *, integer: bool) -> tuple[float, ...]:
     return tuple(levels)
 
 
+def parse_input_tokens(text: str | None) -> tuple[int, ...]:
+    """Parse `--input-tokens 1000,8000,32000` (whole sizes, each once, ascending)."""
+    if not text:
+        return ()
+    sizes = [int(v) for v in parse_levels(text, integer=True)]
+    if len(sizes) > MAX_SIZES or len(set(sizes)) != len(sizes) or not all(
+            MIN_INPUT_TOKENS <= n <= MAX_INPUT_TOKENS for n in sizes):
+        raise ValueError(f"--input-tokens: at most {MAX_SIZES} distinct sizes from "
+                         f"{MIN_INPUT_TOKENS} to {MAX_INPUT_TOKENS:,}")
+    return tuple(sorted(sizes))
+
+
 def parse_fail_on(text: str | None) -> list[Rule]:
     """Parse `ttft_p95=+20%,cost=+15%,success_rate=-1%`."""
     if not text:
@@ -77,6 +90,18 @@ def parse_fail_on(text: str | None) -> list[Rule]:
             sign = "-" if metric in HIGHER_IS_BETTER else "+"
         rules.append(Rule(metric, amount if sign == "+" else -amount, relative, part))
     return rules
+
+
+def parse_confidence(text: str) -> float:
+    """`95%` or `0.95`: strictly between 50 % and 100 %."""
+    value = text.strip()
+    try:
+        amount = float(value[:-1]) / 100 if value.endswith("%") else float(value)
+    except ValueError:
+        raise ValueError(f"--confidence: {text!r} is not a number (use 95% or 0.95)") from None
+    if not 0.5 < amount < 1:
+        raise ValueError(f"--confidence: {text!r}: must be above 50% and below 100%")
+    return amount
 
 
 def parse_options(*, concurrency: str | None, rate: str | None, requests: int | None,

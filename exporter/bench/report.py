@@ -14,6 +14,7 @@ from typing import Any
 
 import orjson
 
+from exporter.bench.compare import format_interval, format_value, verdict_text
 from exporter.bench.model import BenchOptions, Comparison, Knee, Latency, RunDocument, Summary
 from exporter.bench.summary import latency_values
 from exporter.commands.cells import fmt_ms
@@ -231,15 +232,16 @@ def _comparison(comparison: Comparison | None) -> str:
     rows = []
     for d in comparison.deltas:
         change = "–" if d.change is None else f"{d.change:+.1%}"
-        verdict = ("REGRESSION" if d.regression else f"not checked: {d.note}" if d.unchecked
-                   else d.note or "ok")
-        cls = ' class="bad"' if d.regression or d.unchecked else ""
+        verdict = verdict_text(d)
+        cls = ' class="bad"' if d.regression or d.unchecked or d.undecided else ""
         rows.append(f"<tr{cls}>" + "".join(f"<td>{_e(c)}</td>" for c in (
-            d.series, d.level, d.metric, d.baseline, d.current, change, d.limit or "",
-            verdict)) + "</tr>")
+            d.series, d.level, d.metric, format_value(d.metric, d.baseline),
+            format_value(d.metric, d.current), change, format_interval(d), d.requests or "",
+            d.limit or "", verdict)) + "</tr>")
     return (f"<section><h2>Compared with {_e(comparison.baseline)}</h2><table><thead><tr>"
             + "".join(f"<th>{h}</th>" for h in ("series", "level", "metric", "baseline",
-                                                 "current", "change", "limit", "verdict"))
+                                                 "current", "change", "interval",
+                                                 "requests", "limit", "verdict"))
             + "</tr></thead><tbody>" + "".join(rows) + "</tbody></table></section>")
 
 

@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from exporter.bench.compare import is_duration
+from exporter.bench.compare import format_interval, format_value, verdict_text
 from exporter.bench.model import Delta, Knee, Latency, Summary
 from exporter.bench.run import LevelRun
 from exporter.commands.cells import cell, estimated, fmt_cost, fmt_ms, fmt_num
@@ -128,39 +128,39 @@ def print_knees(console: Console, knees: Sequence[Knee]) -> None:
                           f"{k.reason}", soft_wrap=True)
 
 
-def format_value(metric: str, value: float | None) -> str:
-    """A metric value in its natural unit."""
-    if value is None:
-        return "–"
-    if is_duration(metric):
-        return fmt_ms(value)
-    if metric in ("success_rate", "goodput_ratio"):
-        return f"{value:.1%}"
-    if metric.startswith("cost"):
-        return f"{value:.6f}"
-    return f"{value:.2f}"
 
 
-def print_comparison(console: Console, deltas: Sequence[Delta]) -> None:
-    """The diff table and a verdict line: regressions, limits that compared nothing, or none."""
+def _requests(d: Delta) -> str:
+    """`20`, or `10 → 140`: the requests compared, and about how many would decide."""
+    if d.requests is None:
+        return ""
+    return f"{d.requests} → {d.requests_needed}" if d.requests_needed else str(d.requests)
+
+
+def print_comparison(console: Console, deltas: Sequence[Delta],
+                     confidence: float | None = None) -> None:
+    """The diff table and a verdict line: regressions, limits that compared nothing, limits the
+    requests could not decide, or none."""
     table = Table(title="compared with baseline", title_justify="left")
-    for column in ("series", "level", "metric", "baseline", "current", "change", "limit",
-                   "verdict"):
+    span = f"{confidence:.0%} interval" if confidence else "interval"
+    for column in ("series", "level", "metric", "baseline", "current", "change", span,
+                   "requests", "limit", "verdict"):
         table.add_column(column, no_wrap=True, justify="right" if column in (
-            "baseline", "current", "change") else "left")
+            "baseline", "current", "change", span, "requests") else "left")
     for d in deltas:
+        verdict = verdict_text(d)
         if d.regression:
-            verdict = "[red bold]REGRESSION[/red bold]"
-        elif d.unchecked:
-            verdict = f"[yellow]not checked: {d.note}[/yellow]"
-        else:
-            verdict = d.note or ("ok" if d.limit else "")
+            verdict = f"[red bold]{verdict}[/red bold]"
+        elif d.unchecked or d.undecided:
+            verdict = f"[yellow]{verdict}[/yellow]"
         table.add_row(d.series, d.level, d.metric, format_value(d.metric, d.baseline),
                       format_value(d.metric, d.current),
-                      "–" if d.change is None else f"{d.change:+.1%}", d.limit or "", verdict)
+                      "–" if d.change is None else f"{d.change:+.1%}", format_interval(d),
+                      _requests(d), d.limit or "", verdict)
     console.print(table)
     regressions = [d for d in deltas if d.regression]
     unchecked = [d for d in deltas if d.unchecked]
+    undecided = [d for d in deltas if d.undecided]
     if regressions:
         console.print(f"[red]{len(regressions)} regression(s) beyond --fail-on limits: "
                       + ", ".join(f"{d.series} {d.level} {d.metric}" for d in regressions)
@@ -172,5 +172,14 @@ def print_comparison(console: Console, deltas: Sequence[Delta]) -> None:
         console.print(f"[red]--fail-on: {what}, which is not a pass: "
                       + "; ".join(f"{d.series} {d.level} {d.metric} ({d.note})"
                                   for d in unchecked) + "[/red]", soft_wrap=True)
-    elif not regressions and any(d.limit for d in deltas):
+    if undecided:
+        needed = max((d.requests_needed or 0 for d in undecided), default=0)
+        console.print(
+            f"[yellow]--fail-on: {len(undecided)} limit(s) undecided, neither pass nor fail — "
+            "the change could be noise: "
+            + "; ".join(f"{d.series} {d.level} {d.metric} (n={d.requests})" for d in undecided)
+            + (f". Run about {needed} requests per level, in the baseline too "
+               "(--requests), or widen the limit." if needed else ".")
+            + "[/yellow]", soft_wrap=True)
+    elif not regressions and not unchecked and any(d.limit for d in deltas):
         console.print("[green]no regression beyond the --fail-on limits[/green]")

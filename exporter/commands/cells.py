@@ -18,6 +18,18 @@ def fmt_ms(value: float | None) -> str:
     return f"{ms:.1f} ms" if ms < 10 else f"{ms:.0f} ms"
 
 
+def fmt_span(seconds: float) -> str:
+    """A span of time in the unit people read it in: `45 s`, `40 min`, `6.7 h`, `2.5 days`."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 48 * 3600:
+        hours = seconds / 3600
+        return f"{hours:.0f} h" if hours >= 10 else f"{hours:.1f} h"
+    return f"{seconds / 86400:.1f} days"
+
+
 def fmt_num(value: float | None, digits: int = 1) -> str:
     """A plain number for a table cell ("–" when undefined)."""
     return "–" if value is None else f"{value:.{digits}f}"

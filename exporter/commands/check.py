@@ -3,25 +3,31 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import sys
-from collections.abc import Mapping
+import time
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import orjson
 from rich.console import Console
 from rich.table import Table
 
-from exporter.commands.cells import cell, make_console
+from exporter.commands.cells import cell, fmt_span, make_console
 from exporter.commands.plan import (
     SERIES_WARNING,
     Count,
     Discovered,
     Plan,
+    PlanWarning,
+    WarningKind,
     discover_now,
     make_plan,
 )
-from exporter.config import Config, format_duration
+from exporter.config import Config, ConfigProblem, format_duration
+from exporter.config.offline import Unresolved
 from exporter.log import REDACTOR
+from exporter.probe.charge import CHARGE_FACTOR, PROMPT_ALLOWANCE
 
 
 def _int(value: float) -> str:
@@ -57,7 +63,8 @@ def series_table(plan: Plan, title: str) -> Table:
             _int(s.probes_per_day),
             _int(s.output_tokens_per_day) + (" ¹" if s.reasons else ""),
             _int(s.input_tokens_per_day),
-            "unknown" if cost is None or s.price is None
+            "at run time" if plan.priced_at_run_time(s)
+            else "unknown" if cost is None or s.price is None
             else f"{cost:,.2f} {cell(s.price.currency)}",
             _series(s.series, s.extra, plan.classic))
     return table
@@ -66,25 +73,33 @@ def series_table(plan: Plan, title: str) -> Table:
 def price_table(plan: Plan) -> Table:
     """Each probed model's price per 1M tokens and where it comes from."""
     table = Table(title="Prices (per 1M tokens)")
-    for column in ("target", "model", "source", "input", "cached input", "output", "currency",
-                   "from"):
+    for column in ("target", "model", "source", "input", "cached input", "cache write",
+                   "output", "currency", "from"):
         table.add_column(column, justify="right" if column in (
-            "input", "cached input", "output") else "left")
+            "input", "cached input", "cache write", "output") else "left")
     seen: set[tuple[str, str]] = set()
     for s in plan.series:
         if s.key[:2] in seen:
             continue
         seen.add(s.key[:2])
         price = s.price
+        refused = f" ({s.refused_price.describe()})" if s.refused_price else ""
+        if price is None and plan.priced_at_run_time(s) and not refused:
+            table.add_row(cell(s.key[0]), cell(s.key[1]), "gateway", "", "", "", "", "",
+                          "priced by gateway at run time (its model info; `check "
+                          "--discover` asks now)")
+            continue
         if price is None:
-            table.add_row(cell(s.key[0]), cell(s.key[1]), "unknown", "", "", "", "",
-                          "no cost counted: set targets[].prices")
+            table.add_row(cell(s.key[0]), cell(s.key[1]), "unknown", "", "", "", "", "",
+                          cell("no cost counted: set targets[].prices" + refused))
             continue
         tiers = "".join(f"; > {t.above:,} prompt tokens: {t.rates.input:g} / "
                         f"{t.rates.output:g}" for t in price.tiers)
         table.add_row(cell(s.key[0]), cell(s.key[1]), price.source.value, f"{price.input:g}",
                       "" if price.cached_input is None else f"{price.cached_input:g}",
-                      f"{price.output:g}", cell(price.currency), cell(price.origin + tiers))
+                      "" if price.cache_write is None else f"{price.cache_write:g}",
+                      f"{price.output:g}", cell(price.currency),
+                      cell(price.origin + tiers + refused))
     return table
 
 
@@ -125,11 +140,13 @@ def identity_table(plan: Plan) -> Table | None:
         identity = s.identity
         assert identity is not None
         hours = identity.hours_to_reference
-        reference = (f"{identity.baseline:,} answers, {hours:,.1f} h" if hours is not None
+        reference = (f"{identity.baseline:,} answers, {fmt_span(hours * 3600)}"
+                     if hours is not None
                      else f"from {cell(identity.reference[0])} / {cell(identity.reference[1])}"
                      if identity.reference else "")
         table.add_row(*(cell(name) for name in s.key), _int(s.probes_per_day), reference,
-                      f"{identity.samples:,} answers, {identity.hours_per_window:,.1f} h",
+                      f"{identity.samples:,} answers, "
+                      f"{fmt_span(identity.hours_per_window * 3600)}",
                       f"{identity.tests_per_day:,.1f}", f"{identity.alpha:g}")
     return table
 
@@ -182,11 +199,18 @@ def print_plan(config: Config, plan: Plan, path: str, console: Console | None = 
     console.print(series_table(plan, f"{len(plan.series)} series in {cell(path)}: a day"))
     console.print(keys_table(config))
     console.print(price_table(plan))
-    unknown = sum(s.price is None for s in plan.series)
+    later = sum(plan.priced_at_run_time(s) for s in plan.series)
+    unknown = sum(s.price is None for s in plan.series) - later
     console.print(f"price data: {plan.library.describe()}; {unknown:,} of {len(plan.series):,} "
-                  "series have no known price (cost unknown, not counted).", soft_wrap=True)
+                  "series have no known price (cost unknown, not counted)"
+                  + (f"; {later:,} priced by gateway at run time" if later else "") + ".",
+                  soft_wrap=True)
     for note in plan.discovery_notes():
         console.print(cell(note), soft_wrap=True)
+    for (target, model), when in retirements(config).items():
+        console.print(f"[yellow]retires:[/yellow] {cell(target)}/{cell(model)} on "
+                      f"{time.strftime('%Y-%m-%d', time.gmtime(when))} "
+                      f"({_days(when - time.time())}, the gateway says)", soft_wrap=True)
     console.print(family_table(plan))
     identity = identity_table(plan)
     if identity is not None:
@@ -206,11 +230,17 @@ def print_plan(config: Config, plan: Plan, path: str, console: Console | None = 
         console.print("¹ reasons: reasoning tokens count within the output limit sent.")
     console.print("≤ ceilings: the output limit of every probe (max_tokens, plus a thinking "
                   "budget where one is sent); ≈ input tokens estimated from the "
-                  "prompts as sent (images not counted); cost = input at the uncached price + "
-                  "output at the ceiling.", soft_wrap=True)
+                  "prompts as sent (images not counted); cost = what the daemon charges a "
+                  f"probe at most: (input + {PROMPT_ALLOWANCE} tokens and an image's, at the "
+                  f"dearer input price, + output at the ceiling) × {CHARGE_FACTOR:g}; a usage "
+                  "claim above it is charged this and counted (llm_probe_cost_capped_total).",
+                  soft_wrap=True)
     if plan.budget_limit is not None:
+        shares = ", ".join(f"{cell(target)} {amount:,.2f}"
+                           for target, amount in plan.budget_shares.items())
         console.print(f"budget: {plan.budget_limit:g} {cell(plan.budget_currency or '')}/day "
-                      "(global.budget)")
+                      f"(global.budget); each target at most its share: {shares}",
+                      soft_wrap=True)
     for warning in plan.warnings:
         console.print(f"[yellow]warning:[/yellow] {cell(warning.message)}", soft_wrap=True)
     if config.simulator is not None:
@@ -219,25 +249,61 @@ def print_plan(config: Config, plan: Plan, path: str, console: Console | None = 
     console.print("config OK")
 
 
+def retirements(config: Config) -> dict[tuple[str, str], float]:
+    """When each probed (target, model) retires, where its gateway says (unix time)."""
+    return {(s.target.name, s.model): s.gateway.retires for s in config.series
+            if s.gateway is not None and s.gateway.retires is not None}
+
+
+def _days(seconds: float) -> str:
+    days = seconds / 86_400
+    return f"in {days:.0f} days" if days >= 0 else f"{-days:.0f} days ago"
+
+
 def print_plan_json(config: Config, plan: Plan, path: str) -> None:
     """The plan as one JSON document on stdout (redacted as a whole, a second net)."""
-    document = {"config": path, **plan.to_json(), "targets": REDACTOR.tree(targets_json(config))}
+    document = {"config": path, "valid": True, **plan.to_json(),
+                "targets": REDACTOR.tree(targets_json(config)),
+                "retirements": [{"target": t, "model": m, "timestamp": when,
+                                 "date": time.strftime("%Y-%m-%d", time.gmtime(when))}
+                                for (t, m), when in retirements(config).items()]}
     text = orjson.dumps(document,
                         option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS).decode()
     sys.stdout.write(REDACTOR.net(text) + "\n")
 
 
+def print_failure_json(path: str, message: str,
+                       problems: Sequence[ConfigProblem] = ()) -> None:
+    """`check --output json` when the config is invalid (or check failed): the problems, each
+    with its location, as one JSON document — a CI parsing stdout always gets one."""
+    document = {"config": path, "valid": False, "error": message,
+                "problems": [{"location": p.location, "error": p.error, "line": p.line}
+                             for p in problems]}
+    text = orjson.dumps(document, option=orjson.OPT_INDENT_2).decode()
+    sys.stdout.write(REDACTOR.net(REDACTOR(text)) + "\n")
+
+
 def run_check(config: Config, path: str, *, output: str = "table",
-              series_warning: int | None = None, discover: bool = False) -> int:
+              series_warning: int | None = None, discover: bool = False,
+              unresolved: Sequence[Unresolved] = ()) -> int:
     """The `check` command on a loaded config: print the plan; exit 0 (warnings included).
 
     Discovering targets are asked for their models only with `discover` (a request with the
-    target's key); otherwise the plan says their models come at run time."""
+    target's key); otherwise the plan says their models come at run time. `unresolved`: the
+    secrets `--allow-missing-secrets` let pass, shown as warnings."""
     found: list[Discovered] = []
     if discover and config.discovering:
-        config, found = asyncio.run(discover_now(config))
+        # A target whose key is not here is not asked: the gateway would only say 401.
+        keyless = {config.targets[u.target].name: f"not asked: {u}" for u in unresolved
+                   if u.target is not None and u.target < len(config.targets)}
+        config, found = asyncio.run(discover_now(config, keyless))
     plan = make_plan(config, series_warning=SERIES_WARNING if series_warning is None
                      else series_warning, discovered=found)
+    if unresolved:
+        missing = tuple(PlanWarning(WarningKind.MISSING_SECRET,
+                                    f"{u} (checked without it: --allow-missing-secrets)")
+                        for u in unresolved)
+        plan = dataclasses.replace(plan, warnings=(*missing, *plan.warnings))
     if output == "json":
         print_plan_json(config, plan, path)
     else:

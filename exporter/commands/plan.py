@@ -6,7 +6,9 @@ ceiling (the output limit every probe sends: `max_tokens`, plus the thinking bud
 is sent — every API counts reasoning tokens within the limit); an estimate
 of the input tokens (the prompt as sent, nonce included, counted like the prober counts an answer
 without usage, plus a few tokens per message); and from the price table the cost ceiling
-(input at the uncached price, output at the ceiling). The series count comes from
+(input at the uncached price, output at the ceiling), as the daemon's charge ceiling of a probe
+(`probe.charge`: × CHARGE_FACTOR, with PROMPT_ALLOWANCE input tokens and an image's): what the
+budget can be charged at most. The series count comes from
 `exposition.children` — the children `ExporterMetrics` creates — and the families as served
 (`global.metrics`, the config's edges): exact for the text page (classic buckets) and for a
 Prometheus with native histograms (one series per histogram child), with what may appear later
@@ -22,17 +24,15 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-import orjson
-
 from exporter.config import (
     Config,
-    ProbeConfig,
     ProbeKind,
     Series,
     Target,
     expand,
     format_duration,
 )
+from exporter.config.census import DiscoveryCounts, discovery_counts
 from exporter.config.model import reasons
 from exporter.exposition.children import at_load, later, samples, served_families
 from exporter.exposition.families import (
@@ -44,25 +44,22 @@ from exporter.exposition.families import (
     Shape,
     families,
 )
+from exporter.exposition.metrics import refused_prices
 from exporter.judge.plan import JUDGED_FAMILIES, JudgePlan, judge_plan, judged_series
-from exporter.probe.discovery import DiscoveryFailed, fetch_catalog
+from exporter.probe.charge import charged, image_tokens, input_tokens, output_tokens
+from exporter.probe.discovery import fetch_catalogs
 from exporter.probe.prober import Prober
-from exporter.probe.tokens import estimate_tokens
 from exporter.protocols.advice import reasoning_advice
-from exporter.protocols.base import embedding_input, make_prompt
-from exporter.protocols.reasoning import ceiling
-from exporter.providers.gateway import Catalog
+from exporter.providers.price_bounds import RefusedPrice
 from exporter.providers.prices import LibraryInfo, ModelPrice, library_info
 
 SECONDS_PER_DAY = 86_400
 # Active series past which `check` warns: managed Prometheus offerings bill by active series,
 # and their free tiers end around here.
 SERIES_WARNING = 10_000
-# Chat templates add a few tokens per message and a few to prime the answer (OpenAI's
-# published counting: 3 per message, 3 for the reply); a little more covers other templates.
-TOKENS_PER_MESSAGE = 4
-TOKENS_PER_REQUEST = 3
-_NONCE = "0" * 12  # as long as the prober's
+# Input tokens a day past which `check` warns about one workload-shaped series (a 100k-token
+# prompt every 15 minutes is ~10M a day).
+WORKLOAD_WARNING = 5_000_000
 
 
 class WarningKind(StrEnum):
@@ -74,6 +71,10 @@ class WarningKind(StrEnum):
     SERIES_OVER_LIMIT = "series_over_limit"  # more Prometheus series than the threshold
     REASONING = "reasoning"  # a probe may spend its limit thinking, or sends a refused value
     DISCOVERY = "discovery"  # a gateway lists more models than its cap, or none could be read
+    PRICE_REFUSED = "price_refused"  # a gateway's or library price broke a sanity bound
+    COST_OVER_SHARE = "cost_over_share"  # a target's ceiling passes its share of the budget
+    MISSING_SECRET = "missing_secret"  # checked without it (`--allow-missing-secrets`)
+    WORKLOAD = "workload"  # a generated prompt sends many input tokens a day
 
 
 @dataclass(frozen=True)
@@ -164,6 +165,9 @@ class SeriesPlan:
     families: Mapping[Family, Count]  # from the config's load
     later: Mapping[Family, Count]  # may appear on first need
     identity: IdentityPlan | None = None  # an identity probe's samples and tests
+    image_tokens: int = 0  # an image's input tokens per probe, at most
+    refused_price: RefusedPrice | None = None  # a gateway's or library price out of bounds
+    workload: tuple[tuple[str, str], ...] = ()  # labels a workload-shaped probe adds
     judge: JudgePlan | None = None  # judged probes: the judge's calls
 
     @property
@@ -190,8 +194,9 @@ class SeriesPlan:
 
     @property
     def cost_per_probe(self) -> float | None:
-        """The cost ceiling of one probe (None: no price)."""
-        return probe_cost(self.price, self.input_tokens, self.max_tokens)
+        """The cost ceiling of one probe, what the daemon charges it at most (None: no price):
+        `probe.charge.charged`."""
+        return charged(self.price, self.input_tokens + self.image_tokens, self.max_tokens)
 
     @property
     def cost_per_day(self) -> float | None:
@@ -210,56 +215,19 @@ class SeriesPlan:
         return sum(self.later.values(), Count())
 
 
-def probe_cost(price: ModelPrice | None, input_tokens: int, output_tokens: int) -> float | None:
-    """The cost of one probe at a price (per 1M tokens); input at the uncached price, both at
-    the tier the prompt falls in."""
-    if price is None:
-        return None
-    rates = price.at(input_tokens)
-    return (input_tokens * rates.input + output_tokens * rates.output) / 1e6
-
-
-def input_tokens(probe: ProbeConfig) -> int:
-    """The input tokens of one probe, estimated: the largest of its prompts (cases rotate) as
-    sent, with the tools and the response schema it sends; an image is not counted."""
-    if probe.kind is ProbeKind.EMBEDDING:
-        return estimate_tokens(embedding_input(probe, _NONCE if probe.nonce else None))
-    nonce = _NONCE if probe.nonce else None
-    largest = 0
-    for case in probe.rotation or (None,):
-        prompt = make_prompt(probe, case, nonce)
-        texts = [content for _, content in prompt.messages]
-        if prompt.system:
-            texts.append(prompt.system)
-        tokens = sum(map(estimate_tokens, texts)) + TOKENS_PER_MESSAGE * len(texts)
-        largest = max(largest, tokens + TOKENS_PER_REQUEST)
-    extra = [orjson.dumps(tool.model_dump(mode="json", exclude_none=True)).decode()
-             for tool in probe.tools]
-    if probe.response_format is not None:
-        extra.append(orjson.dumps(probe.response_format.json_schema).decode())
-    return largest + sum(map(estimate_tokens, extra))
-
-
-def output_tokens(series: Series) -> int:
-    """The output tokens of one probe at most: the output limit its request may send
-    (`max_tokens`, plus the thinking budget where one may be sent: `reasoning.ceiling`); an
-    embedding generates none."""
-    if series.probe.kind is ProbeKind.EMBEDDING:
-        return 0
-    return ceiling(series)
-
-
 def plan_series(series: Series, specs: Mapping[Family, FamilySpec],
                 shapes: Mapping[Family, Shape], prompt_tokens: int | None = None) -> SeriesPlan:
     """One series' plan (`prompt_tokens`: its probe's `input_tokens`, if known)."""
     probe = series.probe
     return SeriesPlan(
         key=series.key, interval=series.interval, max_tokens=output_tokens(series),
-        input_tokens=input_tokens(probe) if prompt_tokens is None else prompt_tokens,
+        input_tokens=input_tokens(probe, series.workload.input_tokens)
+        if prompt_tokens is None else prompt_tokens,
         reasons=reasons(series), price=series.price,
         families=_count(at_load(series, shapes), specs),
         later=_count([c for c in later(series, shapes) if c[0] in specs], specs),
-        identity=identity_plan(series))
+        identity=identity_plan(series), image_tokens=image_tokens(probe.image),
+        refused_price=series.refused_price, workload=series.workload.labels())
 
 
 def own_series(config: Config) -> Count:
@@ -276,11 +244,21 @@ def own_series(config: Config) -> Count:
             total += len(config.buckets.get(spec.key) or spec.buckets) + 3
         elif spec.key in (Family.BUDGET_SPENT, Family.BUDGET_LIMIT, Family.BUDGET_RECORD_OK):
             total += config.global_.budget is not None
+        elif spec.key in (Family.BUDGET_TARGET_SPENT, Family.BUDGET_TARGET_LIMIT):
+            total += len(config.targets) if config.global_.budget is not None else 0
         elif spec.key is Family.PRICE_INFO:
             total += len({(s.target.name, s.model) for s in config.series})
-        elif spec.key in (Family.DISCOVERY_MODELS, Family.DISCOVERY_REFRESHES,
+        elif spec.key is Family.PRICES_REFUSED:
+            total += len(refused_prices(config))
+        elif spec.key is Family.MODEL_DEPRECATION:
+            total += len({(s.target.name, s.model) for s in config.series
+                          if s.gateway is not None and s.gateway.retires is not None})
+        elif spec.key in (Family.DISCOVERY_MODELS, Family.DISCOVERY_LISTED,
+                          Family.DISCOVERY_KEPT, Family.DISCOVERY_REFRESHES,
                           Family.DISCOVERY_LAST_SUCCESS):
             total += len(config.discovering)  # (refreshes: one result, success, when well)
+        elif spec.key is Family.DISCOVERY_NAMES_REFUSED:
+            pass  # none while the gateway lists clean names
         else:
             total += len(spec.values) or 1
     return Count(total, total)
@@ -292,41 +270,40 @@ DISCOVERY_WARNING = 200
 
 @dataclass(frozen=True)
 class Discovered:
-    """What `check --discover` learnt of one target: its list, or why there is none."""
+    """What `check --discover` learnt of one target: its list counted as every surface counts
+    it (`config.census`), or why there is none."""
 
     target: str
-    listed: int | None = None  # entries the gateway sent
-    models: int = 0  # models its series probe (after filters and caps)
-    trimmed: int = 0  # matching models left out by discover.max_models / global.max_series
-    refused: int = 0  # names refused
+    counts: DiscoveryCounts | None = None
     error: str = ""
 
+    @property
+    def models(self) -> int:
+        """The models probed (`counts.probed`; 0 without a list)."""
+        return self.counts.probed if self.counts is not None else 0
+
     def to_json(self) -> dict[str, Any]:
-        """As JSON."""
-        return dataclasses.asdict(self)
+        """As JSON: the counts (`models`: the probed ones, its former name) and the error."""
+        counts = self.counts.to_json() if self.counts else {}
+        return {"target": self.target, **counts, "models": counts.get("probed", 0),
+                "error": self.error}
 
 
-async def discover_now(config: Config) -> tuple[Config, list[Discovered]]:
+async def discover_now(config: Config, skip: Mapping[str, str] | None = None
+                       ) -> tuple[Config, list[Discovered]]:
     """Ask every discovering target for its models once (`check --discover`): the config with
-    their series, and what each answered."""
-    catalogs: dict[str, Catalog] = {}
-    failed: dict[str, str] = {}
+    their series, and what each answered. `skip`: targets not to ask, and why."""
+    skipped = dict(skip or {})
     async with Prober() as prober:
-        for target in config.discovering:
-            try:
-                catalogs[target.name], _ = await fetch_catalog(prober, target)
-            except DiscoveryFailed as exc:
-                failed[target.name] = f"{exc.result.value}: {exc.reason}"
+        catalogs, failed = await fetch_catalogs(
+            prober, [t for t in config.discovering if t.name not in skipped])
+    failed = {**skipped, **failed}
     expanded = expand(config, catalogs)
     found = []
     for target in config.discovering:
         catalog = catalogs.get(target.name)
-        models = {s.model for s in expanded.series
-                  if s.target.name == target.name and s.discovered}
-        found.append(Discovered(target.name, catalog.listed if catalog else None,
-                                len(models), expanded.trimmed.get(target.name, 0),
-                                catalog.refused if catalog else 0,
-                                failed.get(target.name, "")))
+        found.append(Discovered(target.name, discovery_counts(expanded, target, catalog)
+                                if catalog is not None else None, failed.get(target.name, "")))
     return expanded, found
 
 
@@ -353,6 +330,7 @@ class Plan:
     library: LibraryInfo = dataclasses.field(default_factory=library_info)
     discovering: tuple[tuple[str, str], ...] = ()  # (target, how it discovers)
     discovered: tuple[Discovered, ...] = ()  # with `check --discover`
+    budget_shares: Mapping[str, float] = dataclasses.field(default_factory=dict)  # by target
 
     def discovery_notes(self) -> list[str]:
         """What the plan leaves to run time, or what discovery found now."""
@@ -363,15 +341,28 @@ class Plan:
             if seen is None:
                 notes.append(f"{target}: {how}; its models are listed at run time (not in "
                              "this plan): `check --discover` asks the gateway now")
-            elif seen.error:
+            elif seen.error or seen.counts is None:
                 notes.append(f"{target}: discovery failed ({seen.error}); the daemon retries")
             else:
-                notes.append(f"{target}: the gateway lists {seen.listed:,} models; "
-                             f"{seen.models:,} of them probed (in this plan)"
-                             + (f", {seen.trimmed:,} left out by the caps" if seen.trimmed
-                                else "")
-                             + (f", {seen.refused:,} names refused" if seen.refused else ""))
+                c = seen.counts
+                notes.append(f"{target}: the gateway lists {c.listed:,} models; {c.kept:,} "
+                             f"kept (models: and include/exclude), {c.probed:,} probed "
+                             "(in this plan)"
+                             + (f", {c.trimmed:,} left out by the caps" if c.trimmed else "")
+                             + (f", {c.refused:,} names refused" if c.refused else ""))
         return notes
+
+    @property
+    def gateway_prices_later(self) -> frozenset[str]:
+        """Discovering targets whose gateway was not asked for this plan: a model of theirs
+        that neither the config nor the library prices is priced by the gateway's model info
+        when the daemon discovers (unknown only if the gateway gives no price either)."""
+        asked = {d.target for d in self.discovered if d.counts is not None}
+        return frozenset(t for t, _ in self.discovering if t not in asked)
+
+    def priced_at_run_time(self, series: SeriesPlan) -> bool:
+        """Whether a series without a price now gets the gateway's at run time."""
+        return series.price is None and series.key[0] in self.gateway_prices_later
 
     def total(self, field: str) -> float:
         """The sum of one per-series figure over every series."""
@@ -388,6 +379,18 @@ class Plan:
             judging = s.judge_cost_per_day
             if s.judge is not None and s.judge.price is not None and judging is not None:
                 costs[s.judge.price.currency] += judging  # the judge's calls are spent too
+        return dict(costs)
+
+    def target_costs(self) -> dict[str, float]:
+        """The cost ceiling of a day per target, in the budget's currency."""
+        costs: defaultdict[str, float] = defaultdict(float)
+        for s in self.series:
+            if s.price is not None and s.price.currency == self.budget_currency:
+                costs[s.key[0]] += s.cost_per_day or 0.0
+            judging = s.judge_cost_per_day  # the judge's calls spend the judge target's share
+            if (s.judge is not None and s.judge.price is not None and judging is not None
+                    and s.judge.price.currency == self.budget_currency):
+                costs[s.judge.judge.target] += judging
         return dict(costs)
 
     def by_family(self, extra: bool = False) -> dict[Family, Count]:
@@ -424,11 +427,14 @@ class Plan:
                 "output_tokens_per_day": s.output_tokens_per_day,
                 "input_tokens_per_day": s.input_tokens_per_day, "reasons": s.reasons,
                 "currency": s.price.currency if s.price else None,
-                "price": s.price.to_json() if s.price else "unknown",
+                "price": s.price.to_json() if s.price else
+                "gateway_at_run_time" if self.priced_at_run_time(s) else "unknown",
+                "price_refused": s.refused_price.to_json() if s.refused_price else None,
                 "cost_per_day": s.cost_per_day,
                 "prometheus_series": {**s.series.to_json(), "later": s.extra.to_json()},
                 "identity": s.identity.to_json() if s.identity else None,
                 "judge": s.judge.to_json(s.probes_per_day) if s.judge else None,
+                "workload": dict(s.workload),
             } for s in self.series],
             "totals": {
                 "series": len(self.series), "probes_per_day": self.total("probes_per_day"),
@@ -453,7 +459,9 @@ class Plan:
                                         if d.target == target), None)}
                           for target, how in self.discovering],
             "budget": None if self.budget_limit is None else {
-                "max_cost_per_day": self.budget_limit, "currency": self.budget_currency},
+                "max_cost_per_day": self.budget_limit, "currency": self.budget_currency,
+                "shares": dict(self.budget_shares),
+                "cost_per_day_by_target": self.target_costs()},
             "warnings": [{"kind": w.kind.value, "message": w.message} for w in self.warnings],
         }
 
@@ -463,19 +471,24 @@ def make_plan(config: Config, *, series_warning: int = SERIES_WARNING,
     """The plan of a loaded config (`discovered`: what `check --discover` found)."""
     shapes = config.global_.shapes
     specs = {spec.key: spec for spec in served_families(config)}
-    prompts: dict[int, int] = {}  # by probe object: thousands of series share a few probes
+    # By probe object and size: thousands of series share a few probes.
+    prompts: dict[tuple[int, int | None], int] = {}
     for s in config.series:
-        if id(s.probe) not in prompts:
-            prompts[id(s.probe)] = input_tokens(s.probe)
+        size = s.workload.input_tokens
+        if (id(s.probe), size) not in prompts:
+            prompts[(id(s.probe), size)] = input_tokens(s.probe, size)
     series = tuple(dataclasses.replace(plan, judge=judge_plan(config, s, plan.max_tokens))
                    for s in config.series
-                   for plan in (plan_series(s, specs, shapes, prompts[id(s.probe)]),))
+                   for plan in (plan_series(s, specs, shapes,
+                                            prompts[(id(s.probe), s.workload.input_tokens)]),))
     budget = config.global_.budget
     draft = Plan(series, shapes, specs, config.global_.native_histograms.classic,
                  own_series(config), budget.max_cost_per_day if budget else None,
                  budget.currency if budget else None, (),
                  discovering=tuple((t.name, _how(t)) for t in config.discovering),
-                 discovered=tuple(discovered))
+                 discovered=tuple(discovered),
+                 budget_shares=budget.amounts(t.name for t in config.targets) if budget
+                 else {})
     advice = [PlanWarning(WarningKind.REASONING, str(a)) for a in reasoning_advice(config.series)]
     return dataclasses.replace(draft, warnings=(*_warnings(draft, series_warning), *advice,
                                                 *_discovery_warnings(draft.discovered)))
@@ -490,15 +503,16 @@ def _how(target: Target) -> str:
 
 def _discovery_warnings(found: Iterable[Discovered]) -> Iterable[PlanWarning]:
     for seen in found:
-        if seen.error:
+        c = seen.counts
+        if seen.error or c is None:
             yield PlanWarning(WarningKind.DISCOVERY, f"{seen.target}: no model list: "
                                                      f"{seen.error}")
-        elif seen.trimmed or (seen.listed or 0) > DISCOVERY_WARNING:
+        elif c.trimmed or c.listed > DISCOVERY_WARNING:
             yield PlanWarning(WarningKind.DISCOVERY, (
-                f"{seen.target}: the gateway lists {seen.listed:,} models; {seen.trimmed:,} "
+                f"{seen.target}: the gateway lists {c.listed:,} models; {c.trimmed:,} "
                 "that match are left out by discover.max_models or global.max_series: "
-                "narrow discover.include / exclude") if seen.trimmed else (
-                f"{seen.target}: the gateway lists {seen.listed:,} models: narrow "
+                "narrow discover.include / exclude") if c.trimmed else (
+                f"{seen.target}: the gateway lists {c.listed:,} models: narrow "
                 "discover.include / exclude"))
 
 
@@ -514,12 +528,21 @@ def _warnings(plan: Plan, series_warning: int) -> Iterable[PlanWarning]:
                            f"cost ceiling {ceiling:.2f} {currency}/day exceeds global.budget "
                            f"({plan.budget_limit:g} {currency}/day): at the ceiling, probing "
                            f"stops for the day after about {hours:.1f} h (UTC)")
+        for target, cost in sorted(plan.target_costs().items()):
+            share = plan.budget_shares.get(target)
+            if share is not None and cost > share and len(plan.budget_shares) > 1:
+                yield PlanWarning(WarningKind.COST_OVER_SHARE,
+                                  f"{target}: cost ceiling {cost:.2f} {currency}/day exceeds its "
+                                  f"share of global.budget ({share:.2f} {currency}/day): at the "
+                                  f"ceiling its probes stop for the day after about "
+                                  f"{24 * share / cost:.1f} h (UTC); set global.budget.shares")
         for other, cost in sorted(costs.items()):
             if other != currency:
                 yield PlanWarning(WarningKind.OTHER_CURRENCY,
                                f"{cost:.2f} {other}/day is priced in {other}: the budget "
                                f"({currency}) does not count it")
-        unpriced = [s for s in plan.series if s.price is None]
+        unpriced = [s for s in plan.series
+                    if s.price is None and not plan.priced_at_run_time(s)]
         if unpriced:
             yield PlanWarning(WarningKind.UNPRICED,
                            f"{len(unpriced)} of {len(plan.series)} series have no price "
@@ -532,6 +555,21 @@ def _warnings(plan: Plan, series_warning: int) -> Iterable[PlanWarning]:
                            + (f" (and {len(judges) - 1} more)" if len(judges) > 1 else "")
                            + " has no price (targets[].prices): the budget cannot count the "
                            "judge's calls")
+    refused = {s.key[:2]: s.refused_price for s in plan.series if s.refused_price is not None}
+    if refused:
+        yield PlanWarning(WarningKind.PRICE_REFUSED,
+                          f"{len(refused)} models' prices refused by a sanity bound (see the "
+                          "Prices table): their cost is counted at the next source's price, "
+                          "or not at all")
+    for s in plan.series:
+        if s.workload and s.input_tokens_per_day >= WORKLOAD_WARNING:
+            daily = s.cost_per_day
+            money = "" if daily is None or s.price is None else (
+                f", ≤ {daily:.2f} {s.price.currency}/day")
+            yield PlanWarning(WarningKind.WORKLOAD,
+                              f"{'/'.join(s.key)} sends about "
+                              f"{s.input_tokens_per_day / 1e6:.1f}M input tokens/day{money}: "
+                              "a long generated prompt is expensive at this interval")
     if plan.series_in_force > series_warning:
         kind = "classic" if plan.classic else "native"
         yield PlanWarning(WarningKind.SERIES_OVER_LIMIT,

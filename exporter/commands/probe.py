@@ -17,7 +17,13 @@ from rich.table import Table
 
 from exporter import __version__
 from exporter.commands.cells import ESTIMATED, cell, estimated, fmt_cost, fmt_ms, make_console
-from exporter.commands.selection import Selection, probing, select_series
+from exporter.commands.selection import (
+    Selection,
+    discover_selected,
+    probing,
+    select_series,
+    warn_undiscovered,
+)
 from exporter.config import Config, Series
 from exporter.judge.engine import Grading, Judge, without_long_answer
 from exporter.judge.prompt import MAX_GRADED
@@ -236,8 +242,10 @@ def results_document(results: Sequence[ProbeResult], series: Sequence[Series],
 async def run_probe_command(config: Config, selection: Selection, *, as_json: bool,
                             repeat: int = 1) -> int:
     """The `probe` command: exit 0 only if every selected probe succeeded."""
+    config, listing = await discover_selected(config, selection)
+    warn_undiscovered(listing)
     try:
-        series = select_series(config, selection)
+        series = select_series(config, selection, listing)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

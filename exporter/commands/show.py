@@ -33,8 +33,11 @@ def show_requests(config: Config, series: Sequence[Series]) -> str:
                 item, embedding_input(item.probe, nonce), key)
         else:
             case = item.probe.rotation[0] if item.probe.rotation else None
+            size = item.workload.input_tokens
+            context = None if size is None else f"<generated context: about {size} tokens>"
             request = protocol_for(item.target.api).build_request(
-                item, make_prompt(item.probe, case, nonce), key)
+                item, make_prompt(item.probe, case, nonce, context,
+                                  cache_marker=item.workload.cache is not None), key)
         headers = "\n".join(
             f"{name}: {REDACTED if name.lower() in AUTH_HEADERS else value}"
             for name, value in request.headers.items())

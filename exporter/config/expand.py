@@ -4,10 +4,14 @@ each model's price and capabilities.
 The same function makes the series of a config as loaded (the models `models:` lists) and again
 whenever discovery brings a new list (`expand`), so a discovered model's series are built, and
 removed, exactly like a configured one's. A model's probes are its entry's `probes:`, else the
-target's, less those the gateway says the model cannot serve (an embedding model gets no chat
-probe, a model without function calling no tool probe) — what the config names explicitly is
-never second-guessed. Its price is the config's `prices:`, else the gateway's model info, else
-the price library's, else unknown (`providers.prices`).
+target's; a discovered model's less those the gateway says it cannot serve (an embedding model
+gets no chat probe, a model without function calling no tool probe). What the config names is
+never second-guessed: a configured model keeps every series, and a probe the gateway says it
+cannot serve is skipped at run time, counted and warned about (`Series.claimed_unsupported`).
+Its price is the config's `prices:`, else the gateway's model info, else the price library's,
+else unknown (`providers.prices`); the library is asked only for the models kept, and a
+gateway's or library price beyond its sanity bounds is refused and the next source used
+(`providers.price_bounds`).
 
 Discovered models come after the configured ones, in name order, each with all its series or
 none, until `discover.max_models` or `global.max_series` is reached (the rest is counted in
@@ -16,16 +20,17 @@ none, until `discover.max_models` or `global.max_series` is reached (the rest is
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 
 from exporter.config.errors import ConfigError, ConfigProblem, format_location
-from exporter.config.model import Config, Objectives, Series, Target
+from exporter.config.model import Config, Objectives, Series, SeriesKey, Target
+from exporter.config.patterns import choose
 from exporter.config.probe import ProbeConfig, ProbeKind, SloConfig
 from exporter.config.schema import GlobalConfig
 from exporter.config.shard import in_shard, parse_shard
 from exporter.config.types import MAX_BUCKETS
+from exporter.config.workload import workloads
 from exporter.exposition.families import (
     BY_KEY,
     OBJECTIVE_FAMILY,
@@ -35,6 +40,7 @@ from exporter.exposition.families import (
     bucket_families,
 )
 from exporter.providers.gateway import Catalog, GatewayModel
+from exporter.providers.price_bounds import RefusedPrice, refusal
 from exporter.providers.prices import ModelPrice, PriceSource, library_price
 
 Catalogs = Mapping[str, Catalog]  # by target name: the last good list of each discovering target
@@ -84,55 +90,90 @@ def bucket_edges(overrides: Mapping[Family, Sequence[float]],
     return {family: tuple(sorted(values)) for family, values in edges.items()}
 
 
-def price_of(target: Target, model: str, info: GatewayModel | None) -> ModelPrice | None:
-    """A model's price: the config's, the gateway's, the library's, or None (unknown)."""
+def price_of(target: Target, model: str,
+             info: GatewayModel | None) -> tuple[ModelPrice | None, RefusedPrice | None]:
+    """A model's price — the config's, the gateway's, the library's, or None (unknown) — and
+    the first price refused on the way (`providers.price_bounds`: a gateway's or library price
+    beyond its bounds gives way to the next source)."""
     configured = target.prices.get(model)
     if configured is not None:
         return ModelPrice(configured.input, configured.output, configured.cached_input,
                           configured.currency, PriceSource.CONFIG,
-                          f"targets[{target.name}].prices")
+                          f"targets[{target.name}].prices",
+                          cache_write=configured.cache_write), None
+    library = library_price(model, target.base_url, target.api, target.model_family.get(model))
+    refused = None
     if info is not None and info.price is not None:
-        return info.price
-    return library_price(model, target.base_url, target.api, target.model_family.get(model))
+        refused = refusal(info.price, library)
+        if refused is None:
+            return info.price, None
+    if library is not None:
+        wrong = refusal(library)
+        if wrong is None:
+            return library, refused
+        refused = refused or wrong
+    return None, refused
 
 
 def probes_of(target: Target, model: str, info: GatewayModel | None,
-              probes: Mapping[str, ProbeConfig]) -> tuple[str, ...]:
+              probes: Mapping[str, ProbeConfig], found: bool = False) -> tuple[str, ...]:
     """The probes that run on a model: its entry's, else the target's that the gateway does
-    not say the model cannot serve."""
+    not say the model cannot serve. A discovered model (`found`) also passes each probe's
+    `discover.probes` filter, and gets an embedding probe only when the gateway says it embeds
+    or that filter names it: a gateway that states no mode (LiteLLM outside its cost map) says
+    nothing either way, and most routes chat."""
     named = target.model_probes.get(model)
     if named is not None:
         return named
     if info is None:
         return target.probes
-    return tuple(name for name in target.probes
-                 if info.serves(probes[name].features, probes[name].kind is ProbeKind.EMBEDDING))
+    filters = target.discover.probes if found and target.discover is not None else {}
+    chosen = []
+    for name in target.probes:
+        embedding = probes[name].kind is ProbeKind.EMBEDDING
+        rule = filters.get(name)
+        if rule is not None and not rule.admits(model):
+            continue
+        if found and embedding and info.mode is None and rule is None:
+            continue
+        if info.serves(probes[name].features, embedding):
+            chosen.append(name)
+    return tuple(chosen)
+
+
+def interval_of(target: Target, model: str, probe: ProbeConfig) -> float:
+    """A series' cadence, most specific first: the `models:` entry's, the probe's, the
+    target's (which is global.interval unless the target sets one)."""
+    return target.model_interval.get(model) or probe.interval or target.interval
 
 
 def discovered(target: Target, catalog: Catalog | None) -> list[GatewayModel]:
     """The listed models discovery adds to a target (not in `models:`), filtered by
-    `discover.include` / `exclude`, in name order."""
+    `discover.include` / `exclude` (time-bounded: `config.patterns`), in name order."""
     rules = target.discover
     if rules is None or catalog is None:
         return []
-    include = [re.compile(p) for p in rules.include]
-    exclude = [re.compile(p) for p in rules.exclude]
-    chosen = [m for m in sorted(catalog.models, key=lambda m: m.name)
-              if m.name not in target.model_probes and m.name not in target.models
-              and (not include or any(p.search(m.name) for p in include))
-              and not any(p.search(m.name) for p in exclude)]
-    return chosen
+    listed = [m for m in sorted(catalog.models, key=lambda m: m.name)
+              if m.name not in target.model_probes and m.name not in target.models]
+    kept = set(choose(rules.include, rules.exclude, (m.name for m in listed)).names)
+    return [m for m in listed if m.name in kept]
 
 
 def _series_of(global_: GlobalConfig, probes: Mapping[str, ProbeConfig], target: Target,
-               model: str, info: GatewayModel | None, found: bool) -> list[Series]:
-    price = price_of(target, model, info)
+               model: str, info: GatewayModel | None, found: bool,
+               names: tuple[str, ...] | None = None) -> list[Series]:
+    price, refused = price_of(target, model, info)
+    if names is None:
+        names = probes_of(target, model, info, probes)
     return [Series(target=target, model=model, probe_name=p, probe=probes[p],
-                   interval=target.interval, timeout=target.timeout, jitter=target.jitter,
+                   interval=interval_of(target, model, probes[p]), timeout=target.timeout,
+                   jitter=target.jitter,
                    slo=objectives(global_.slo, target.slo, probes[p].slo,
                                   target.model_slo.get(model)),
-                   price=price, gateway=info, discovered=found)
-            for p in probes_of(target, model, info, probes)]
+                   price=price, refused_price=refused, gateway=info, discovered=found,
+                   workload=workload)
+            for p in names
+            for workload in workloads(probes[p].input_tokens, probes[p].cache)]
 
 
 def plan_series(global_: GlobalConfig, probes: Mapping[str, ProbeConfig],
@@ -144,7 +185,10 @@ def plan_series(global_: GlobalConfig, probes: Mapping[str, ProbeConfig],
         catalog = catalogs.get(target.name)
         for model in target.models:
             info = catalog.by_name.get(model) if catalog is not None else None
-            configured += _series_of(global_, probes, target, model, info, False)
+            # Never second-guessed: a gateway's claim skips a probe at run time (counted,
+            # warned), it never removes a series the user configured.
+            configured += _series_of(global_, probes, target, model, info, False,
+                                     probes_of(target, model, None, probes))
     room = global_.max_series - len(configured)
     extra: list[Series] = []
     trimmed: dict[str, int] = {}
@@ -153,16 +197,32 @@ def plan_series(global_: GlobalConfig, probes: Mapping[str, ProbeConfig],
             continue
         kept = 0
         for info in discovered(target, catalogs.get(target.name)):
-            series = _series_of(global_, probes, target, info.name, info, True)
-            if not series:
+            names = probes_of(target, info.name, info, probes, True)
+            if not names:
                 continue  # the gateway says no probe of ours fits it (e.g. an image model)
-            if kept >= target.discover.max_models or len(series) > room:
+            if kept >= target.discover.max_models or len(names) > room:
+                # Trimmed before its price is looked up: a long list costs no library lookups.
                 trimmed[target.name] = trimmed.get(target.name, 0) + 1
                 continue
+            series = _series_of(global_, probes, target, info.name, info, True, names)
             room -= len(series)
             kept += 1
             extra += series
     return (*configured, *extra), trimmed
+
+
+def check_unique(series: Sequence[Series]) -> None:
+    """No two series share a name: a probe named like another's size (`long@8000` next to
+    `long` with `input_tokens: [8000]`) is refused."""
+    seen: set[SeriesKey] = set()
+    for item in series:
+        if item.key in seen:
+            loc = ("probes", item.key[2])
+            raise ConfigError("invalid config", [ConfigProblem(
+                format_location(loc), f"series {'/'.join(item.key)} is made twice: a "
+                "workload-shaped probe names its series <probe>@<input_tokens>; rename the "
+                "probe", path=loc)])
+        seen.add(item.key)
 
 
 def check_references(series: Sequence[Series]) -> None:

@@ -15,7 +15,7 @@ from exporter.config.types import StrictModel
 
 # Like the paper's (Gao et al., ICLR 2025): a paragraph to continue, in several languages, so
 # that an answer depends on the weights more than on an instruction-following template. Ten
-# prompts: a window of 200 answers gives 20 per prompt (the benchmark's prompts table).
+# prompts: a window of 100 answers gives 10 per prompt (the benchmark's prompts table).
 _CONTINUE = ("Continue the paragraph. Do not output anything except the continuation of the "
              "paragraph. Start the continuation immediately.\n")
 DEFAULT_PROMPTS: tuple[str, ...] = tuple(_CONTINUE + text for text in (
@@ -36,8 +36,11 @@ IDENTITY_DEFAULTS = {  # keys an identity probe sends differently from a chat pr
     "temperature": 1.0,  # sampled as the model samples; 0 would test one answer per prompt
     "nonce": False,  # the prompts are sent as they are: a nonce would change them
 }
-BASELINE = 400  # answers in the reference sample
-SAMPLES = 200  # answers per test window
+# At the default 1-minute interval: a reference in 3.3 hours, a window every 1.7 hours, so a
+# change can page (two different windows in a row) 3.3 hours after it begins. Larger samples
+# see thinner shifts and wait longer (benchmarks/README.md#identity-test-calibration).
+BASELINE = 200  # answers in the reference sample
+SAMPLES = 100  # answers per test window
 ALPHA = 0.01  # a window is "different" when its p-value is at most this
 MAX_SAMPLES = 2000  # reference or window: bounds the state file and a test's time
 MAX_PROMPTS = 100

@@ -88,3 +88,17 @@ class Scrubber:
         """`exc` with every problem scrubbed."""
         return ConfigError(self(exc.message), [
             replace(p, location=self(p.location), error=self(p.error)) for p in exc.details])
+
+
+def unset_variables(node: Any, env: Mapping[str, str], loc: Loc = ()) -> Iterable[tuple[Loc, str]]:
+    """Every `${VAR}` without a default that `env` does not set: (where, name)."""
+    if isinstance(node, str):
+        for match in _VAR.finditer(node):
+            if match.group(2) is None and match.group(1) not in env:
+                yield loc, match.group(1)
+    elif isinstance(node, dict):
+        for key, value in node.items():
+            yield from unset_variables(value, env, (*loc, str(key)))
+    elif isinstance(node, list):
+        for index, value in enumerate(node):
+            yield from unset_variables(value, env, (*loc, index))

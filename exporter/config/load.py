@@ -26,12 +26,20 @@ from pydantic import (
     ValidationError,
 )
 
-from exporter.apis import Api
+from exporter.config.cadence import check_cadence
+from exporter.config.checks import Loc, check_shares, check_target
+from exporter.config.checks import problem as _problem
 from exporter.config.errors import ConfigError, ConfigProblem, format_location
-from exporter.config.expand import bucket_edges, check_references, plan_series, shard_series
+from exporter.config.expand import (
+    bucket_edges,
+    check_references,
+    check_unique,
+    plan_series,
+    shard_series,
+)
 from exporter.config.interpolate import Scrubber, Substitution, interpolate
 from exporter.config.judge import judge_problems
-from exporter.config.model import Config, KeyKind, KeySource, Target
+from exporter.config.model import Config, KeyKind, KeySource, Series, Target
 from exporter.config.network import (
     AWS_EXTRA_MISSING,
     MAX_TLS_FILE_BYTES,
@@ -42,35 +50,27 @@ from exporter.config.network import (
     build_tls,
     resolve_proxy,
 )
-from exporter.config.probe import ProbeConfig
-from exporter.config.rules_check import reasoning_problems
+from exporter.config.probe import ProbeConfig, ProbeKind
 from exporter.config.schema import (
     CONTROL,
-    MIN_REFRESH,
     GlobalConfig,
     SimulatorConfig,
     TargetConfig,
 )
 from exporter.config.secrets import document_secrets
 from exporter.config.shard import parse_shard
+from exporter.config.simkey import points_at, process_key
 from exporter.config.types import (
     MAX_PROBE_NAME,
-    MIN_INTERVAL,
     Secret,
-    format_duration,
-    parse_duration,
 )
 from exporter.config.urls import split_query
 from exporter.files import FileRefused, YAMLDocument, parse_yaml, read_limited
 from exporter.log import REDACTOR, Redactor
-from exporter.state import default_state_dir
+from exporter.state import NO_DEFAULT, default_state_dir
 
 # ---------------------------------------------------------------------------------------------
 # Loading
-
-# API styles whose servers list models at GET {base_url}/models (OpenAI's shape; Anthropic's).
-DISCOVERABLE = (Api.OPENAI_CHAT, Api.OPENAI_COMPLETIONS, Api.OPENAI_RESPONSES,
-                Api.ANTHROPIC_MESSAGES)
 
 MAX_CONFIG_BYTES = 4 * 1024 * 1024
 MAX_KEY_BYTES = 64 * 1024
@@ -78,16 +78,11 @@ MAX_IMAGE_BYTES = 20 * 1024 * 1024  # what OpenAI and Anthropic accept per image
 _IMAGE_SUFFIXES = frozenset({".png", ".jpg", ".jpeg", ".gif", ".webp"})
 SECTIONS = ("global", "simulator", "probes", "targets")
 _KEY_CHARACTERS = re.compile(r"^[\x21-\x7e]+$")  # what an HTTP header carries safely
-Loc = tuple[int | str, ...]
 # pydantic's words for YAML users (a "tuple" or "instance of TargetConfig" means nothing there).
 _PLAIN_MESSAGES = {"extra_forbidden": "unknown key", "model_type": "expected a mapping",
                    "dict_type": "expected a mapping", "tuple_type": "expected a list",
                    "list_type": "expected a list"}
 _Model = TypeVar("_Model", bound=BaseModel)
-
-
-def _problem(loc: Loc, error: str) -> ConfigProblem:
-    return ConfigProblem(format_location(loc), error, path=loc)
 
 
 def validate_section(model: type[_Model], value: Any, loc: Loc,
@@ -287,11 +282,7 @@ def _build(data: dict[str, Any], env: Mapping[str, str], base_dir: Path, source:
                for index, value in enumerate(raw_targets)]
 
     # Cross-field checks, on the sections as written, so they run even where validation failed.
-    raw_global = data.get("global")
-    if not isinstance(raw_global, dict):
-        raw_global = {}
-    interval_floor = 0.0 if raw_global.get("allow_short_intervals") is True else MIN_INTERVAL
-    _check_interval(raw_global, ("global",), interval_floor, problems)
+    problems += check_cadence(data)
     names: dict[str, int] = {}
     keys: list[tuple[Secret | None, KeySource]] = []
     paths: list[tuple[Proxy | None, TLS] | None] = []
@@ -312,16 +303,29 @@ def _build(data: dict[str, Any], env: Mapping[str, str], base_dir: Path, source:
                 problems.append(_problem(
                     ("targets", index, "probes", j),
                     f"unknown probe {probe_name!r} (defined: {', '.join(probes)})"))
-        _check_interval(raw, ("targets", index), interval_floor, problems)
-        _check_refresh(raw, ("targets", index), interval_floor > 0, problems)
         keys.append(_resolve_key(raw, index, env, base_dir, problems, reads))
         if target is not None:
-            _check_target(target, index, probes, problems)
+            check_target(target, index, probes, problems)
             paths.append(_resolve_network(target, index, env, base_dir, problems, reads))
         else:
             paths.append(None)
     problems += [_problem(loc, error) for loc, error in judge_problems(
         global_.judge if global_ is not None else None, probes, targets)]
+    if global_ is not None and global_.budget is not None:
+        check_shares(global_.budget, names, problems)
+    if simulator is not None and not simulator.api_key:
+        # Never an open simulator: another local user could drive the endpoint we measure. Its
+        # key is the one its targets name, else one generated for this process.
+        named = {key.reveal() for target, (key, _) in zip(targets, keys, strict=True)
+                 if target is not None and key is not None
+                 and points_at(target.base_url, simulator.listen)}
+        if len(named) > 1:
+            problems.append(_problem(("simulator", "api_key"), "targets point at the simulator "
+                                     "with different keys: set simulator.api_key (the one key "
+                                     "it accepts), or give those targets the same key"))
+        else:
+            simulator = simulator.model_copy(
+                update={"api_key": named.pop() if named else process_key()})
     if problems or global_ is None:
         raise ConfigError("invalid config", problems)
 
@@ -330,6 +334,10 @@ def _build(data: dict[str, Any], env: Mapping[str, str], base_dir: Path, source:
     for target, (key, key_source), path in zip(targets, keys, paths, strict=True):
         assert target is not None and path is not None  # or a problem was reported
         proxy, tls = path
+        if (simulator is not None and simulator.api_key and key is None
+                and key_source.kind is KeyKind.NONE and target.aws_sigv4 is None
+                and points_at(target.base_url, simulator.listen)):
+            key, key_source = Secret(simulator.api_key), KeySource(KeyKind.SIMULATOR)
         if target.aws_sigv4 is not None:
             key_source = KeySource(KeyKind.AWS_SIGV4, target.aws_sigv4.region + (
                 f" (profile {target.aws_sigv4.profile})" if target.aws_sigv4.profile else ""))
@@ -350,9 +358,11 @@ def _build(data: dict[str, Any], env: Mapping[str, str], base_dir: Path, source:
             proxy=proxy, tls=tls, aws_sigv4=target.aws_sigv4,
             params=dict(target.params), model_family=target.families,
             model_probes={e.name: e.probes for e in target.entries if e.probes},
+            model_interval={e.name: e.interval for e in target.entries if e.interval},
             discover=target.discover, slo=target.slo, model_slo=dict(target.model_slo),
         ))
     series, _ = plan_series(global_, resolved_probes, built, {})
+    check_unique(series)
     check_references(series)
     if len(series) > global_.max_series:
         raise ConfigError("invalid config", [ConfigProblem(
@@ -371,6 +381,8 @@ def _build(data: dict[str, Any], env: Mapping[str, str], base_dir: Path, source:
                 update={"max_cost_per_day": budget.max_cost_per_day / count})})
     state_dir = (base_dir / global_.state_dir if global_.state_dir is not None
                  else default_state_dir(source) if source is not None else None)
+    if state_dir is None and source is not None and _needs_state(global_, series):
+        raise ConfigError("invalid config", [_problem(("global", "state_dir"), NO_DEFAULT)])
     return Config(global_=global_, simulator=simulator, probes=resolved_probes,
                   targets=tuple(built), series=series, buckets=buckets, source=source,
                   state_dir=state_dir,
@@ -379,90 +391,12 @@ def _build(data: dict[str, Any], env: Mapping[str, str], base_dir: Path, source:
                                                            if s.secret)), shard=shard)
 
 
-def _check_interval(section: Mapping[str, Any], loc: Loc, floor: float,
-                    problems: list[ConfigProblem]) -> None:
-    """An interval under MIN_INTERVAL without the opt-in (invalid ones are reported elsewhere)."""
-    try:
-        seconds = parse_duration(section.get("interval", MIN_INTERVAL))
-    except ValueError:
-        return
-    if 0 < seconds < floor:
-        problems.append(_problem((*loc, "interval"), f"{format_duration(seconds)} is shorter "
-                                 f"than {format_duration(MIN_INTERVAL)} (a typo for minutes?); "
-                                 "set global.allow_short_intervals: true if you mean it"))
-
-
-def _check_refresh(section: Mapping[str, Any], loc: Loc, enforce: bool,
-                   problems: list[ConfigProblem]) -> None:
-    """A discovery refresh under MIN_REFRESH without `global.allow_short_intervals`."""
-    discover = section.get("discover")
-    if not enforce or not isinstance(discover, dict) or "refresh" not in discover:
-        return
-    try:
-        seconds = parse_duration(discover["refresh"])
-    except ValueError:
-        return
-    if 0 < seconds < MIN_REFRESH:
-        problems.append(_problem((*loc, "discover", "refresh"), f"{format_duration(seconds)} "
-                                 f"is shorter than {format_duration(MIN_REFRESH)}: every refresh "
-                                 "lists the gateway's models; set "
-                                 "global.allow_short_intervals: true if you mean it"))
-
-
-def _check_target(target: TargetConfig, index: int, probes: Mapping[str, ProbeConfig | None],
-                  problems: list[ConfigProblem]) -> None:
-    """Checks that need the whole (valid) target and the probes."""
-    where: Loc = ("targets", index)
-    for j, probe_name in enumerate(tuple(probes) if target.probes is None else target.probes):
-        probe = probes.get(probe_name)
-        if probe is None:
-            continue
-        loc = (*where, "probes", j) if target.probes else (*where, "api")
-        for feature in sorted(probe.features - target.api.features):
-            able = ", ".join(api.value for api in Api if feature in api.features)
-            problems.append(_problem(loc, f"probe {probe_name!r} uses {feature.value}, which "
-                                          f"{target.api.value} does not have (it works with "
-                                          f"{able})"))
-        if target.api is Api.BEDROCK_CONVERSE and probe.tool_choice == "none":
-            problems.append(_problem(loc, f"probe {probe_name!r} sets `tool_choice: none`, "
-                                          "which bedrock-converse does not have (leave out "
-                                          "`tools` instead)"))
-    for j, entry in enumerate(target.entries):
-        for k, probe_name in enumerate(entry.probes or ()):
-            loc = (*where, "models", j, "probes", k)
-            if probe_name not in probes:
-                if probes:
-                    problems.append(_problem(loc, f"unknown probe {probe_name!r} (defined: "
-                                                  f"{', '.join(probes)})"))
-                continue
-            probe = probes[probe_name]
-            for feature in sorted(probe.features - target.api.features if probe else ()):
-                problems.append(_problem(loc, f"probe {probe_name!r} uses {feature.value}, "
-                                              f"which {target.api.value} does not have"))
-    # With discovery, prices and objectives may name models the gateway will list.
-    if target.discover is None:
-        for model in target.prices:
-            if model not in target.model_names:
-                problems.append(_problem((*where, "prices", model),
-                                         "price for a model this target does not probe"))
-        for model in target.model_slo:
-            if model not in target.model_names:
-                problems.append(_problem((*where, "model_slo", model),
-                                         "objectives for a model this target does not probe"))
-    if target.discover is not None:
-        problems += _discover_problems(target, where)
-    problems += [_problem(loc, message)
-                 for loc, message in reasoning_problems(target, where, probes)]
-
-
-def _discover_problems(target: TargetConfig, where: Loc) -> list[ConfigProblem]:
-    """What keeps a target from discovering its models."""
-    if target.api not in DISCOVERABLE:
-        able = ", ".join(api.value for api in DISCOVERABLE)
-        return [_problem((*where, "discover"), f"{target.api.value} lists no models at "
-                         f"GET {{base_url}}/models in a shape discovery reads ({able} do); "
-                         "list the models (models:)")]
-    return []
+def _needs_state(global_: GlobalConfig, series: Sequence[Series]) -> bool:
+    """Whether the config keeps state in `global.state_dir`: a spend record there (a budget
+    without its own `state_file`) or identity references."""
+    budget = global_.budget
+    return (budget is not None and not budget.state_file) or any(
+        s.probe.kind is ProbeKind.IDENTITY for s in series)
 
 
 def _resolve_network(target: TargetConfig, index: int, env: Mapping[str, str], base: Path,

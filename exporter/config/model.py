@@ -6,7 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, cast
@@ -14,7 +14,7 @@ from typing import Any, cast
 from exporter.apis import Api
 from exporter.config.judge import JudgeConfig
 from exporter.config.network import TLS, Proxy
-from exporter.config.probe import ProbeConfig, SloConfig
+from exporter.config.probe import ProbeConfig, ProbeKind, SloConfig
 from exporter.config.reasoning import Effort, merge_patches
 from exporter.config.schema import (
     AwsSigV4Config,
@@ -32,9 +32,11 @@ from exporter.config.secrets import (
     url_secrets,
 )
 from exporter.config.types import Secret
+from exporter.config.workload import CacheRole, Workload
 from exporter.exposition.families import Family, Objective, RatioObjective
 from exporter.log import REDACTED, Redactor
 from exporter.providers.gateway import GatewayModel
+from exporter.providers.price_bounds import RefusedPrice
 from exporter.providers.prices import ModelPrice
 from exporter.providers.rules import lookup, quiet_default
 
@@ -42,7 +44,9 @@ from exporter.providers.rules import lookup, quiet_default
 # The resolved config
 
 
-SeriesKey = tuple[str, str, str]  # (target, model, probe): one probe series
+# (target, model, probe): one probe series. A workload-shaped probe's series add their size
+# (and cache role) to the probe's name: `long@8000`, `cached@4000/warm` (Workload.suffix).
+SeriesKey = tuple[str, str, str]
 
 
 class KeyKind(StrEnum):
@@ -52,6 +56,7 @@ class KeyKind(StrEnum):
     FILE = "file"            # api_key_file: a path (re-read when it changes)
     LITERAL = "literal"      # api_key: written in the config (or put there by ${VAR})
     NONE = "none"            # no key is sent
+    SIMULATOR = "simulator"  # the embedded simulator's (simulator.api_key, or generated)
     AWS_SIGV4 = "aws_sigv4"  # requests are signed: the AWS credential chain
 
 
@@ -115,6 +120,8 @@ class Target:
     model_family: Mapping[str, str] = field(default_factory=dict)  # model → hosted family
     # Probes of one model (`models: [{name, probes}]`); others run the target's `probes`.
     model_probes: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    # A model's own cadence (`models: [{name, interval}]`): wins over the probe's and ours.
+    model_interval: Mapping[str, float] = field(default_factory=dict)
     discover: DiscoverConfig | None = None  # probe what the gateway lists
     slo: SloConfig = field(default_factory=SloConfig)
     model_slo: Mapping[str, SloConfig] = field(default_factory=dict)
@@ -154,13 +161,35 @@ class Series:
     jitter: float
     slo: Objectives = field(default_factory=Objectives)
     price: ModelPrice | None = None  # None: unknown, no cost is counted
+    refused_price: RefusedPrice | None = None  # a gateway's or library price out of bounds
     gateway: GatewayModel | None = None  # what the gateway says of the model (discovery)
     discovered: bool = False  # listed by the gateway, not by `models:`
+    workload: Workload = field(default_factory=Workload)  # input size, cache role
 
     @property
     def key(self) -> SeriesKey:
-        """The (target, model, probe) label values."""
-        return (self.target.name, self.model, self.probe_name)
+        """The (target, model, probe) names of the series (a workload's size and cache
+        role added to the probe's name)."""
+        return (self.target.name, self.model, self.probe_name + self.workload.suffix())
+
+    def sibling(self, role: CacheRole) -> Series:
+        """The series of this cache pair (and size) with the other role."""
+        return replace(self, workload=replace(self.workload, cache=role))
+
+    @property
+    def labels(self) -> tuple[tuple[str, str], ...]:
+        """The series' probe labels: target, model, probe, then `input_tokens` and `cache`
+        where its probe is workload-shaped."""
+        return (("target", self.target.name), ("model", self.model),
+                ("probe", self.probe_name), *self.workload.labels())
+
+    @property
+    def claimed_unsupported(self) -> bool:
+        """Whether the gateway says this model cannot serve the probe (its `mode`, its
+        capabilities): a configured model's series stays, its probe is skipped
+        (`llm_probe_skipped_total{reason="unsupported"}`); a discovered one gets no series."""
+        return self.gateway is not None and not self.gateway.serves(
+            self.probe.features, self.probe.kind is ProbeKind.EMBEDDING)
 
     @property
     def family_name(self) -> str:

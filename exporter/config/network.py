@@ -29,8 +29,8 @@ from exporter.config.types import Secret
 from exporter.files import FileRefused, read_limited
 
 MAX_TLS_FILE_BYTES = 1024 * 1024  # a CA bundle with every public root is ~250 KB
-AWS_EXTRA_MISSING = ("aws_sigv4 needs botocore, which is not installed: "
-                     "pip install 'llm-probe-exporter[aws]'")
+AWS_EXTRA_MISSING = ("aws_sigv4 needs botocore, which is not installed: pip install "
+                     "'botocore>=1.31' (the `aws` extra: '.[aws]' from a checkout)")
 
 
 def aws_extra_installed() -> bool:

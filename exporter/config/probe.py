@@ -29,6 +29,7 @@ from exporter.config.identity import (
 from exporter.config.judge import MAX_REFERENCE, CaseId, JudgeConfig
 from exporter.config.reasoning import Params, ReasoningConfig
 from exporter.config.types import PositiveDuration, Ratio, StrictModel
+from exporter.config.workload import CacheMode, InputSizes
 
 
 class SloConfig(StrictModel):
@@ -219,6 +220,9 @@ class ProbeConfig(StrictModel):
     cases: tuple[Case, ...] = ()
     judge: JudgeConfig | None = None  # grades the cases' references (default: global.judge)
     slo: SloConfig = Field(default_factory=SloConfig)
+    # Its own cadence on every target (a `models:` entry's `interval` still wins); None: the
+    # target's, else global.interval.
+    interval: PositiveDuration | None = None
     # kind: identity (exporter/config/identity.py)
     prompts: tuple[IdentityPrompt, ...] | None = Field(default=None, min_length=1,
                                                        max_length=MAX_PROMPTS)
@@ -226,6 +230,10 @@ class ProbeConfig(StrictModel):
     samples: int | None = Field(default=None, ge=2, le=MAX_SAMPLES)
     alpha: float | None = Field(default=None, gt=0.0, le=0.2)
     reference: IdentityReference | None = None
+    # Workload-shaped probes (exporter/config/workload.py): a generated prompt of about N input
+    # tokens, one series per size; a cold and a warm request with one prefix.
+    input_tokens: InputSizes | None = None
+    cache: CacheMode = CacheMode.OFF
 
     @model_validator(mode="before")
     @classmethod
@@ -238,6 +246,10 @@ class ProbeConfig(StrictModel):
 
     @model_validator(mode="after")
     def _prompt_or_messages(self) -> ProbeConfig:
+        if self.kind is not ProbeKind.CHAT and (self.input_tokens is not None
+                                               or self.cache is not CacheMode.OFF):
+            raise ValueError("`input_tokens` and `cache` shape a chat probe's prompt; "
+                             f"`kind: {self.kind.value}` takes neither")
         if self.kind is ProbeKind.IDENTITY:
             return self._check_identity()
         stray = [name for name in IDENTITY_ONLY if getattr(self, name) is not None]
@@ -249,6 +261,12 @@ class ProbeConfig(StrictModel):
             raise ValueError("`input` is the text of a `kind: embedding` probe; a chat probe "
                              "sends `prompt`, `messages` or `cases`")
         given = (self.prompt is not None) + (self.messages is not None)
+        if self.input_tokens is not None or self.cache is not CacheMode.OFF:
+            self._check_workload(given)
+            if not given:  # the generated context ends with a default question
+                self._check_tools()
+                self._check_cases()  # a judge needs cases with a reference
+                return self
         if self.cases and given:
             raise ValueError("`cases` bring their own prompts: drop `prompt`/`messages`")
         if not self.cases and given != 1:
@@ -277,6 +295,22 @@ class ProbeConfig(StrictModel):
         """Each case's `case` label value: its `id`, else its index."""
         return tuple(case.id if case.id is not None else str(i)
                      for i, case in enumerate(self.cases))
+    def _check_workload(self, given: int) -> None:
+        if self.cases:
+            raise ValueError("`input_tokens` and `cache` build one prompt per size: they do not "
+                             "rotate `cases`")
+        if given > 1:
+            raise ValueError("set at most one of `prompt` or `messages` (the question after the "
+                             "generated context)")
+        if self.cache is CacheMode.PAIR and self.input_tokens is None:
+            raise ValueError("`cache: pair` needs `input_tokens`: the size of the shared prefix "
+                             "(providers cache from about 1024 tokens)")
+        if self.cache is CacheMode.PAIR and not self.nonce:
+            raise ValueError("`cache: pair` starts each cold request with a fresh nonce: drop "
+                             "`nonce: false`")
+        if not self.nonce:
+            raise ValueError("`input_tokens` prompts start with a nonce so no cache helps: "
+                             "drop `nonce: false`")
 
     def _check_tools(self) -> None:
         names = [tool.name for tool in self.tools]

@@ -5,6 +5,8 @@ The probes and the objectives they share with every level are in config/probe.py
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
+from datetime import date
 from typing import Any, Literal
 
 from pydantic import ConfigDict, Field, field_validator, model_validator
@@ -13,6 +15,7 @@ from yarl import URL
 from exporter.apis import Api
 from exporter.config.address import parse_listen_address
 from exporter.config.judge import JudgeConfig
+from exporter.config.patterns import NameFilter, check_patterns
 from exporter.config.probe import ProbeConfig, SloConfig
 from exporter.config.reasoning import Params
 from exporter.config.shard import parse_shard
@@ -41,6 +44,29 @@ class BudgetConfig(StrictModel):
     # Sharded (`--shard i/n`): max_cost_per_day is the whole fleet's, each shard stops at its
     # n-th; `per_shard: true` makes it every shard's own limit instead.
     per_shard: bool = False
+    # The most a target may spend of the day's limit, as a fraction; the targets not named
+    # share what is left equally (serve/budget.py).
+    shares: dict[str, float] = Field(default_factory=dict)
+
+    def amounts(self, targets: Iterable[str]) -> dict[str, float]:
+        """Each target's share of the day's limit, as an amount: its `shares:` fraction, else
+        an equal part of what the named fractions leave."""
+        names = list(dict.fromkeys(targets))
+        rest = [name for name in names if name not in self.shares]
+        left = max(0.0, 1.0 - sum(self.shares.values()))
+        return {name: self.max_cost_per_day * (self.shares[name] if name in self.shares
+                                               else left / len(rest)) for name in names}
+
+    @field_validator("shares")
+    @classmethod
+    def _check_shares(cls, shares: dict[str, float]) -> dict[str, float]:
+        for name, fraction in shares.items():
+            if not (0 < fraction <= 1):
+                raise ValueError(f"{name}: a share is a fraction of the budget above 0 and at "
+                                 "most 1")
+        if sum(shares.values()) > 1 + 1e-9:
+            raise ValueError(f"the shares add up to {sum(shares.values()):g}; at most 1")
+        return shares
 
     @field_validator("state_file")
     @classmethod
@@ -160,22 +186,33 @@ class GlobalConfig(StrictModel):
         return buckets
 
 
+# The simulator is demo-sized: what one request (its `x-sim-*` headers, its body) or the admin
+# endpoint can make it do is bounded by these, so no client can make it hold gigabytes or hang
+# a connection for days (docs/security.md).
+SIM_MAX_TOKENS = 16_384      # output, reasoning tokens and tokens per chunk of one answer
+SIM_MAX_DELAY = 300.0        # seconds: ttft, tpot, stall
+SIM_MAX_DIMENSIONS = 4_096   # one embedding's size (text-embedding-3-large: 3072)
+SIM_MAX_EMBED_INPUTS = 64    # texts in one embeddings request
+SIM_MAX_CAPACITY = 1_024     # concurrent generations per model
+
+
 class SimulatedModel(StrictModel):
     """Latency profile and faults of one model served by the embedded simulator."""
 
-    ttft: Duration = 0.3
-    tpot: Duration = 0.02
+    ttft: Duration = Field(default=0.3, le=SIM_MAX_DELAY)
+    tpot: Duration = Field(default=0.02, le=SIM_MAX_DELAY)
     jitter: float = Field(default=0.1, ge=0.0, le=1.0)
-    output_tokens: int = Field(default=64, ge=0)
-    tokens_per_chunk: int = Field(default=1, ge=1)
-    reasoning_tokens: int = Field(default=0, ge=0)
+    output_tokens: int = Field(default=64, ge=0, le=SIM_MAX_TOKENS)
+    tokens_per_chunk: int = Field(default=1, ge=1, le=SIM_MAX_TOKENS)
+    reasoning_tokens: int = Field(default=0, ge=0, le=SIM_MAX_TOKENS)
     error_rate: float = Field(default=0.0, ge=0.0, le=1.0)
     error_status: int = Field(default=500, ge=400, le=599)
     stall_rate: float = Field(default=0.0, ge=0.0, le=1.0)
-    stall: Duration = 30.0
+    stall: Duration = Field(default=30.0, le=SIM_MAX_DELAY)
     disconnect_rate: float = Field(default=0.0, ge=0.0, le=1.0)
-    capacity: int | None = Field(default=None, ge=1)
-    dimensions: int = Field(default=1536, ge=1)  # embedding size when a request names none
+    capacity: int | None = Field(default=None, ge=1, le=SIM_MAX_CAPACITY)
+    # embedding size when a request names none
+    dimensions: int = Field(default=1536, ge=1, le=SIM_MAX_DIMENSIONS)
     # What answers report as `model` (default: the requested name) and `system_fingerprint`
     # (a dated snapshot behind an alias; flip it with a reload to show a served-model change).
     served_model: str | None = Field(default=None, min_length=1, max_length=128)
@@ -197,6 +234,15 @@ class SimulatedModel(StrictModel):
     answers: dict[str, str] = Field(default_factory=dict, max_length=256)
     wrong_answer_rate: float = Field(default=0.0, ge=0.0, le=1.0)
     judge: bool = False
+    # Prompt tokens read per second before the first token (0: TTFT does not grow with the
+    # input): a context-length ladder's TTFT grows by prompt / prefill_rate.
+    prefill_rate: float = Field(default=0.0, ge=0.0)
+    # A prefix cache (exporter/simulator/prefixcache.py): repeated prompt prefixes of 1,024
+    # tokens or more are reported as cached (where the API asks, only with a cache marker).
+    prompt_cache: bool = True
+    # When the model retires: the list says so (`expiration_date` in /v1/models, OpenRouter's
+    # field; `deprecation_date` in LiteLLM's /model/info).
+    retires: date | None = None
 
 
 class SimulatedPrice(StrictModel):
@@ -229,6 +275,7 @@ class Price(StrictModel):
     input: float = Field(ge=0)
     output: float = Field(ge=0)
     cached_input: float | None = Field(default=None, ge=0)
+    cache_write: float | None = Field(default=None, ge=0)  # tokens written to a prompt cache
     currency: str = "USD"
 
 
@@ -321,40 +368,36 @@ def check_proxy_url(url: str) -> str:
 
 
 MAX_DISCOVERED = 1000  # models one target may discover at most (discover.max_models)
-MAX_PATTERN = 512  # characters of one include/exclude pattern
+MAX_NEW_PER_DAY = 100_000  # discover.max_new_per_day at most
 MIN_REFRESH = 60.0  # shorter discovery refreshes need global.allow_short_intervals
 
 
 class ModelEntry(StrictModel):
-    """One model of a target: its name, and optionally which probes run on it and the hosted
-    family its request rules follow (`{name, probes, model_family}`; a plain name is
-    `{name}`)."""
+    """One model of a target: its name, and optionally which probes run on it, the hosted
+    family its request rules follow and its cadence (`{name, probes, model_family, interval}`;
+    a plain name is `{name}`)."""
 
     name: str
     probes: tuple[str, ...] | None = Field(default=None, min_length=1)
     model_family: str | None = Field(default=None, min_length=1, max_length=MAX_MODEL_NAME)
+    interval: PositiveDuration | None = None  # every probe of this model; wins over all others
 
 
 class DiscoverConfig(StrictModel):
     """Probe what the gateway lists at `GET {base_url}/models`, filtered by regular
-    expressions (searched anywhere in the name), refreshed every `refresh`."""
+    expressions (searched anywhere in the name), refreshed every `refresh`; `probes` narrows
+    (or, for an embedding probe on a model whose mode the gateway does not state, grants)
+    one probe's discovered models."""
 
     include: tuple[str, ...] = ()  # none: every listed model
     exclude: tuple[str, ...] = ()
     refresh: PositiveDuration = 600.0
     max_models: int = Field(default=100, ge=1, le=MAX_DISCOVERED)
+    # Names admitted after the first good list, per UTC day; the rest wait (refused, counted).
+    max_new_per_day: int = Field(default=100, ge=0, le=MAX_NEW_PER_DAY)
+    probes: dict[str, NameFilter] = Field(default_factory=dict)
 
-    @field_validator("include", "exclude")
-    @classmethod
-    def _check_patterns(cls, patterns: tuple[str, ...]) -> tuple[str, ...]:
-        for pattern in patterns:
-            if not pattern or len(pattern) > MAX_PATTERN:
-                raise ValueError(f"a pattern must be 1 to {MAX_PATTERN} characters")
-            try:
-                re.compile(pattern)
-            except re.error as exc:
-                raise ValueError(f"{pattern!r} is not a regular expression: {exc}") from None
-        return patterns
+    _patterns = field_validator("include", "exclude")(check_patterns)
 
 
 def check_model_name(model: str) -> str:

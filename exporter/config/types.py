@@ -105,7 +105,7 @@ RESERVED_LABELS = frozenset(
     {"target", "model", "probe", "result", "phase", "type", "currency", "kind", "reason",
      "outcome", "objective", "le", "quantile", "job", "instance", "version", "python_version",
      "served_model", "system_fingerprint",
-     "parameter", "window"}
+     "parameter", "window", "input_tokens", "cache"}
 )
 
 

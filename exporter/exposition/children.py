@@ -120,7 +120,9 @@ def at_load(series: Series, shapes: Shapes) -> list[Child]:
     out.append((Family.ESTIMATED_TOKENS, None))
     if series.price is not None:
         out.append((Family.COST, series.price.currency))
-    out += [(Family.SKIPPED, reason) for reason in SkipReason]
+    # `unsupported` only where the gateway claims it (one child fewer on every other series).
+    out += [(Family.SKIPPED, reason) for reason in SkipReason
+            if reason is not SkipReason.UNSUPPORTED or series.claimed_unsupported]
     if has_checks(series):
         out += [(Family.CHECKS, outcome) for outcome in CheckOutcome]
     if identity(series):
@@ -139,7 +141,9 @@ def later(series: Series, shapes: Shapes) -> list[Child]:
     """The children a series may get after it is loaded, on first need: time to first answer
     when it is first seen reasoning (`auto`), the server's own timings, the rate-limit gauges,
     the streak of the latest result (from the first probe on), the served model (once a server
-    names it), an identity series' p-value and distance (from its first test). Parameters
+    names it), a priced series' capped charges (from the first over-claim), an identity
+    series' p-value and distance (from its first test), a workload-shaped series' reported
+    input-token ratio (once a server reports usage). Parameters
     adapted after a refusal add one child each (an open set, not here)."""
     out: list[Child] = []
     if (streamed(series) and shapes[Family.TIME_TO_FIRST_ANSWER] is Shape.AUTO
@@ -149,8 +153,12 @@ def later(series: Series, shapes: Shapes) -> list[Child]:
         out += [(Family.SERVER_DURATION, phase) for phase in ServerPhase]
     out += [(family, None) for family in RATELIMIT.values()]
     out += [(Family.CONSECUTIVE, None), (Family.SERVED_MODEL, None)]
+    if series.price is not None:
+        out.append((Family.COST_CAPPED, None))
     if identity(series):
         out += [(Family.IDENTITY_PVALUE, None), (Family.IDENTITY_DISTANCE, None)]
+    if series.workload.input_tokens is not None:
+        out.append((Family.INPUT_TOKENS_RATIO, None))
     return out
 
 

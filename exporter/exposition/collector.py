@@ -175,7 +175,10 @@ class ProbeCollector:
         series = list(self.series.values())
         specs = [spec for spec in self._specs
                  if names is None or not names.isdisjoint(spec.sample_names)]
-        writer = ClientWriter(specs, [k for k, _ in (series[0].label_items if series else ())])
+        # Every label any series has (workload-shaped series add `input_tokens`, `cache`); a
+        # series without one has it empty, which Prometheus reads as absent.
+        names_seen = dict.fromkeys(k for values in series for k, _ in values.label_items)
+        writer = ClientWriter(specs, list(names_seen))
         for values in series:
             writer.series(values)
             walk(values, specs, writer, None)

@@ -44,6 +44,20 @@ class SkipReason(StrEnum):
     BUDGET = "budget"
     OVERLAP = "overlap"
     RATE_LIMITED = "rate_limited"
+    # A configured model the gateway says cannot serve this probe (its `mode` or capabilities):
+    # the series stays, its probe is not sent.
+    UNSUPPORTED = "unsupported"
+
+
+class NameRefusal(StrEnum):
+    """`llm_probe_discovery_names_refused_total{reason}`: why a listed name is not used."""
+
+    INVALID = "invalid"  # not a string, empty, too long, control characters, padded
+    INVISIBLE = "invisible"  # format characters (bidi, zero-width, BOM) or NFKC look-alikes
+    SECRET = "secret"  # holds a secret the redactor knows (the key, echoed)
+    DUPLICATE = "duplicate"  # listed twice
+    PATTERN_TIMEOUT = "pattern_timeout"  # an include/exclude pattern ran out of time on it
+    DAILY_LIMIT = "daily_limit"  # past the target's new names for the UTC day
 
 
 class CheckOutcome(StrEnum):
@@ -135,6 +149,7 @@ class Family(StrEnum):
     TOKENS = "tokens"
     ESTIMATED_TOKENS = "estimated_tokens"
     COST = "cost"
+    COST_CAPPED = "cost_capped"
     SKIPPED = "skipped"
     CHECKS = "checks"
     OBJECTIVE_SECONDS = "objective_seconds"
@@ -154,6 +169,7 @@ class Family(StrEnum):
     IDENTITY_TESTS = "identity_tests"
     IDENTITY_SAMPLES = "identity_samples"
     IDENTITY_STREAK = "identity_consecutive_different"
+    INPUT_TOKENS_RATIO = "input_tokens_reported_ratio"
     # the exporter itself
     IN_FLIGHT = "in_flight"
     SCHEDULER_LAG = "scheduler_lag"
@@ -162,6 +178,9 @@ class Family(StrEnum):
     BUDGET_SPENT = "budget_spent"
     BUDGET_LIMIT = "budget_limit"
     BUDGET_RECORD_OK = "budget_record_ok"
+    STATE_BYTES = "state_bytes"
+    BUDGET_TARGET_SPENT = "budget_target_spent"
+    BUDGET_TARGET_LIMIT = "budget_target_limit"
     RELOAD_OK = "config_last_reload_successful"
     RELOAD_TIME = "config_last_reload_success_timestamp_seconds"
     WEB_CONFIG_RELOAD_OK = "web_config_last_reload_successful"
@@ -169,13 +188,18 @@ class Family(StrEnum):
     HTTP_CONNECTIONS_LIMIT = "http_connections_limit"
     HTTP_CONNECTIONS_CLOSED = "http_connections_closed"
     PRICE_INFO = "price_info"
+    PRICES_REFUSED = "prices_refused"
+    MODEL_DEPRECATION = "model_deprecation_timestamp_seconds"
     DISCOVERY_MODELS = "discovery_models"
+    DISCOVERY_LISTED = "discovery_listed_models"
+    DISCOVERY_KEPT = "discovery_kept_models"
     DISCOVERY_REFRESHES = "discovery_refreshes"
     DISCOVERY_LAST_SUCCESS = "discovery_last_success_timestamp_seconds"
     JUDGEMENTS = "judgements"
     JUDGE_SCORE = "judge_score"
     JUDGE_CALIBRATION = "judge_calibration"
     CASE_CHECKS = "case_checks"
+    DISCOVERY_NAMES_REFUSED = "discovery_names_refused"
     # /probe
     ONDEMAND_SUCCESS = "ondemand_success"
     ONDEMAND_RESULT = "ondemand_result"
@@ -284,6 +308,10 @@ FAMILIES: tuple[FamilySpec, ...] = (
           "Output tokens that were estimated because the server sent no usage."),
     _spec(Family.COST, "llm_probe_cost", _C, _P,
           "Cost of probes from the configured prices.", "currency"),
+    _spec(Family.COST_CAPPED, "llm_probe_cost_capped", _C, _P,
+          "Probes whose usage, as the server reported it, would cost more than the plan's "
+          "ceiling for the probe (prompt and output limit at its price, x2, +256 prompt "
+          "tokens): charged the ceiling instead. Any increase is an upstream over-claim."),
     _spec(Family.SKIPPED, "llm_probe_skipped", _C, _P,
           "Scheduled probes that did not run, by reason.", "reason", SkipReason),
     _spec(Family.CHECKS, "llm_probe_checks", _C, _P,
@@ -332,6 +360,10 @@ FAMILIES: tuple[FamilySpec, ...] = (
     _spec(Family.IDENTITY_STREAK, "llm_probe_identity_consecutive_different", _G, _P,
           "Identity probes: how many of the latest test windows in a row were found different "
           "(0 after a window found the same)."),
+    _spec(Family.INPUT_TOKENS_RATIO, "llm_probe_input_tokens_reported_ratio", _G, _P,
+          "Workload-shaped probes (input_tokens): the input tokens the server reported for the "
+          "last generated prompt over its configured size (1: the offline estimate matched the "
+          "model's tokenizer)."),
     # -- the exporter itself ---------------------------------------------------------------
     _spec(Family.IN_FLIGHT, "llm_probe_in_flight", _G, _E, "Probes in flight now."),
     _spec(Family.SCHEDULER_LAG, "llm_probe_scheduler_lag_seconds", _H, _E,
@@ -350,6 +382,16 @@ FAMILIES: tuple[FamilySpec, ...] = (
           "1: the spend record of global.budget is usable; 0: it cannot be read or the path "
           "holds another file, and every probe is skipped (reason budget) until it can be.",
           "currency"),
+    _spec(Family.STATE_BYTES, "llm_probe_state_bytes", _G, _E,
+          "Bytes of the exporter's files in global.state_dir (the spend record, identity "
+          "references), as of the latest sweep (every minute)."),
+    FamilySpec(Family.BUDGET_TARGET_SPENT, "llm_probe_budget_target_spent", _G, _E,
+               "Spent today (UTC) by the target's probes against its share of global.budget.",
+               ("target", "currency")),
+    FamilySpec(Family.BUDGET_TARGET_LIMIT, "llm_probe_budget_target_limit", _G, _E,
+               "The target's share of global.budget.max_cost_per_day (global.budget.shares, "
+               "else an equal part of what the named shares leave); its probes are skipped "
+               "(reason budget) once it is spent.", ("target", "currency")),
     _spec(Family.RELOAD_OK, "llm_probe_config_last_reload_successful", _G, _E,
           "Whether the last config load succeeded."),
     _spec(Family.RELOAD_TIME, "llm_probe_config_last_reload_success_timestamp_seconds", _G, _E,
@@ -370,9 +412,25 @@ FAMILIES: tuple[FamilySpec, ...] = (
                "1 per probed (target, model): where its price comes from (config, gateway, "
                "library) and its currency; source=\"unknown\": no price, its cost is not "
                "counted.", ("target", "model", "source", "currency")),
+    FamilySpec(Family.PRICES_REFUSED, "llm_probe_prices_refused", _G, _E,
+               "Probed models whose price from a gateway or the library was refused by a "
+               "sanity bound (above_ceiling: over 1,000 per 1M tokens; above_library: a "
+               "gateway's over 10x the library's for the model); the next source is used.",
+               ("target", "source", "reason")),
+    FamilySpec(Family.MODEL_DEPRECATION, "llm_probe_model_deprecation_timestamp_seconds", _G,
+               _E, "Unix time the gateway or provider says a probed model retires (LiteLLM "
+               "deprecation_date, OpenRouter expiration_date); no series for a model without "
+               "a date.", ("target", "model")),
     FamilySpec(Family.DISCOVERY_MODELS, "llm_probe_discovery_models", _G, _E,
-               "Models a discovering target probes from the gateway's last good list (after "
-               "include/exclude and the caps).", ("target",)),
+               "Models on a discovering target's last good list that it probes (configured "
+               "in models: or discovered; after include/exclude, the caps and the probes each "
+               "model can serve).", ("target",)),
+    FamilySpec(Family.DISCOVERY_LISTED, "llm_probe_discovery_listed_models", _G, _E,
+               "Entries on a discovering target's last good list, as the gateway sent them.",
+               ("target",)),
+    FamilySpec(Family.DISCOVERY_KEPT, "llm_probe_discovery_kept_models", _G, _E,
+               "Listed models a discovering target keeps: named in models:, or passing "
+               "discover.include/exclude (before the caps).", ("target",)),
     FamilySpec(Family.DISCOVERY_REFRESHES, "llm_probe_discovery_refreshes", _C, _E,
                "Model list refreshes by result (a probe's result values: success, timeout, "
                "auth, http_5xx, stream for a malformed or oversized list...); a failed one "
@@ -395,6 +453,11 @@ FAMILIES: tuple[FamilySpec, ...] = (
     FamilySpec(Family.CASE_CHECKS, "llm_probe_case_checks", _C, _E,
                "Per golden case (`case`: its id or index): pass / fail by the answer checks "
                "and the judge.", ("target", "model", "probe", "case", "outcome")),
+    FamilySpec(Family.DISCOVERY_NAMES_REFUSED, "llm_probe_discovery_names_refused", _C, _E,
+               "Listed names not used, per refresh, by reason: invalid, invisible (bidi, "
+               "zero-width or look-alike characters), secret, duplicate, pattern_timeout "
+               "(include/exclude ran out of time), daily_limit (past discover.max_new_per_day).",
+               ("target", "reason")),
     # -- /probe (one run, blackbox-style) --------------------------------------------------
     _spec(Family.ONDEMAND_SUCCESS, "llm_probe_ondemand_success", _G, _O,
           "Whether this probe succeeded (1/0)."),

@@ -31,6 +31,7 @@ from prometheus_client.utils import floatToGoString
 
 from exporter import __version__
 from exporter.config import Config, Series
+from exporter.config.census import DiscoveryCounts
 from exporter.errors import Result
 from exporter.exposition import protobuf
 from exporter.exposition.children import (
@@ -46,12 +47,12 @@ from exporter.exposition.families import (
     BY_KEY,
     DEFAULT_SHAPES,
     OBJECTIVE_FAMILY,
-    PROBE_LABELS,
     CheckOutcome,
     Family,
     FamilySpec,
     IdentityOutcome,
     IdentityWindow,
+    NameRefusal,
     Shape,
     SkipReason,
 )
@@ -134,6 +135,18 @@ class _Restricted:
                     yield restricted
 
 
+def refused_prices(config: Config) -> dict[tuple[str, str, str], int]:
+    """Probed models whose price was refused, by (target, source, reason)."""
+    models = {(s.target.name, s.model): s.refused_price for s in config.series
+              if s.refused_price is not None}
+    counts: dict[tuple[str, str, str], int] = {}
+    for (target, _), refused in models.items():
+        assert refused is not None
+        key = (target, refused.source.value, refused.reason.value)
+        counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
 def _own_gauge(family: Family, registry: CollectorRegistry) -> Gauge:
     spec = BY_KEY[family]
     return Gauge(spec.name, spec.help, spec.labels, registry=registry)
@@ -207,36 +220,51 @@ class DiscoveryCollector:
     """Each discovering target's refreshes, models in use and last success (no `_created`)."""
 
     def __init__(self) -> None:
-        self.models: dict[str, int] = {}
+        self.counts: dict[str, DiscoveryCounts] = {}
         self.refreshes: dict[tuple[str, Result], int] = {}
         self.succeeded: dict[str, float] = {}
+        self.refused: dict[tuple[str, NameRefusal], int] = {}
 
-    def record(self, target: str, result: Result, models: int | None,
-               succeeded_at: float | None) -> None:
-        """One refresh of `target` (models: how many it probes now)."""
+    def refuse(self, target: str, counts: Mapping[NameRefusal, int]) -> None:
+        """Names one refresh of `target` did not use, by reason."""
+        for reason, count in counts.items():
+            if count:
+                self.refused[(target, reason)] = self.refused.get((target, reason), 0) + count
+
+    def record(self, target: str, result: Result, succeeded_at: float | None) -> None:
+        """One refresh of `target`."""
         self.refreshes[(target, result)] = self.refreshes.get((target, result), 0) + 1
-        if models is not None:
-            self.models[target] = models
         if succeeded_at is not None:
             self.succeeded[target] = succeeded_at
+
+    def set_counts(self, target: str, counts: DiscoveryCounts) -> None:
+        """What `target` made of its list now (`config.census`: listed, kept, probed)."""
+        self.counts = {**self.counts, target: counts}  # replaced whole: read by scrapes
 
     def forget(self, keep: Iterable[str]) -> None:
         """Drop the targets not in `keep` (they no longer discover, or are gone)."""
         wanted = set(keep)
-        for known in (self.models, self.succeeded):
+        self.counts = {t: c for t, c in self.counts.items() if t in wanted}
+        for known in (self.succeeded,):
             for target in [t for t in known if t not in wanted]:
                 del known[target]
         for key in [k for k in self.refreshes if k[0] not in wanted]:
             del self.refreshes[key]
+        for refused in [k for k in self.refused if k[0] not in wanted]:
+            del self.refused[refused]
 
     def collect(self) -> Iterator[Metric]:
-        """The three families (empty without a discovering target)."""
-        models, refreshes, success = (BY_KEY[f] for f in (
-            Family.DISCOVERY_MODELS, Family.DISCOVERY_REFRESHES, Family.DISCOVERY_LAST_SUCCESS))
-        family = GaugeMetricFamily(models.name, models.help, labels=models.labels)
-        for target, count in sorted(self.models.items()):
-            family.add_metric([target], count)
-        yield family
+        """The discovery families (empty without a discovering target)."""
+        refreshes, success = (BY_KEY[f] for f in (
+            Family.DISCOVERY_REFRESHES, Family.DISCOVERY_LAST_SUCCESS))
+        by_target = sorted(self.counts.items())
+        for key, figure in ((Family.DISCOVERY_MODELS, "probed"),
+                            (Family.DISCOVERY_LISTED, "listed"), (Family.DISCOVERY_KEPT, "kept")):
+            spec = BY_KEY[key]
+            family = GaugeMetricFamily(spec.name, spec.help, labels=spec.labels)
+            for target, counts in by_target:
+                family.add_metric([target], getattr(counts, figure))
+            yield family
         counter = CounterMetricFamily(refreshes.name, refreshes.help, labels=refreshes.labels)
         for (target, result), count in sorted(self.refreshes.items()):
             counter.add_metric([target, result.value], count)
@@ -245,6 +273,11 @@ class DiscoveryCollector:
         for target, when in sorted(self.succeeded.items()):
             family.add_metric([target], when)
         yield family
+        names = BY_KEY[Family.DISCOVERY_NAMES_REFUSED]
+        counter = CounterMetricFamily(names.name, names.help, labels=names.labels)
+        for (target, reason), count in sorted(self.refused.items()):
+            counter.add_metric([target, reason.value], count)
+        yield counter
 
 
 class ExporterMetrics:
@@ -278,10 +311,16 @@ class ExporterMetrics:
         self.budget_spent = _own_gauge(Family.BUDGET_SPENT, own)
         self.budget_limit = _own_gauge(Family.BUDGET_LIMIT, own)
         self.budget_record_ok = _own_gauge(Family.BUDGET_RECORD_OK, own)
+        self.state_bytes = _own_gauge(Family.STATE_BYTES, own)
+        self.budget_target_spent = _own_gauge(Family.BUDGET_TARGET_SPENT, own)
+        self.budget_target_limit = _own_gauge(Family.BUDGET_TARGET_LIMIT, own)
         self.reload_ok = _own_gauge(Family.RELOAD_OK, own)
         self.reload_time = _own_gauge(Family.RELOAD_TIME, own)
         self.price_info = _own_gauge(Family.PRICE_INFO, own)
+        self.deprecation = _own_gauge(Family.MODEL_DEPRECATION, own)
+        self._retiring: dict[tuple[str, str], float] = {}  # (target, model) → unix time
         self._priced: dict[tuple[str, str], tuple[str, str]] = {}  # (target, model) → labels
+        self.prices_refused = _own_gauge(Family.PRICES_REFUSED, own)
         self.discoveries = DiscoveryCollector()
         own.register(self.discoveries)
         self.judged = JudgedCollector()  # judged quality: verdicts, cases, calibration
@@ -321,6 +360,7 @@ class ExporterMetrics:
         """Create children for every configured series; remove those the config dropped."""
         self._apply_prices(config)
         self.judged.apply(config)
+        self._apply_retirements(config)
         shapes = config.global_.shapes
         layout = (dict(config.global_.labels), dict(config.buckets), _native_settings(config),
                   shapes)
@@ -342,8 +382,7 @@ class ExporterMetrics:
                 continue  # the very object synced last time (config.reuse_unchanged): in sync
             values = self.probes.series.get(key)
             if values is None:
-                values = self.probes.add(key, [*zip(PROBE_LABELS, key, strict=True),
-                                               *constant])
+                values = self.probes.add(key, [*series.labels, *constant])
             self._sync(values, series)
         self._applied = wanted
 
@@ -362,6 +401,22 @@ class ExporterMetrics:
             if key not in self._priced:
                 self.price_info.labels(*key, *labels).set(1)
                 self._priced[key] = labels
+        self.prices_refused.clear()
+        for (target, source, reason), count in refused_prices(config).items():
+            self.prices_refused.labels(target, source, reason).set(count)
+
+    def _apply_retirements(self, config: Config) -> None:
+        """`llm_probe_model_deprecation_timestamp_seconds` per probed (target, model) whose
+        gateway names a retirement date; a model that lost its date loses its series."""
+        wanted = {(s.target.name, s.model): s.gateway.retires for s in config.series
+                  if s.gateway is not None and s.gateway.retires is not None}
+        for key in [k for k in self._retiring if k not in wanted]:
+            self.deprecation.remove(*key)
+            del self._retiring[key]
+        for key, when in wanted.items():
+            if self._retiring.get(key) != when:
+                self.deprecation.labels(*key).set(when)
+                self._retiring[key] = when
 
     def _sync(self, values: SeriesValues, series: Series) -> None:
         """Give a series the children `children.at_load` lists (keeping those that appeared on
@@ -402,6 +457,10 @@ class ExporterMetrics:
             served = self._served.setdefault(result.key, ServedLabels())
             _record_served_model(values, served, result.served_model,
                                  result.system_fingerprint or "", result.finished_at)
+        ratio = result.input_tokens_ratio
+        if ratio is not None and math.isfinite(ratio):
+            values.create(Family.INPUT_TOKENS_RATIO)
+            values.set(Family.INPUT_TOKENS_RATIO, ratio)
         if result.result not in (Result.SUCCESS, Result.CHECK_FAILED):
             return  # latency of a failed probe would pollute the distributions
         t = result.timings
@@ -441,6 +500,9 @@ class ExporterMetrics:
             values.inc(Family.ESTIMATED_TOKENS, result.output_tokens)
         if result.cost and values.get(Family.COST, result.currency) is not None:
             values.inc(Family.COST, result.cost, result.currency)
+        if result.claimed_cost is not None:
+            values.create(Family.COST_CAPPED)  # on first need: an over-claim is rare
+            values.inc(Family.COST_CAPPED, 1)
 
     def _seen_reasoning(self, series: Series, family: Family, seconds: float,
                         ttft: float | None) -> bool:
@@ -485,10 +547,20 @@ class ExporterMetrics:
         self.budget_spent.clear()
         self.budget_limit.clear()
         self.budget_record_ok.clear()
+        self.budget_target_spent.clear()
+        self.budget_target_limit.clear()
         if budget is not None:
             self.budget_spent.labels(budget.currency).set(budget.spent)
             self.budget_limit.labels(budget.currency).set(budget.limit)
             self.budget_record_ok.labels(budget.currency).set(0 if budget.problem else 1)
+            for target, share in budget.shares.items():
+                self.budget_target_limit.labels(target, budget.currency).set(share)
+                self.budget_target_spent.labels(target, budget.currency).set(
+                    budget.by_target.get(target, 0.0))
+
+    def set_state_bytes(self, size: int) -> None:
+        """Show the state directory's size in bytes (0 without one)."""
+        self.state_bytes.set(size)
 
     def reload_status(self, ok: bool, when: float | None = None) -> None:
         """Record the outcome of a config (re)load."""

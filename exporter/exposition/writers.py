@@ -318,6 +318,7 @@ class ClientWriter:
     """Standard prometheus_client families, filled series by series (`series`, then `walk`)."""
 
     def __init__(self, specs: Sequence[FamilySpec], label_names: Sequence[str]) -> None:
+        self._names = tuple(label_names)
         self.families = {spec.key: client_family(
             spec, [*label_names, *spec.labels] if spec.info
             else [*label_names, spec.label] if spec.label else list(label_names))
@@ -327,7 +328,8 @@ class ClientWriter:
 
     def series(self, values: SeriesValues) -> None:
         """The series whose children come next."""
-        self._values = [v for _, v in values.label_items]
+        own = dict(values.label_items)
+        self._values = [own.get(name, "") for name in self._names]
         self._series = values
 
     def begin(self, spec: FamilySpec) -> None:

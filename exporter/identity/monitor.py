@@ -27,6 +27,7 @@ from typing import Any
 from exporter.config import Config, ProbeKind, Series, SeriesKey
 from exporter.exposition.metrics import ExporterMetrics
 from exporter.identity.stats import PERMUTATIONS, Outcome, Sample
+from exporter.identity.status import IdentityStatus, Phase
 from exporter.identity.store import (
     MAX_TEXT,
     Restored,
@@ -61,6 +62,14 @@ class _Track:
     refused: bool = False  # the record's path holds a file that is not ours: never written
     testing: asyncio.Task[None] | None = None
     warned: bool = False  # that its reference series is not probed here
+    # The verdicts since this configuration of the series (what `IdentityStatus` shows).
+    same: int = 0
+    different: int = 0
+    streak: int = 0  # the latest windows in a row found different
+    pvalue: float | None = None
+    distance: float | None = None
+    tested_at: float | None = None
+    different_since: float | None = None
 
     @property
     def key(self) -> SeriesKey:
@@ -104,6 +113,13 @@ class IdentityMonitor:
         self._tracks: dict[SeriesKey, _Track] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._slots = asyncio.Semaphore(TESTS_AT_ONCE)
+        # Replaced whole, never changed in place: the HTTP thread reads it without a lock.
+        self._statuses: dict[SeriesKey, IdentityStatus] = {}
+
+    @property
+    def statuses(self) -> dict[SeriesKey, IdentityStatus]:
+        """Every identity series' state now (a value nobody changes: safe in any thread)."""
+        return self._statuses
 
     # -- configuration --------------------------------------------------------------------
 
@@ -114,6 +130,7 @@ class IdentityMonitor:
         wanted = {s.key: s for s in config.series if s.probe.kind is ProbeKind.IDENTITY}
         for key in [k for k in self._tracks if k not in wanted]:
             self._drop(self._tracks.pop(key))
+        self._statuses = {k: v for k, v in self._statuses.items() if k in wanted}
         for key, series in wanted.items():
             path = record_path(config.state_dir, key) if config.state_dir is not None else None
             track = self._tracks.get(key)
@@ -195,6 +212,26 @@ class IdentityMonitor:
         self._metrics.set_identity_samples(
             track.key, len(reference.baseline) if reference is not None else 0,
             len(track.window))
+        if self._tracks.get(track.key) is track:
+            self._statuses = {**self._statuses, track.key: self._status(track, reference)}
+
+    def _status(self, track: _Track, reference: _Track | None) -> IdentityStatus:
+        probe = track.series.probe
+        size = (reference.series.probe if reference is not None else probe).baseline or 0
+        recorded = len(reference.baseline) if reference is not None else 0
+        if reference is not None and reference.loading:
+            phase = Phase.LOADING
+        elif reference is not None and recorded >= size:
+            phase = Phase.TESTING
+        else:
+            phase = Phase.RECORDING if track.records_own else Phase.WAITING
+        return IdentityStatus(
+            phase, recorded, size, track.reference_key, len(track.window), probe.samples or 0,
+            probe.alpha or 0.0, track.same, track.different, track.streak, track.pvalue,
+            track.distance, track.tested_at, track.different_since,
+            str(reference.path) if reference is not None and reference.path is not None
+            and not reference.refused else None,
+            reference.series.interval if reference is not None else 0.0, track.series.interval)
 
     # -- tests ----------------------------------------------------------------------------
 
@@ -226,6 +263,16 @@ class IdentityMonitor:
         different = outcome.different(alpha)
         self._metrics.record_identity_test(track.key, outcome.pvalue, outcome.statistic,
                                            different)
+        now = self._wall()
+        track.pvalue, track.distance, track.tested_at = outcome.pvalue, outcome.statistic, now
+        if different:
+            track.different += 1
+            track.streak += 1
+            if track.different_since is None:
+                track.different_since = now
+        else:
+            track.same += 1
+            track.streak, track.different_since = 0, None
         log = self._log.warning if different else self._log.info
         log("identity test", **track.labels, verdict="different" if different else "same",
             pvalue=round(outcome.pvalue, 6), distance=round(outcome.statistic, 6), alpha=alpha,
@@ -280,6 +327,7 @@ class IdentityMonitor:
             track.refused = True
             self._log.error("identity reference not saved; it stays in memory", **track.labels,
                             error=str(exc))
+            self._publish(track)
         except OSError as exc:
             self._log.warning("identity reference not saved; it stays in memory",
                               **track.labels, path=str(track.path),

@@ -2,7 +2,8 @@
 `<state_dir>/identity/`, so a restart tests against the same reference instead of recording a
 new one.
 
-The record names what it was recorded for (`fingerprint`: target, its URL and API style, model,
+The record names its series (`series`: target, model, probe — the file name is a hash) and
+what it was recorded for (`fingerprint`: target, its URL and API style, model,
 prompts, system prompt, output limit, temperature, request parameters, reasoning, size): when
 any of them changes, the series records a new reference. Its answers are the results' answers
 (redacted and cut to `MAX_TEXT` characters when the probe ended), redacted once more when written,
@@ -98,5 +99,9 @@ def save_reference(path: Path, series: Series, samples: Sequence[Sample],
     """Write the reference sample of `series` (call off the event loop). StateRefused when the
     directory is not private or the path is not ours; OSError when the disk refuses."""
     rows = [[s.prompt, redactor.clip(s.text, MAX_TEXT)] for s in samples]
-    write_state(path, KIND, {"fingerprint": fingerprint(series), "recorded_at": time.time(),
-                             "samples": rows}, MAX_RECORD_BYTES)
+    # The series it belongs to, by name: the file's own name is a hash (it says nothing about
+    # the endpoint to a directory listing), so this is how an operator finds or moves it.
+    target, model, probe = series.key
+    named = {"target": redactor(target), "model": redactor(model), "probe": redactor(probe)}
+    write_state(path, KIND, {"series": named, "fingerprint": fingerprint(series),
+                             "recorded_at": time.time(), "samples": rows}, MAX_RECORD_BYTES)

@@ -1,9 +1,12 @@
 """Runs one identity test in a child process, so its pure-Python arithmetic never holds the GIL
 that the event loop needs to stamp tokens, and a test that outlives its budget can be killed.
 
-`run_test` starts `python -m exporter.identity.worker` (the same code as this process: the
-package's folder goes first on the child's path), writes both samples to its stdin as JSON,
-and reads the outcome from its stdout. The child stops permuting at the budget itself (its
+`run_test` starts a child in isolated mode (`python -I`: neither the working directory nor
+`PYTHON*` variables nor the user's site folder reach its `sys.path`; in the image the working
+directory is the writable state volume) with `/` as its working directory, only `PATH` in its
+environment (no API key), and the folder of this package first on its path, so it runs the same
+code as this process. It writes both samples to the child's stdin as JSON and reads the outcome
+from its stdout. The child stops permuting at the budget itself (its
 p-value is still valid, only coarser); the parent kills it if it is not done a few seconds
 later. A test costs about a second of one core for 400 + 400 answers (benchmarks/identity.py).
 """
@@ -24,6 +27,17 @@ BUDGET = 60.0  # seconds of permutations per test
 GRACE = 15.0  # more, for the child to start, compare the answers and answer
 MAX_OUTPUT = 4096  # bytes of a child's answer (a few numbers)
 _PACKAGE_ROOT = str(Path(__file__).resolve().parent.parent.parent)
+
+
+WORKER_CWD = "/"  # root-owned: nothing a user can plant is found relative to it
+# Isolated mode ignores PYTHONPATH, so the child puts this package's folder first itself.
+_BOOTSTRAP = ("import sys; sys.path.insert(0, sys.argv[1]); "
+              "from exporter.identity.worker import main; sys.exit(main())")
+
+
+def worker_command() -> list[str]:
+    """The child's command line: isolated mode, this package's folder first on its path."""
+    return [sys.executable, "-I", "-c", _BOOTSTRAP, _PACKAGE_ROOT]
 
 
 class WorkerFailed(Exception):
@@ -82,12 +96,10 @@ async def run_test(reference: Sequence[Sample], window: Sequence[Sample], *,
                    grace: float = GRACE) -> Outcome:
     """The test of `window` against `reference`, run in a child process; WorkerFailed when it
     fails or outlives `budget + grace` seconds (it is killed then)."""
-    env = {**os.environ,
-           "PYTHONPATH": os.pathsep.join(filter(None, (_PACKAGE_ROOT,
-                                                       os.environ.get("PYTHONPATH"))))}
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "exporter.identity.worker", stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env)
+        *worker_command(), stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE, env={"PATH": os.environ.get("PATH", os.defpath)},
+        cwd=WORKER_CWD)
     try:
         async with asyncio.timeout(budget + grace):
             out, err = await proc.communicate(_encode(reference, window, permutations, budget))

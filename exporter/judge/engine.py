@@ -163,7 +163,7 @@ class Judge:
             if structured else None)
         return Series(target=target, model=judge.model, probe_name=JUDGE_PROBE, probe=probe,
                       interval=target.interval, timeout=min(timeout, target.timeout),
-                      jitter=0.0, price=price_of(target, judge.model, None))
+                      jitter=0.0, price=price_of(target, judge.model, None)[0])
 
     async def call(self, judge: JudgeConfig, series: Series, question: str, reference: str,
                    answer: str, may_spend: Callable[[], bool] = lambda: True) -> Judgement:

@@ -72,7 +72,7 @@ def judge_plan(config: Config, series: Series, answer_tokens: int) -> JudgePlan 
               if target is not None and Feature.RESPONSE_FORMAT in target.api.features else 0)
     return JudgePlan(judge, len(judged) / len(cases) * (1 + judge.calibration),
                      prompt + answer + schema + TOKENS_PER_CALL, judge.max_tokens,
-                     price_of(target, judge.model, None) if target is not None else None)
+                     price_of(target, judge.model, None)[0] if target is not None else None)
 
 
 JUDGED_FAMILIES = frozenset({Family.JUDGEMENTS, Family.JUDGE_SCORE, Family.JUDGE_CALIBRATION,

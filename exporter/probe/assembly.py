@@ -16,6 +16,7 @@ from exporter.apis import RATELIMIT_HEADERS, REQUEST_ID_HEADERS
 from exporter.config import Expect, Series
 from exporter.errors import HTTPStatusError, ProbeError, Result
 from exporter.log import Redactor
+from exporter.probe.charge import charge_ceiling
 from exporter.probe.failures import REASON_LIMIT
 from exporter.probe.tokens import estimate_tokens, heuristic_tokens
 from exporter.probe.transport import NetStamps
@@ -110,7 +111,7 @@ def usage_of(attempt: Attempt, n_tokens: int) -> Usage:
         prompt=server.prompt if server.prompt is not None
         else estimate_tokens(attempt.prompt_text),
         completion=n_tokens if completion is None else completion,
-        reasoning=reasoning, cached=server.cached)
+        reasoning=reasoning, cached=server.cached, cache_write=server.cache_write)
 
 
 def _reasoning_share(parser: StreamParser[Any], completion: int | None) -> int:
@@ -158,7 +159,7 @@ def assemble(series: Series, attempt: Attempt, error: ProbeError | None, started
     clocks = ProbeStamps(stamps.t0, stamps.t_headers, stamps.t_first, stamps.t_answer,
                          stamps.t_last, stamps.t_end, unix_offset=wall() - clock())
     usage = Usage()
-    cost = currency = None
+    cost = currency = claimed = None
     if attempt.stream_done and (parser is not None or attempt.embedding is not None):
         usage = usage_of(attempt, n_tokens)
         price = series.price
@@ -166,8 +167,12 @@ def assemble(series: Series, attempt: Attempt, error: ProbeError | None, started
             rates = price.at(usage.prompt or 0)  # a long-context tier by the prompt's length
             cost = measure.cost(usage.prompt or 0, usage.completion or 0, usage.cached or 0,
                                 input_price=rates.input, output_price=rates.output,
-                                cached_price=rates.cached_input)
+                                cached_price=rates.cached_input,
+                                written=usage.cache_write or 0, write_price=rates.cache_write)
             currency = price.currency
+            limit = charge_ceiling(series)
+            if limit is not None and cost > limit:
+                cost, claimed = limit, cost  # no claim spends more than the plan allows
     headers = attempt.headers
     clip = redactor.clip
     answer = "".join(parser.answer) if parser is not None else ""
@@ -176,11 +181,11 @@ def assemble(series: Series, attempt: Attempt, error: ProbeError | None, started
         (headers[h] for h in REQUEST_ID_HEADERS if h in headers), None)
     calls = parser.tool_calls if parser is not None else ()
     return ProbeResult(
-        target=series.target.name, model=series.model, probe=series.probe_name,
+        target=series.target.name, model=series.model, probe=series.key[2],
         result=result, reason=clip(error.reason, REASON_LIMIT) if error else "",
         cause=error.cause if error else None,
         timings=timings, usage=usage, output_tokens=n_tokens, token_source=source,
-        cost=cost, currency=currency, answer=clip(answer, answer_limit),
+        cost=cost, currency=currency, claimed_cost=claimed, answer=clip(answer, answer_limit),
         finish_reason=clip(finish_reason, FIELD_LIMIT) if finish_reason else None,
         response_id=clip(response_id, FIELD_LIMIT) if response_id else None,
         status=attempt.status, ratelimit=ratelimits(headers), case=attempt.case,
@@ -193,4 +198,7 @@ def assemble(series: Series, attempt: Attempt, error: ProbeError | None, started
         served_model=parser.served_model if parser is not None else None,
         system_fingerprint=parser.system_fingerprint if parser is not None else None,
         started_at=started, finished_at=wall(), stamps=clocks, adapted=adapted,
+        input_tokens=series.workload.input_tokens,
+        reported_input_tokens=parser.usage.prompt if parser is not None and parser.usage
+        and series.workload.input_tokens is not None else None,
     )

@@ -2,15 +2,23 @@
 prices, LiteLLM's `GET {base_url}/model/info` — over the prober's session, with the target's
 key, headers, query, proxy and TLS, never following a redirect (it would carry the key).
 
-Bounded: one deadline for the whole refresh, at most MAX_LIST_BYTES read per answer, JSON parsed
-in a worker thread (a 16 MiB list takes tens of milliseconds: never on the loop that stamps
-tokens). A failure is one `DiscoveryFailed` with the same `result` vocabulary as a probe's and a
-redacted reason; the model info is optional (its failure only leaves the models undescribed).
+Bounded: one deadline for the whole refresh, at most MAX_LIST_BYTES read per answer, and at most
+`max_values(discover.max_models)` JSON values (twice that for the model info, whose entries
+are heavier) and OBJECTS_PER_ENTRY objects per allowed entry: counted over each piece as it
+arrives (about 0.1 ms per 64 KiB), so a document of millions of tiny containers is refused
+before it is read whole, let alone parsed (parsed, such a list grew the process by ~500 MB and
+held the GIL for seconds). JSON parsed in a worker thread: just under the bounds its worst case
+is ~22 MB and ~50 ms of CPU for the list, ~45 MB and ~55 ms for the model info
+(benchmarks/README.md, "hostile lists"). A failure is one `DiscoveryFailed` with the same
+`result` vocabulary as a probe's and a redacted reason; the model info is optional (a missing
+or broken one only leaves the models undescribed; one past the byte or structure bound fails
+the refresh like a list).
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterable
 from urllib.parse import urlencode
 
 import aiohttp
@@ -24,9 +32,15 @@ from exporter.probe.prober import Prober
 from exporter.probe.transport import NetStamps
 from exporter.protocols.anthropic_messages import ANTHROPIC_VERSION
 from exporter.providers.gateway import (
+    INFO_VALUES_PER_ENTRY,
     MAX_LIST_BYTES,
+    OBJECTS_PER_ENTRY,
+    VALUES_PER_ENTRY,
     Catalog,
     CatalogError,
+    Structure,
+    TooComplex,
+    allowed_entries,
     describe,
     parse_model_info,
     parse_model_list,
@@ -72,7 +86,8 @@ def _headers(target: Target, key: Secret | None) -> dict[str, str]:
 
 async def _get(prober: Prober, target: Target, path: str,
                redactor: Redactor) -> tuple[int, bytes]:
-    """(status, body) of one GET; ProbeError for a failed connection, _TooLarge past the cap."""
+    """(status, body) of one GET; ProbeError for a failed connection, _TooLarge past the byte
+    cap, CatalogError past the structure bound (both before the rest is read)."""
     session = await prober.started_session()
     proxy = target.proxy
     headers = _headers(target, prober.key_of(target))
@@ -96,13 +111,20 @@ async def _get(prober: Prober, target: Target, path: str,
         raise error from None
     async with response:
         limit = MAX_LIST_BYTES if response.status == 200 else ERROR_LIMIT
+        entries = allowed_entries(target.discover.max_models if target.discover else 1)
+        structure = Structure(
+            entries * (VALUES_PER_ENTRY if path == LIST_PATH else INFO_VALUES_PER_ENTRY),
+            "the model list" if path == LIST_PATH else "the model info",
+            entries * OBJECTS_PER_ENTRY)
         body = bytearray()
         try:
             async for piece in response.content.iter_any():
+                if response.status == 200:
+                    structure.feed(piece)
                 body += piece
                 if len(body) > limit:
                     if response.status == 200:
-                        raise _TooLarge
+                        raise _TooLarge(structure.what)
                     break
         except aiohttp.ClientPayloadError:
             raise StreamError("the answer broke off") from None
@@ -137,13 +159,15 @@ async def fetch_catalog(prober: Prober, target: Target, *, ask_info: bool = True
                         info = await asyncio.to_thread(parse_model_info, body,
                                                        redactor=redactor, origin=INFO_PATH)
                         answered = True
-                except (ProbeError, _TooLarge, CatalogError):
+                except TooComplex:
+                    raise  # a hostile document fails the refresh like a hostile list
+                except (ProbeError, CatalogError):
                     pass  # no model info: the models stay undescribed
             return describe(listing, info), answered
     except TimeoutError:
         raise DiscoveryFailed(Result.TIMEOUT, f"no model list within {deadline:g}s") from None
-    except _TooLarge:
-        raise DiscoveryFailed(Result.STREAM, f"the model list is larger than "
+    except _TooLarge as exc:
+        raise DiscoveryFailed(Result.STREAM, f"{exc.args[0]} is larger than "
                               f"{MAX_LIST_BYTES // 2**20} MiB") from None
     except CatalogError as exc:
         raise DiscoveryFailed(Result.STREAM, str(exc)) from None
@@ -151,3 +175,17 @@ async def fetch_catalog(prober: Prober, target: Target, *, ask_info: bool = True
         raise DiscoveryFailed(exc.outcome(), redactor.clip(exc.reason, 300)) from None
     except ProbeError as exc:
         raise DiscoveryFailed(exc.outcome(), redactor.clip(exc.reason, 300)) from None
+
+
+async def fetch_catalogs(prober: Prober, targets: Iterable[Target]
+                         ) -> tuple[dict[str, Catalog], dict[str, str]]:
+    """Each target's catalog, asked once, one after another (`check --discover`, `probe`,
+    `bench`); and for those that failed, `result: reason`."""
+    catalogs: dict[str, Catalog] = {}
+    failed: dict[str, str] = {}
+    for target in targets:
+        try:
+            catalogs[target.name], _ = await fetch_catalog(prober, target)
+        except DiscoveryFailed as exc:
+            failed[target.name] = f"{exc.result.value}: {exc.reason}"
+    return catalogs, failed

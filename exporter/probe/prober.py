@@ -9,9 +9,10 @@ cancellation): every failure maps to exactly one `result` value and its cause.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 import aiohttp
@@ -20,6 +21,7 @@ from yarl import URL
 
 from exporter import measure
 from exporter.config import Case, ProbeKind, Secret, Series, Target
+from exporter.config.workload import CacheRole
 from exporter.errors import (
     GATEWAY_RESULTS,
     Cause,
@@ -32,10 +34,11 @@ from exporter.errors import (
     StreamError,
 )
 from exporter.log import REDACTOR, Redactor, get_logger
-from exporter.probe import tokens
+from exporter.probe import charge, tokens
 from exporter.probe.adapt import MAX_ADAPTATIONS, Adaptations
 from exporter.probe.assembly import ANSWER_LIMIT, Attempt, assemble, output_tokens
 from exporter.probe.checks import Observed, run_checks
+from exporter.probe.context import context_async
 from exporter.probe.failures import (
     MESSAGE_LIMIT,
     body_error,
@@ -76,6 +79,13 @@ ERROR_BODY_LIMIT = 64 * 1024
 EVENT_SLICE = 128
 # Bodies and answers longer than this are parsed and checked in a worker thread.
 THREAD_ABOVE = 64 * 1024
+# Cache pairs whose cold nonce is kept at most (one per configured pair and size).
+MAX_PAIRS = 10_000
+Pair = tuple[str, str, str, int | None]  # (target, model, probe, input_tokens) of a cache pair
+
+
+def _pair(series: Series) -> Pair:
+    return (series.target.name, series.model, series.probe_name, series.workload.input_tokens)
 
 
 def _mark(stamps: measure.Stamps, kinds: int, now: float) -> None:
@@ -117,9 +127,22 @@ class Prober:
         self.adaptations = Adaptations(self._log)
         self._protocols: dict[Any, ApiProtocol] = {}
         self._case_turn: dict[tuple[str, str, str], int] = {}  # golden-set rotation per series
+        # The nonce of each cache pair's latest cold request (a warm one sends the same prefix).
+        self._pair_nonce: dict[Pair, str] = {}
+        # Each cache pair's cold probe in flight: its warm probe waits for it (same prefix after).
+        self._cold_flight: dict[Pair, asyncio.Future[None]] = {}
         self._vocabulary: asyncio.Future[str] | None = None  # the one load of tokens' vocabulary
         # Signing over the finished request (SigV4 for `aws_sigv4`), per series.
         self._signers = signers if signers is not None else AwsSigners(redactor)
+
+    def retain(self, series: Collection[Series]) -> None:
+        """Forget what the prober keeps per series (golden-set turns) and per model
+        (adaptations) for everything not in `series`: a reload dropped it, or discovery did
+        after its grace period; a gateway's churn must not grow these without bound."""
+        keep = {s.key for s in series}
+        for key in [k for k in self._case_turn if k not in keep]:
+            del self._case_turn[key]
+        self.adaptations.retain(series)
 
     async def __aenter__(self) -> Prober:
         await self.start()
@@ -164,7 +187,29 @@ class Prober:
 
     async def probe(self, series: Series, *, answer_limit: int = ANSWER_LIMIT) -> ProbeResult:
         """Run one probe of `series`; never raises except on cancellation. The result keeps
-        the answer's first `answer_limit` characters (redacted first): more for a judge."""
+        the answer's first `answer_limit` characters (redacted first): more for a judge. A cache
+        pair's warm probe started while its cold one runs (`probe` runs series at once) waits
+        for it, up to its own timeout: the warm request must come after the cold one wrote the
+        cache."""
+        role, pair = series.workload.cache, _pair(series)
+        if role is CacheRole.WARM:
+            cold = self._cold_flight.get(pair)
+            if cold is not None and not cold.done():
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(series.timeout):
+                        await asyncio.shield(cold)
+            return await self._probe(series, answer_limit)
+        if role is not CacheRole.COLD:
+            return await self._probe(series, answer_limit)
+        flight = self._cold_flight[pair] = asyncio.get_running_loop().create_future()
+        try:
+            return await self._probe(series, answer_limit)
+        finally:
+            flight.set_result(None)
+            if self._cold_flight.get(pair) is flight:
+                del self._cold_flight[pair]
+
+    async def _probe(self, series: Series, answer_limit: int) -> ProbeResult:
         if self._session is None:
             await self.start()
         started = self._wall()
@@ -177,7 +222,7 @@ class Prober:
                     await self._run_embedding(series, attempt)
                 else:
                     await self._run(series, attempt)
-            await self._vocabulary_for(attempt)
+            await self._vocabulary_for(attempt, series)
             error = await self._evaluate(series, attempt)
         except ProbeError as exc:
             error = exc
@@ -192,7 +237,7 @@ class Prober:
         if attempt.stamps.t_end is None:
             attempt.stamps.t_end = self._clock()  # the probe ended here, whatever waits next
         try:
-            await self._vocabulary_for(attempt)
+            await self._vocabulary_for(attempt, series)
             return self._assemble(series, attempt, error, started, answer_limit)
         except Exception as exc:  # what a parser collected is unusable: still one result
             self._log.exception("probe result failed", target=series.target.name,
@@ -207,10 +252,16 @@ class Prober:
                         redactor=self._redact, adapted=self.adaptations.adapted(series),
                         answer_limit=answer_limit)
 
-    async def _vocabulary_for(self, attempt: Attempt) -> None:
+    async def _vocabulary_for(self, attempt: Attempt, series: Series) -> None:
         """Load the token vocabulary (~40 MiB; once, in a worker thread) when this result will
-        count tokens offline: a process whose servers all report usage never pays for it. The
-        stream's stamps are taken already; waiting here delays only this result."""
+        count tokens offline, or a priced series' charge ceiling is first needed (its prompt is
+        counted like `check` counts it): a process of unpriced series whose servers all report
+        usage never pays for it. The stream's stamps are taken already; waiting here delays
+        only this result."""
+        size = series.workload.input_tokens
+        if series.price is not None and attempt.stream_done and not charge.planned(
+                series.probe, size):
+            await asyncio.to_thread(charge.planned_input, series.probe, size)
         if tokens.loaded() or not attempt.counts_offline():
             return
         if self._vocabulary is None:
@@ -221,9 +272,12 @@ class Prober:
         """Send the request and read the stream into `attempt`."""
         protocol = self._protocol(series)
         target = series.target
-        nonce = uuid.uuid4().hex[:12] if series.probe.nonce else None
+        nonce = self._nonce(series)
         case = self._next_case(series, attempt)
-        prompt = make_prompt(series.probe, case, nonce)
+        size = series.workload.input_tokens
+        context = None if size is None else await context_async(series.probe, size)
+        prompt = make_prompt(series.probe, case, nonce, context,
+                             cache_marker=series.workload.cache is not None)
         attempt.prompt_text = "\n".join(filter(None, (prompt.system, *(
             content for _role, content in prompt.messages))))
         key = self._keys.key(target)
@@ -248,6 +302,22 @@ class Prober:
                     raise error
                 await self._read_stream(response, protocol, series, attempt)
                 return
+
+    def _nonce(self, series: Series) -> str | None:
+        """A fresh nonce per run; a cache pair's warm run reuses its cold run's, so it sends the
+        same prefix (a warm run with no cold one before it starts a prefix of its own, and is
+        cold: the next warm run is not)."""
+        if not series.probe.nonce:
+            return None
+        role, pair = series.workload.cache, _pair(series)
+        if role is CacheRole.WARM and pair in self._pair_nonce:
+            return self._pair_nonce[pair]
+        nonce = uuid.uuid4().hex[:12]
+        if role is not None:
+            if len(self._pair_nonce) >= MAX_PAIRS and pair not in self._pair_nonce:
+                self._pair_nonce.clear()  # pairs a reload dropped: bounded, never grows
+            self._pair_nonce[pair] = nonce
+        return nonce
 
     async def _run_embedding(self, series: Series, attempt: Attempt) -> None:
         """Send an embeddings request and read its JSON answer into `attempt`."""

@@ -52,6 +52,7 @@ class AnthropicStreamParser(StreamParser[ServerSentEvent]):
 
     prompt_tokens: int | None = None
     cached_tokens: int | None = None
+    cache_write_tokens: int | None = None
     output_tokens: int | None = None
     _call_at: dict[Any, int] = field(default_factory=dict)  # tool_use block index → call
 
@@ -116,11 +117,12 @@ class AnthropicStreamParser(StreamParser[ServerSentEvent]):
             # Anthropic reports cached and uncached input separately; prompt = all input.
             self.prompt_tokens = prompt + (cache_read or 0) + (cache_write or 0)
             self.cached_tokens = cache_read
+            self.cache_write_tokens = cache_write
         output = count(usage.get("output_tokens"))
         if output is not None:
             self.output_tokens = output
         self.usage = Usage(prompt=self.prompt_tokens, completion=self.output_tokens,
-                           cached=self.cached_tokens)
+                           cached=self.cached_tokens, cache_write=self.cache_write_tokens)
 
 
 def _index(data: dict[str, Any]) -> Any:
@@ -132,13 +134,18 @@ def anthropic_content(prompt: Prompt) -> list[dict[str, Any]]:
     """The `messages` list (an image becomes a base64 block of the last user turn)."""
     messages: list[dict[str, Any]] = [{"role": role, "content": content}
                                       for role, content in prompt.messages if role != "system"]
+    if prompt.cache_marker:  # the prefix up to the end of the first user turn is cached
+        first = next(i for i, m in enumerate(messages) if m["role"] == "user")
+        messages[first]["content"] = [{"type": "text", "text": messages[first]["content"],
+                                       "cache_control": {"type": "ephemeral"}}]
     if prompt.image is not None:
         last_user = max(i for i, m in enumerate(messages) if m["role"] == "user")
         media_type, data = image_payload(prompt.image)
         messages[last_user]["content"] = [
             {"type": "image", "source": {"type": "base64", "media_type": media_type,
                                          "data": data}},
-            {"type": "text", "text": messages[last_user]["content"]},
+            *(content if isinstance(content := messages[last_user]["content"], list)
+              else [{"type": "text", "text": content}]),
         ]
     return messages
 

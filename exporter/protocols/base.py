@@ -138,6 +138,9 @@ class Prompt:
     system: str | None
     messages: tuple[tuple[str, str], ...]  # (role, content)
     image: ImageSpec | None = None  # attached to the last user message
+    # A cache pair's prompt: APIs that cache only on request (Anthropic `cache_control`,
+    # Bedrock `cachePoint`) mark the end of the first user message as a cache prefix.
+    cache_marker: bool = False
 
     def last_user(self) -> int:
         """Index of the last user message (an image is attached to it)."""
@@ -145,24 +148,43 @@ class Prompt:
                    default=len(self.messages) - 1)
 
 
-def make_prompt(probe: ProbeConfig, case: Case | None, nonce: str | None) -> Prompt:
-    """The prompt of one run: the probe's (or the case's) messages, nonce in front of the first
-    user message — prefix caches match prefixes, so a suffix would not defeat them."""
+# What a workload-shaped probe asks after its generated context when it sets no prompt: a short
+# answer, so a ladder measures prefill, not decoding.
+DEFAULT_QUESTION = "The text above is filler for a latency test. Reply with the single word: ready."
+
+
+def _messages(probe: ProbeConfig, case: Case | None, context: str | None) -> list[tuple[str, str]]:
     if case is not None:
-        messages = [("user", case.prompt)]
-    elif probe.messages is not None:
-        messages = [(m.role, m.content) for m in probe.messages]
-    else:
-        messages = [("user", probe.prompt or "")]
+        return [("user", case.prompt)]
+    if probe.messages is not None:
+        return [(m.role, m.content) for m in probe.messages]
+    if probe.prompt is None and context is not None:
+        return [("user", DEFAULT_QUESTION)]
+    return [("user", probe.prompt or "")]
+
+
+def question(probe: ProbeConfig) -> str:
+    """The text a generated context goes in front of: the probe's first user message."""
+    return next((content for role, content in _messages(probe, None, "") if role == "user"), "")
+
+
+def make_prompt(probe: ProbeConfig, case: Case | None, nonce: str | None,
+                context: str | None = None, *, cache_marker: bool = False) -> Prompt:
+    """The prompt of one run: the probe's (or the case's) messages, nonce in front of the first
+    user message — prefix caches match prefixes, so a suffix would not defeat them — and a
+    workload-shaped probe's generated `context` between the nonce and that message."""
+    messages = _messages(probe, case, context)
     system = probe.system
     if messages and messages[0][0] == "system":
         system = messages.pop(0)[1] if system is None else system
-    if nonce:
+    if nonce or context is not None:
         for i, (role, content) in enumerate(messages):
             if role == "user":
-                messages[i] = (role, f"[{nonce}] {content}")
+                if context is not None:
+                    content = f"{context}\n\n{content}"
+                messages[i] = (role, f"[{nonce}] {content}" if nonce else content)
                 break
-    return Prompt(system, tuple(messages), probe.image)
+    return Prompt(system, tuple(messages), probe.image, cache_marker)
 
 
 def embedding_input(probe: ProbeConfig, nonce: str | None) -> str:

@@ -71,7 +71,8 @@ def parse_usage(usage: Any) -> Usage | None:
     cache_read = count(usage.get("cacheReadInputTokens"))
     cache_write = count(usage.get("cacheWriteInputTokens"))
     prompt = None if uncached is None else uncached + (cache_read or 0) + (cache_write or 0)
-    return Usage(prompt=prompt, completion=count(usage.get("outputTokens")), cached=cache_read)
+    return Usage(prompt=prompt, completion=count(usage.get("outputTokens")), cached=cache_read,
+                 cache_write=cache_write)
 
 
 @dataclass(slots=True)
@@ -157,6 +158,9 @@ def converse_messages(prompt: Prompt) -> list[dict[str, Any]]:
     turn)."""
     messages: list[dict[str, Any]] = [{"role": role, "content": [{"text": content}]}
                                       for role, content in prompt.messages if role != "system"]
+    if prompt.cache_marker:  # the prefix up to the end of the first user turn is cached
+        first = next(i for i, m in enumerate(messages) if m["role"] == "user")
+        messages[first]["content"].append({"cachePoint": {"type": "default"}})
     if prompt.image is not None:
         last_user = max(i for i, m in enumerate(messages) if m["role"] == "user")
         media_type, data = image_payload(prompt.image)

@@ -7,20 +7,28 @@ also has `pricing` in USD per token as strings, `supported_parameters`, `archite
 and LiteLLM's `/model/info` (`model_name` + `model_info`: `input_cost_per_token`,
 `output_cost_per_token`, `cache_read_input_token_cost`, their `_above_200k_tokens` tiers, `mode`,
 `max_output_tokens`, `supports_function_calling`, `supports_response_schema`, `supports_vision`,
-`supports_reasoning`).
+`supports_reasoning`). Retirement dates: OpenRouter's `expiration_date` on a listed model and
+LiteLLM's `deprecation_date` in its model info (the earlier of the two wins).
 
-Everything is bounded: the body's bytes (the caller reads at most MAX_LIST_BYTES), the entries
-read (MAX_LISTED), each name (as long and as clean as a config's model name, and holding no
-secret the redactor knows: a gateway that echoes the key in a model name would put it in a
-label). Prices must be finite, non-negative and below MAX_PRICE per 1M tokens, or the model has
-no gateway price. Nothing here raises anything but `CatalogError`.
+Everything is bounded: the body's bytes (the caller reads at most MAX_LIST_BYTES), its
+structure before it is parsed (`Structure`: the JSON values a document may hold, counted over
+the raw bytes as they arrive, so a list of millions of tiny containers is refused before it
+costs hundreds of MB; nesting deeper than orjson's 1024 levels is refused by orjson), the entries
+read (MAX_LISTED), each name (as long and as clean as a config's model name, without invisible
+or direction-reversing characters or look-alikes, and holding no secret the redactor knows: a
+gateway that echoes the key in a model name would put it in a label). Prices must be finite,
+non-negative and below MAX_PRICE per 1M tokens, or the model has no gateway price. Nothing here
+raises anything but `CatalogError`.
 """
 
 from __future__ import annotations
 
+import math
 import re
+import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from datetime import UTC, date, datetime, time
 from enum import StrEnum
 from typing import Any
 
@@ -28,11 +36,21 @@ import orjson
 
 from exporter.apis import Feature
 from exporter.config.types import MAX_MODEL_NAME
+from exporter.exposition.families import NameRefusal
 from exporter.log import Redactor
 from exporter.providers.prices import ModelPrice, PriceSource, PriceTier, Rates, valid_rate
 
 MAX_LIST_BYTES = 16 * 1024 * 1024  # OpenRouter's full list is ~1.5 MB
 MAX_LISTED = 10_000  # entries read from one list; the rest is ignored (and said)
+# JSON values (counted as the `{`, `[` and `,` bytes, strings included: an over-count) a document
+# may hold per entry it is allowed: an OpenAI, Anthropic or OpenRouter list entry holds up to
+# about 100; a LiteLLM 1.106 `/model/info` entry about 215 (it grows with each release).
+VALUES_PER_ENTRY = 256
+INFO_VALUES_PER_ENTRY = 512
+# Objects (`{`), the dearest values to hold (~0.3 KB each parsed), per allowed entry: a real
+# entry holds up to about 7 (the entry, its pricing, architecture, model_info...).
+OBJECTS_PER_ENTRY = 16
+LISTED_FLOOR = 1000  # entries a document is allowed, at least (else twice `max_models`)
 PER_TOKEN = 1_000_000  # gateways price per token; the exporter per 1M tokens
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 # LiteLLM's long-context keys: `input_cost_per_token_above_200k_tokens` …
@@ -58,6 +76,46 @@ class CatalogError(Exception):
     """The gateway's answer is not a model list (the message says how, quoting nothing)."""
 
 
+class TooComplex(CatalogError):
+    """The document holds more JSON values than allowed (refused before it is parsed)."""
+
+
+def allowed_entries(max_models: int) -> int:
+    """The entries a target's documents are sized for: max(LISTED_FLOOR, 2 × max_models)."""
+    return max(LISTED_FLOOR, 2 * max_models)
+
+
+def max_values(max_models: int, per_entry: int = VALUES_PER_ENTRY) -> int:
+    """The JSON values a target's model list (or, with INFO_VALUES_PER_ENTRY, its model info)
+    may hold."""
+    return per_entry * allowed_entries(max_models)
+
+
+class Structure:
+    """Counts a document's JSON values and objects over its raw bytes as they arrive (sans-IO);
+    raises TooComplex past `limit` values or `objects` objects, before anything is parsed."""
+
+    def __init__(self, limit: int, what: str = "the model list",
+                 objects: int | None = None) -> None:
+        self.limit = limit
+        self.objects_limit = limit // VALUES_PER_ENTRY * OBJECTS_PER_ENTRY \
+            if objects is None else objects
+        self.what = what
+        self.values = self.objects = 0
+
+    def feed(self, piece: bytes) -> None:
+        """Count one piece of the body."""
+        objects = piece.count(b"{")
+        self.objects += objects
+        self.values += objects + piece.count(b"[") + piece.count(b",")
+        if self.values > self.limit:
+            raise TooComplex(f"{self.what} holds more than {self.limit:,} JSON values "
+                               "(raise discover.max_models for a longer list)")
+        if self.objects > self.objects_limit:
+            raise TooComplex(f"{self.what} holds more than {self.objects_limit:,} JSON objects "
+                               "(raise discover.max_models for a longer list)")
+
+
 @dataclass(frozen=True)
 class GatewayModel:
     """One listed model and what the gateway says about it (None: it said nothing)."""
@@ -68,6 +126,7 @@ class GatewayModel:
     lacks: frozenset[Feature] = frozenset()  # features the gateway says the model has not
     max_output_tokens: int | None = None
     reasoning: bool | None = None
+    retires: float | None = None  # unix time the gateway says the model retires
 
     def serves(self, features: frozenset[Feature], embedding: bool) -> bool:
         """Whether a probe with these features (an embedding probe or not) fits this model."""
@@ -87,6 +146,9 @@ class Catalog:
     refused: int = 0  # names refused (empty, too long, control characters, a secret, twice)
     bad_prices: int = 0  # prices refused (negative, NaN, huge, not a number)
     sources: tuple[str, ...] = ()  # the endpoints that answered (`/models`, `/model/info`)
+    # names refused, by reason, and a few of them shown escaped (for the log)
+    refusals: Mapping[NameRefusal, int] = field(default_factory=dict, compare=False)
+    refused_names: tuple[str, ...] = field(default=(), compare=False)
     by_name: Mapping[str, GatewayModel] = field(default_factory=dict, compare=False,
                                                 repr=False)
 
@@ -99,24 +161,65 @@ class Catalog:
         return self.listed > MAX_LISTED
 
 
-def _load(body: bytes, what: str) -> Any:
+def _load(body: bytes, what: str, max_values: int | None) -> Any:
     if len(body) > MAX_LIST_BYTES:
         raise CatalogError(f"{what} is larger than {MAX_LIST_BYTES // 2**20} MiB")
+    if max_values is not None:
+        Structure(max_values, what).feed(body)
     try:
         return orjson.loads(body)
     except orjson.JSONDecodeError:
-        raise CatalogError(f"{what} is not JSON") from None
+        raise CatalogError(f"{what} is not JSON (or nested deeper than 1024 levels)") from None
+
+
+SHOWN_REFUSED = 5  # refused names kept (escaped) for the log, per document
+
+
+def name_problem(name: Any, redactor: Redactor | None) -> NameRefusal | None:
+    """Why a listed model name cannot be a label and a request's model, or None."""
+    if not isinstance(name, str) or not name.strip() or len(name) > MAX_MODEL_NAME:
+        return NameRefusal.INVALID
+    if _CONTROL.search(name) or name != name.strip():
+        return NameRefusal.INVALID
+    if redactor is not None and redactor(name) != name:
+        return NameRefusal.SECRET  # it holds a secret (the key, echoed): never a label
+    if not name.isascii() and (any(unicodedata.category(c) == "Cf" for c in name)
+                               or unicodedata.normalize("NFKC", name) != name):
+        # Bidi overrides, zero-width characters, a BOM, full-width look-alikes: two series
+        # that look identical on every screen.
+        return NameRefusal.INVISIBLE
+    return None
 
 
 def valid_name(name: Any, redactor: Redactor | None) -> str | None:
     """A listed model name usable as a label and in a request, or None."""
-    if not isinstance(name, str) or not name.strip() or len(name) > MAX_MODEL_NAME:
-        return None
-    if _CONTROL.search(name) or name != name.strip():
-        return None
-    if redactor is not None and redactor(name) != name:
-        return None  # it holds a secret (the key, echoed): never a label
-    return name
+    return name if name_problem(name, redactor) is None else None
+
+
+def shown(name: Any, redactor: Redactor | None) -> str:
+    """A refused name as a log may show it: redacted first, then escaped and cut."""
+    text = name if isinstance(name, str) else repr(type(name).__name__)
+    if redactor is not None:
+        text = redactor(text)
+    return ascii(text)[1:-1][:80]
+
+
+class _Refused:
+    """The names one document refused, by reason, and the first few shown."""
+
+    def __init__(self, redactor: Redactor | None) -> None:
+        self.counts: dict[NameRefusal, int] = {}
+        self.names: list[str] = []
+        self._redactor = redactor
+
+    def add(self, reason: NameRefusal, name: Any) -> None:
+        self.counts[reason] = self.counts.get(reason, 0) + 1
+        if len(self.names) < SHOWN_REFUSED:
+            self.names.append(f"{reason.value}:{shown(name, self._redactor)}")
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
 
 
 def _per_million(value: Any) -> tuple[float | None, bool]:
@@ -165,20 +268,26 @@ def _price(prices: Mapping[str, Any], keys: tuple[str, str, str],
 
 
 def parse_model_list(body: bytes, *, redactor: Redactor | None = None,
-                     origin: str = "/models") -> Catalog:
-    """The models a `GET /models` answer lists (OpenAI, Anthropic, OpenRouter, LiteLLM)."""
-    document = _load(body, "the model list")
+                     origin: str = "/models", max_values: int | None = None) -> Catalog:
+    """The models a `GET /models` answer lists (OpenAI, Anthropic, OpenRouter, LiteLLM);
+    `max_values`: refuse a document of more JSON values (None: the caller counted them)."""
+    document = _load(body, "the model list", max_values)
     data = document.get("data") if isinstance(document, dict) else None
     if not isinstance(data, list):
         raise CatalogError('the model list has no "data" list')
     models: dict[str, GatewayModel] = {}
-    refused = bad_prices = 0
+    refused = _Refused(redactor)
+    bad_prices = 0
     for entry in data[:MAX_LISTED]:
         item = entry if isinstance(entry, dict) else {}
-        name = valid_name(item.get("id"), redactor)
-        if name is None or name in models:
-            refused += 1
+        listed = item.get("id")
+        problem = name_problem(listed, redactor)
+        if problem is None and listed in models:
+            problem = NameRefusal.DUPLICATE
+        if problem is not None:
+            refused.add(problem, listed)
             continue
+        name = str(listed)
         pricing = item.get("pricing")
         price, bad = (_price(pricing, ("prompt", "completion", "input_cache_read"), {},
                              f"gateway {origin} pricing")
@@ -188,8 +297,31 @@ def parse_model_list(body: bytes, *, redactor: Redactor | None = None,
                                     _int(item.get("max_output_tokens")) or _int(
                                         _dict(item.get("top_provider")).get(
                                             "max_completion_tokens")),
-                                    _reasoning(item))
-    return Catalog(tuple(models.values()), len(data), refused, bad_prices, (origin,))
+                                    _reasoning(item), retirement(item.get("expiration_date")))
+    return Catalog(tuple(models.values()), len(data), refused.total, bad_prices, (origin,),
+                   refused.counts, tuple(refused.names))
+
+
+def retirement(value: Any) -> float | None:
+    """Unix time of a retirement date as gateways write it (`2026-06-30`, an ISO date-time, or
+    unix seconds); None for anything else or a year outside 2000–2200."""
+    if isinstance(value, bool):
+        return None
+    when: float | None = None
+    if isinstance(value, int | float) and math.isfinite(value):
+        when = float(value)
+    elif isinstance(value, str) and 8 <= len(value) <= 40:  # bounded before parsing
+        text = value.strip().replace("Z", "+00:00")
+        try:
+            parsed = (datetime.fromisoformat(text) if "T" in text or " " in text
+                      else datetime.combine(date.fromisoformat(text), time()))
+        except ValueError:
+            return None
+        when = parsed.replace(tzinfo=parsed.tzinfo or UTC).timestamp()
+    return when if when is not None and _YEAR_2000 <= when <= _YEAR_2200 else None
+
+
+_YEAR_2000, _YEAR_2200 = 946_684_800.0, 7_258_118_400.0
 
 
 def _dict(value: Any) -> dict[str, Any]:
@@ -229,25 +361,28 @@ def _reasoning(item: Mapping[str, Any]) -> bool | None:
 
 
 def parse_model_info(body: bytes, *, redactor: Redactor | None = None,
-                     origin: str = "/model/info") -> Catalog:
+                     origin: str = "/model/info", max_values: int | None = None) -> Catalog:
     """The models LiteLLM's `/model/info` describes (several deployments of one name: the
     dearest price, a feature any of them lacks)."""
-    document = _load(body, "the model info")
+    document = _load(body, "the model info", max_values)
     data = document.get("data") if isinstance(document, dict) else None
     if not isinstance(data, list):
         raise CatalogError('the model info has no "data" list')
     models: dict[str, GatewayModel] = {}
-    refused = bad_prices = 0
+    refused = _Refused(redactor)
+    bad_prices = 0
     tiers = {above: (f"input_cost_per_token_above_{above // 1000}k_tokens",
                      f"output_cost_per_token_above_{above // 1000}k_tokens",
                      f"cache_read_input_token_cost_above_{above // 1000}k_tokens")
              for above in _TIERS}
     for entry in data[:MAX_LISTED]:
         item = entry if isinstance(entry, dict) else {}
-        name = valid_name(item.get("model_name"), redactor)
-        if name is None:
-            refused += 1
+        listed = item.get("model_name")
+        problem = name_problem(listed, redactor)
+        if problem is not None:
+            refused.add(problem, listed)
             continue
+        name = str(listed)
         info = _dict(item.get("model_info"))
         price, bad = _price(info, ("input_cost_per_token", "output_cost_per_token",
                                    "cache_read_input_token_cost"), tiers,
@@ -257,9 +392,11 @@ def parse_model_info(body: bytes, *, redactor: Redactor | None = None,
         reasoning = info.get("supports_reasoning")
         model = GatewayModel(name, price, _mode(info.get("mode")), lacks,
                              _int(info.get("max_output_tokens")),
-                             reasoning if isinstance(reasoning, bool) else None)
+                             reasoning if isinstance(reasoning, bool) else None,
+                             retirement(info.get("deprecation_date")))
         models[name] = _merge(models.get(name), model)
-    return Catalog(tuple(models.values()), len(data), refused, bad_prices, (origin,))
+    return Catalog(tuple(models.values()), len(data), refused.total, bad_prices, (origin,),
+                   refused.counts, tuple(refused.names))
 
 
 def _dearer(a: ModelPrice | None, b: ModelPrice | None) -> ModelPrice | None:
@@ -274,7 +411,8 @@ def _merge(old: GatewayModel | None, new: GatewayModel) -> GatewayModel:
         return new
     return GatewayModel(old.name, _dearer(old.price, new.price), old.mode or new.mode,
                         old.lacks | new.lacks, old.max_output_tokens or new.max_output_tokens,
-                        old.reasoning if old.reasoning is not None else new.reasoning)
+                        old.reasoning if old.reasoning is not None else new.reasoning,
+                        min(filter(None, (old.retires, new.retires)), default=None))
 
 
 def describe(listing: Catalog, info: Catalog | None) -> Catalog:

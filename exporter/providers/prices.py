@@ -48,11 +48,12 @@ class PriceSource(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class Rates:
-    """Prices per 1M tokens of one tier (cached_input None: billed as input)."""
+    """Prices per 1M tokens of one tier (cached_input, cache_write None: billed as input)."""
 
     input: float
     output: float
     cached_input: float | None = None
+    cache_write: float | None = None  # tokens written to a prompt cache (Anthropic, Bedrock)
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,10 +75,11 @@ class ModelPrice:
     source: PriceSource = PriceSource.CONFIG
     origin: str = ""  # in words: which entry of which source
     tiers: tuple[PriceTier, ...] = ()  # ascending `above`
+    cache_write: float | None = None  # per 1M tokens written to a prompt cache (None: input)
 
     def at(self, prompt_tokens: int) -> Rates:
         """The rates a request with this many prompt tokens pays (the highest tier it passes)."""
-        rates = Rates(self.input, self.output, self.cached_input)
+        rates = Rates(self.input, self.output, self.cached_input, self.cache_write)
         for tier in self.tiers:
             if prompt_tokens > tier.above:
                 rates = tier.rates
@@ -86,7 +88,8 @@ class ModelPrice:
     def to_json(self) -> dict[str, Any]:
         """The price as JSON (per 1M tokens)."""
         return {"source": self.source.value, "input": self.input, "output": self.output,
-                "cached_input": self.cached_input, "currency": self.currency,
+                "cached_input": self.cached_input, "cache_write": self.cache_write,
+                "currency": self.currency,
                 "origin": self.origin,
                 "tiers": [{"above_input_tokens": t.above, "input": t.rates.input,
                            "output": t.rates.output, "cached_input": t.rates.cached_input}
@@ -247,7 +250,7 @@ def _convert(prices: Any, origin: str) -> ModelPrice | None:
     """The library's `ModelPrice` as ours; None without valid input and output prices."""
     parts = {key: _split(getattr(prices, f"{name}_mtok", None))
              for key, name in (("input", "input"), ("output", "output"),
-                               ("cached_input", "cache_read"))}
+                               ("cached_input", "cache_read"), ("cache_write", "cache_write"))}
     base_input, base_output = parts["input"][0], parts["output"][0]
     if base_output is None and not parts["output"][1]:
         base_output = 0.0  # an embedding model: only its input is billed
@@ -267,6 +270,7 @@ def _convert(prices: Any, origin: str) -> ModelPrice | None:
         input_, output = rate("input", above), rate("output", above)
         if input_ is None or output is None:
             return None
-        tiers.append(PriceTier(above, Rates(input_, output, rate("cached_input", above))))
+        tiers.append(PriceTier(above, Rates(input_, output, rate("cached_input", above),
+                                            rate("cache_write", above))))
     return ModelPrice(base_input, base_output, parts["cached_input"][0], "USD",
-                      PriceSource.LIBRARY, origin, tuple(tiers))
+                      PriceSource.LIBRARY, origin, tuple(tiers), parts["cache_write"][0])

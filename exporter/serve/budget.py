@@ -10,18 +10,25 @@ The day's spend survives a restart in the spend record (`budget.json` in the con
 written atomically off the event loop, and never over a file that is not one. A record that
 cannot be read, or a path that holds something else, stops spending — every probe is skipped
 with reason `budget` — and says so on the log, the status page and
-`llm_probe_budget_record_ok`: a budget that forgot what it spent would spend it twice. A config
-reload reads the record again.
+`llm_probe_budget_record_ok`: a budget that forgot what it spent would spend it twice. A record
+that vanishes once this process has read or written it is unusable too (until a restart), never
+a day that starts again from zero. A config reload reads the record again.
+
+No target can spend the others' budget: each may spend at most its share of the day's limit
+(`global.budget.shares: {TARGET: fraction}`; the targets not named split what is left equally),
+and its probes are skipped once its share is spent while the others go on. The spend per
+target is kept in the record with the total. The log says once a day when the budget, or a
+target's share, is spent, and which target spent it.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, date, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from exporter.config import BudgetConfig
 from exporter.log import get_logger
@@ -29,7 +36,7 @@ from exporter.state import StateRefused, read_state, write_state
 
 RECORD = "budget"
 RECORD_FILE = "budget.json"
-MAX_STATE_BYTES = 4096
+MAX_STATE_BYTES = 64 * 1024  # the total and a spend per target (names of ≤ 200 characters)
 
 
 def utc_day(unix: float) -> str:
@@ -49,7 +56,9 @@ class Budget:
     """Tracks today's spend in the budget currency."""
 
     def __init__(self, config: BudgetConfig, *, state_dir: Path | None = None,
-                 wall_clock: Callable[[], float] = time.time, logger: Any = None) -> None:
+                 wall_clock: Callable[[], float] = time.time, logger: Any = None,
+                 targets: Iterable[str] = ()) -> None:
+        self.config = config
         self.limit = config.max_cost_per_day
         self.currency = config.currency
         # None: a config given as data, with no file to key a record by: kept in memory only.
@@ -59,8 +68,20 @@ class Budget:
         self._log = logger or get_logger()
         self.day = utc_day(self._wall())
         self.spent = 0.0
+        self.by_target: dict[str, float] = {}  # today's spend per target (of those that said)
+        self.shares: dict[str, float] = {}  # the most each target may spend today
         self.problem = ""  # why the record cannot be used; spending stops while it is set
+        # A record of ours was read or written by this process: from then on a missing one
+        # vanished (removed or renamed), and spending stops rather than start again from 0.
+        self._recorded = False
         self._warned: set[str] = set()
+        self._announced: set[str | None] = set()  # spent today, said: None (all) or a target
+        self.set_targets(targets)
+
+    def set_targets(self, targets: Iterable[str]) -> None:
+        """Share the limit among these targets (`BudgetConfig.amounts`); none: no per-target
+        limit."""
+        self.shares = self.config.amounts(targets)
 
     def load(self) -> None:
         """Read the spend of the latest day from the record (none yet, or an earlier day's: 0).
@@ -74,14 +95,22 @@ class Budget:
         except StateRefused as exc:
             self._refuse(str(exc))
             return
+        if state is None and self._recorded:
+            self._refuse(f"state file {self.path}: the budget record vanished mid-run (removed "
+                         "or renamed by someone else); the day's spend is unknown, so nothing "
+                         "is spent until a restart")
+            return
         if self.problem:
             self._log.info("budget record readable again; probing resumes", path=str(self.path))
         self.problem = ""
+        self._recorded = self._recorded or state is not None
         if state is None or state.get("currency") != self.currency:
             return
         day, spent = state.get("day"), state.get("spent")
-        if not (isinstance(day, str) and _is_day(day) and isinstance(spent, int | float)
-                and not isinstance(spent, bool) and math.isfinite(spent) and spent >= 0):
+        by_target = state.get("targets", {})
+        if not (isinstance(day, str) and _is_day(day) and _amount(spent)
+                and isinstance(by_target, dict) and all(
+                    isinstance(k, str) and _amount(v) for k, v in by_target.items())):
             self._refuse(f"state file {self.path}: the budget record holds no valid day and "
                          "spend")
             return
@@ -89,6 +118,7 @@ class Budget:
             return  # an earlier day's: today starts at 0
         # Today's, or a day the clock went back from (or was corrected from): its spend stays.
         self.day, self.spent = _later_day(day, self.day), float(spent)
+        self.by_target = {k: float(v) for k, v in by_target.items()}
         if self.spent >= self.limit:
             self._log.warning("daily budget already spent, by the record; probes are skipped "
                               "until the UTC day ends", path=str(self.path), spent=self.spent,
@@ -103,17 +133,23 @@ class Budget:
     def _roll(self) -> None:
         day = _later_day(self.day, utc_day(self._wall()))
         if day > self.day:
-            self.day, self.spent = day, 0.0
+            self.day, self.spent, self.by_target = day, 0.0, {}
+            self._announced.clear()
         else:
             self.day = day  # the same day, or a clock corrected by days: the spend stays
 
-    def exhausted(self) -> bool:
-        """Whether probing must stop: today's budget is spent, or the record is unusable."""
+    def exhausted(self, target: str | None = None) -> bool:
+        """Whether probing (of `target`) must stop: today's budget or the target's share is
+        spent, or the record is unusable."""
         self._roll()
-        return bool(self.problem) or self.spent >= self.limit
+        if self.problem or self.spent >= self.limit:
+            return True
+        share = self.shares.get(target) if target is not None else None
+        return share is not None and self.by_target.get(target or "", 0.0) >= share
 
-    def add(self, cost: float, currency: str | None) -> bool:
-        """Count a probe's cost; False (and a one-time warning) for another currency."""
+    def add(self, cost: float, currency: str | None, target: str | None = None) -> bool:
+        """Count a probe's cost (of `target`); False (and a one-time warning) for another
+        currency."""
         if currency != self.currency:
             if currency and currency not in self._warned:
                 self._warned.add(currency)
@@ -122,7 +158,29 @@ class Budget:
             return False
         self._roll()
         self.spent += cost
+        if target is not None:
+            self.by_target[target] = self.by_target.get(target, 0.0) + cost
+        self._announce(target)
         return True
+
+    def _announce(self, target: str | None) -> None:
+        """Say once a day that the budget, or `target`'s share, is spent, and by whom."""
+        if self.spent >= self.limit and None not in self._announced:
+            self._announced.add(None)
+            top = sorted(self.by_target.items(), key=lambda item: -item[1])[:5]
+            self._log.warning("daily budget spent; every probe is skipped until the UTC day "
+                              "ends", spent=round(self.spent, 6), limit=self.limit,
+                              currency=self.currency, last_target=target,
+                              top_spenders=", ".join(f"{name}={amount:.4g}"
+                                                     for name, amount in top) or None)
+        share = self.shares.get(target) if target is not None else None
+        if (share is not None and target not in self._announced
+                and self.by_target.get(target or "", 0.0) >= share):
+            self._announced.add(target)
+            self._log.warning("a target's share of the daily budget is spent; its probes are "
+                              "skipped until the UTC day ends", target=target,
+                              spent=round(self.by_target[target or ""], 6), share=share,
+                              currency=self.currency)
 
     def save(self) -> None:
         """Write the record (call off the event loop). A path that holds something else is
@@ -131,7 +189,10 @@ class Budget:
             return
         try:
             write_state(self.path, RECORD, {"day": self.day, "currency": self.currency,
-                                            "spent": self.spent}, MAX_STATE_BYTES, _legacy)
+                                            "spent": self.spent,
+                                            "targets": dict(self.by_target)},
+                        MAX_STATE_BYTES, _legacy, must_exist=self._recorded)
+            self._recorded = True
         except StateRefused as exc:
             self._refuse(str(exc))
         except OSError as exc:
@@ -142,6 +203,12 @@ class Budget:
 def _legacy(data: Mapping[str, Any]) -> bool:
     """A record of an earlier version: exactly its three keys, without `format`."""
     return set(data) == {"day", "currency", "spent"}
+
+
+def _amount(value: Any) -> TypeGuard[int | float]:
+    """Whether a recorded spend is a finite, non-negative number."""
+    return (isinstance(value, int | float) and not isinstance(value, bool)
+            and math.isfinite(value) and value >= 0)
 
 
 def _is_day(text: str) -> bool:

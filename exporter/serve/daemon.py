@@ -40,11 +40,12 @@ from exporter.serve.results import ResultStore
 from exporter.serve.scheduler import Scheduler
 from exporter.serve.server import HTTPServer, ServerState, start_server
 from exporter.serve.signals import ProcessSignals
+from exporter.serve.statedir import StateKeeper, StateUsage, keep
 from exporter.serve.webconfig import LiveWebConfig
-from exporter.simulator import Simulator, start_simulator
+from exporter.simulator import SimulatorThread, start_simulator_thread
+from exporter.simulator.thread import SWITCH_INTERVAL
 
 LOOP_LAG_PERIOD = 0.25
-SWITCH_INTERVAL = 0.0005
 AUTO_RELOAD_PERIOD = 2.0
 RELOAD_MIN_INTERVAL = 1.0  # seconds between the starts of two reloads that parsed a file
 CLOSE_RESERVE = 1.0  # seconds of the grace kept for closing the server and sessions
@@ -85,7 +86,7 @@ class Daemon:
         self.prober: Prober | None = None
         self.scheduler: Scheduler | None = None
         self.discovery: Discovery | None = None
-        self.simulator: Simulator | None = None
+        self.simulator: SimulatorThread | None = None
         self.state: ServerState | None = None
         self._runner: HTTPServer | None = None
         self._stop = asyncio.Event()
@@ -153,8 +154,9 @@ class Daemon:
         self.log.info("listening", address=self.listen)
         if config.simulator is not None:
             try:
-                self.simulator = await start_simulator(config.simulator,
-                                                       api_key=config.simulator.api_key)
+                # Its own thread and loop: no client of the simulator can delay a probe's stamps.
+                self.simulator = await start_simulator_thread(config.simulator,
+                                                              api_key=config.simulator.api_key)
             except OSError as exc:
                 raise _cannot_listen("simulator.listen", config.simulator.listen, exc) from None
             self.log.info("simulator started", url=self.simulator.url)
@@ -174,6 +176,9 @@ class Daemon:
         self.metrics.reload_status(True, time.time())
         self.state.ready = True
         self._tasks.append(asyncio.create_task(self._watch_loop_lag()))
+        self._tasks.append(asyncio.create_task(keep(
+            StateKeeper(logger=self.log), lambda: self.state.config if self.state else None,
+            self._publish_state_usage)))
         if self.auto_reload:
             self._tasks.append(asyncio.create_task(self._watch_files()))
         self.log.info("probing", series=len(config.series), targets=len(config.targets))
@@ -188,10 +193,16 @@ class Daemon:
             self.discovery.set_models_in_use(config)
         self.metrics.apply(config)
         self.store.set_series(s.key for s in config.series)
-        if self.prober is not None:  # what servers refused under the old config is forgotten
-            self.prober.adaptations.retain(config.series)
+        if self.prober is not None:  # what the old config's series left behind is forgotten
+            self.prober.retain(config.series)
         self.scheduler.apply(config)
         self.state.config = config
+
+    def _publish_state_usage(self, usage: StateUsage | None) -> None:
+        """The latest sweep of the state directory, on the gauge and the pages."""
+        self.metrics.set_state_bytes(usage.bytes if usage is not None else 0)
+        if self.state is not None:
+            self.state.state_usage = usage
 
     async def _rediscover(self) -> None:
         """A discovering target's models changed: rebuild the series as a reload does (in a

@@ -14,7 +14,7 @@ from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 from exporter.config import Config, Series
 from exporter.config.shard import parse_shard, shard_of
 from exporter.errors import Result
-from exporter.exposition.families import PROBE_LABELS, Family, Scope, SkipReason, families
+from exporter.exposition.families import Family, Scope, SkipReason, families
 from exporter.result import ProbeResult, TokenSource, Usage
 
 SCRAPE_TIMEOUT_HEADER = "X-Prometheus-Scrape-Timeout-Seconds"
@@ -64,8 +64,8 @@ def ondemand_answer(series: Series, constant: Mapping[str, str], result: ProbeRe
     name of its own, so none clashes with a `/metrics` family of another type. A value that is
     undefined for this run (no TPOT of a one-token answer, no checks) leaves its family out.
     """
-    label_names = [*PROBE_LABELS, *constant]
-    label_values = [*series.key, *constant.values()]
+    label_names = [*(name for name, _ in series.labels), *constant]
+    label_values = [*(value for _, value in series.labels), *constant.values()]
     answer: list[Metric] = []
     for spec in families(Scope.ONDEMAND):
         samples = _samples(spec.key, result, cached, skipped)

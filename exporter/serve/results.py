@@ -6,6 +6,7 @@ from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from exporter.identity.status import IdentityStatus
 from exporter.result import ProbeResult
 
 RECENT_FAILURES = 100
@@ -19,6 +20,8 @@ class Snapshot:
     failures: tuple[ProbeResult, ...]
     # What the server last said answered each series: (served model, system fingerprint).
     served: dict[tuple[str, str, str], tuple[str, str]] = field(default_factory=dict)
+    # Each identity series' state (`IdentityMonitor.statuses`, itself a value nobody changes).
+    identity: dict[tuple[str, str, str], IdentityStatus] = field(default_factory=dict)
 
 
 class ResultStore:
@@ -49,6 +52,9 @@ class ResultStore:
         """The last result of one series."""
         return self._latest.get(key)
 
-    def snapshot(self) -> Snapshot:
-        """Copy the current state (cheap: results are immutable)."""
-        return Snapshot(dict(self._latest), tuple(self._failures), dict(self._served))
+    def snapshot(self, identity: dict[tuple[str, str, str], IdentityStatus] | None = None
+                 ) -> Snapshot:
+        """Copy the current state (cheap: results are immutable), with the identity series'
+        states (`IdentityMonitor.statuses`)."""
+        return Snapshot(dict(self._latest), tuple(self._failures), dict(self._served),
+                        identity or {})

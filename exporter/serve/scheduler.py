@@ -6,7 +6,9 @@ a heap entry (~0.2 KiB), not a task with its frame, future and timer handle (~1.
 tick costs a heap push and pop. The first probe of a series new to the schedule (every series
 at start, the ones a reload adds) comes within min(interval, window) of being added, spread by
 the same stable offset, then the series joins its grid; the window is 10 s, longer when more
-than 250 first probes a second would start (`first_probe_window`).
+than 250 first probes a second would start (`first_probe_window`). A series discovery adds
+later (a model a gateway began to list) spreads its first probe over its whole interval: a
+gateway that lists many new names at once cannot make the exporter probe them all at once.
 A tick that finds the previous probe of the same series still running is skipped
 (`reason="overlap"`). On-demand probes (`run_now`, the `/probe` endpoint) run outside the
 scheduled concurrency limit, so they can never starve scheduled series.
@@ -29,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from exporter.config import Config, Series, SeriesKey
+from exporter.config.workload import CacheRole
 from exporter.errors import Result
 from exporter.exposition.families import SkipReason
 from exporter.exposition.metrics import ExporterMetrics
@@ -101,11 +104,16 @@ class Scheduler:
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = math.inf
         self._running: dict[SeriesKey, asyncio.Task[ProbeResult]] = {}
+        self._warm_after: dict[SeriesKey, Series] = {}  # cold series key → its warm series
         self._paused_until: dict[SeriesKey, float] = {}  # on `clock`
         # Last result of each failing series and how many failures in a row: logs follow
         # changes. A healthy series has no entry.
         self._health: dict[SeriesKey, tuple[Result, int]] = {}
+        self._overclaimed: dict[SeriesKey, int] = {}  # charges capped so far (warned at the first)
+        self._refused: set[tuple[str, str, str]] = set()  # (target, model, why) warned about
         self._stopping = False
+        self._claims: set[SeriesKey] = set()  # series whose unsupported skip was logged
+        self._started = False  # after the first apply: discovered series spread further
         self.budget: Budget | None = None
         self._budget_config: object = None
         self._save_lock = asyncio.Lock()
@@ -131,34 +139,46 @@ class Scheduler:
             self.budget = None
             if config.global_.budget is not None:
                 self.budget = Budget(config.global_.budget, state_dir=config.state_dir,
-                                     wall_clock=self._wall, logger=self._log)
+                                     wall_clock=self._wall, logger=self._log,
+                                     targets=(t.name for t in config.targets))
                 self.budget.load()
-            self._metrics.set_budget(self.budget)
         elif self.budget is not None and self.budget.problem:
             self.budget.load()  # a reload is how an operator says the record was fixed
-            self._metrics.set_budget(self.budget)
+        if self.budget is not None:
+            self.budget.set_targets(t.name for t in config.targets)
+        self._metrics.set_budget(self.budget)
+        self._warn_prices(config)
         self.identity.apply(config)
         self.judge.apply(config)
         wanted = {s.key: s for s in config.series}
+        # A cache pair's warm series is not scheduled: it runs right after its cold one.
+        self._warm_after = {s.sibling(CacheRole.COLD).key: s for s in config.series
+                            if s.workload.cache is CacheRole.WARM}
+        scheduled = set(self._ticks)  # a series a reload changed is not new to the gateway
         for key, ticks in list(self._ticks.items()):
             if wanted.get(key) != ticks.series:
                 ticks.active = False  # an in-flight probe of this series is left to finish
                 del self._ticks[key]
-        for known in (self._paused_until, self._health):
+        self._claims &= wanted.keys()
+        for known in (self._paused_until, self._health, self._overclaimed):
             for key in [k for k in known if k not in wanted]:
                 del known[key]
         loop = asyncio.get_running_loop()
         now = loop.time()
         # The series new to the schedule (all of them at start) spread their first probes.
-        added = [series for key, series in wanted.items() if key not in self._ticks]
+        added = [series for key, series in wanted.items() if key not in self._ticks
+                 and series.workload.cache is not CacheRole.WARM]
         window = first_probe_window(len(added))
         for series in added:
             interval = series.interval
+            spread = (interval if self._started and series.discovered
+                      and series.key not in scheduled else window)
             # A stable offset spreads series the same way after every restart.
-            first, next_tick = first_ticks(now, interval, series.stable_fraction(), window)
+            first, next_tick = first_ticks(now, interval, series.stable_fraction(), spread)
             ticks = self._ticks[series.key] = _Ticks(series, next_tick)
-            self._push(first + self._rng.uniform(0.0, series.jitter * min(interval, window)),
+            self._push(first + self._rng.uniform(0.0, series.jitter * min(interval, spread)),
                        ticks)
+        self._started = True
         self._arm(loop)
 
     def _push(self, planned: float, ticks: _Ticks) -> None:
@@ -201,9 +221,11 @@ class Scheduler:
 
     def skip_reason(self, series: Series) -> SkipReason | None:
         """Why a probe of this series must not be sent now (rate-limited, budget), if so."""
+        if series.claimed_unsupported:
+            return SkipReason.UNSUPPORTED
         if self._paused_until.get(series.key, float("-inf")) > self._clock():
             return SkipReason.RATE_LIMITED
-        if self.budget is not None and self.budget.exhausted():
+        if self.budget is not None and self.budget.exhausted(series.target.name):
             return SkipReason.BUDGET
         return None
 
@@ -221,14 +243,30 @@ class Scheduler:
         reason = self.skip_reason(series)
         if reason is not None:
             self._metrics.record_skip(key, reason)
+            if reason is SkipReason.UNSUPPORTED and key not in self._claims:
+                self._claims.add(key)  # once per series while it is configured
+                gateway = series.gateway
+                self._log.warning(
+                    "probe skipped: the gateway says the model cannot serve it",
+                    target=key[0], model=key[1], probe=key[2],
+                    mode=gateway.mode.value if gateway and gateway.mode else None,
+                    lacks=sorted(f.value for f in gateway.lacks) if gateway else [])
             return
         self._track(key, asyncio.create_task(self._run(series, planned), name=f"probe {key}"))
 
     async def _run(self, series: Series, planned: float) -> ProbeResult:
-        """Wait for a concurrency slot, probe, record."""
+        """Wait for a concurrency slot, probe, record; a cache pair's cold probe that
+        succeeded is followed at once, in the same slot, by its warm probe (same prefix)."""
         async with self._semaphore:
             self._metrics.observe_lag(max(0.0, asyncio.get_running_loop().time() - planned))
             result = await self._probe(series)
+            warm = self._warm_after.get(series.key)
+            if warm is not None:  # a cache pair is never judged: it has no cases
+                result = self._record(result)
+                if (result.success and warm.key not in self._running
+                        and self.skip_reason(warm) is None):
+                    self._record(await self._probe(warm))
+                return result
         return self._record(await self._graded(series, result))
 
     async def _run_unlimited(self, series: Series) -> ProbeResult:
@@ -254,17 +292,20 @@ class Scheduler:
 
     async def _graded(self, series: Series, result: ProbeResult) -> ProbeResult:
         """Grade a judged series' answer (outside the probe's concurrency slot: the judge is
-        another endpoint); the judge's calls count in the budget. The result stays the
-        model's, with its answer cut as every result's is."""
+        another endpoint); the judge's calls count in the budget and in the judge target's
+        share of it. The result stays the model's, with its answer cut as every result's is."""
+        judge = self.judge.judge_of(series)
+        payer = judge.target if judge is not None else None
         grading = await self.judge.grade(
-            series, result, may_spend=lambda: self.budget is None or not self.budget.exhausted())
+            series, result,
+            may_spend=lambda: self.budget is None or not self.budget.exhausted(payer))
         if grading is None:
             return result
         record(self._metrics.judged, result, grading)
         for call in grading.calls:
             self._store.record(call)  # a failing judge call is among the recent failures
-            if self.budget is not None and call.cost and self.budget.add(call.cost,
-                                                                          call.currency):
+            if self.budget is not None and call.cost and self.budget.add(
+                    call.cost, call.currency, call.target):
                 self._metrics.set_budget(self.budget)
                 asyncio.get_running_loop().create_task(self._save_budget(self.budget))
         if grading.judgement is not None:
@@ -279,14 +320,46 @@ class Scheduler:
         result = self.identity.observe(result)  # an identity answer stays with the monitor
         self._metrics.record(result)
         self._store.record(result)
-        if self.budget is not None and result.cost and self.budget.add(result.cost,
-                                                                        result.currency):
+        if result.claimed_cost is not None:
+            self._warn_overclaim(result)
+        if self.budget is not None and result.cost and self.budget.add(
+                result.cost, result.currency, result.target):
             self._metrics.set_budget(self.budget)
             asyncio.get_running_loop().create_task(self._save_budget(self.budget))
         if result.retry_after:
             self._paused_until[result.key] = self._clock() + result.retry_after
         self._log_change(result)
         return result
+
+    def _warn_prices(self, config: Config) -> None:
+        """One warning per (target, model) whose gateway or library price a bound refused,
+        when it first is (again after it was accepted)."""
+        refused = {(s.target.name, s.model): s for s in config.series
+                   if s.refused_price is not None}
+        now = set()
+        for (target, model), series in refused.items():
+            why = series.refused_price
+            assert why is not None
+            key = (target, model, why.describe())
+            now.add(key)
+            if key not in self._refused:
+                self._log.warning("price refused by a sanity bound", target=target, model=model,
+                                  source=why.source.value, reason=why.reason.value,
+                                  rate=why.rate, value=why.value, bound=why.bound,
+                                  using=series.price.source.value if series.price
+                                  else "unknown")
+        self._refused = now
+
+    def _warn_overclaim(self, result: ProbeResult) -> None:
+        """One warning per series when the server's usage first claims more than the probe's
+        charge ceiling (later ones at debug; `llm_probe_cost_capped_total` counts them all)."""
+        count = self._overclaimed.get(result.key, 0) + 1
+        self._overclaimed[result.key] = count
+        log = self._log.warning if count == 1 else self._log.debug
+        log("usage claimed above the probe's cost ceiling; charged the ceiling",
+            target=result.target, model=result.model, probe=result.probe,
+            claimed=result.claimed_cost, charged=result.cost, currency=result.currency,
+            times=count)
 
     def _log_change(self, result: ProbeResult) -> None:
         """One warning when a series starts failing (or fails differently), one info when it

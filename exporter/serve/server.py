@@ -49,8 +49,9 @@ from exporter.serve.ondemand import (
     probe_deadline,
 )
 from exporter.serve.pages import render_status_page, results_document
-from exporter.serve.results import ResultStore
+from exporter.serve.results import ResultStore, Snapshot
 from exporter.serve.scheduler import Scheduler
+from exporter.serve.statedir import StateUsage
 from exporter.serve.webconfig import LiveWebConfig
 
 
@@ -115,6 +116,7 @@ class ServerState:
     adaptations: Callable[[], list[dict[str, str]]] | None = None
     loop_lag_recent: float = 0.0  # worst event-loop lag over the last minute (seconds)
     discovery: Discovery | None = None  # the discovering targets' model lists
+    state_usage: StateUsage | None = None  # the state directory, as of the latest sweep
     loop: asyncio.AbstractEventLoop | None = None  # the probing loop (set by start_server)
     reloads: Coalescer = field(default_factory=Coalescer)
     renders: SharedRenders = field(default_factory=SharedRenders)
@@ -418,14 +420,46 @@ def _state_info(state: ServerState) -> dict[str, Any]:
             "budget_problem": (state.scheduler.budget.problem or None
                                if state.scheduler.budget is not None else None),
             "discovery": state.discovery.describe(time.time()) if state.discovery else [],
+            "state": state.state_usage.describe() if state.state_usage else None,
             "unpriced": sorted({s.key for s in state.config.series if s.price is None}
-                               if state.config else ())}
+                               if state.config else ()),
+            "price_sources": {"/".join(s.key): s.price.source.value
+                              for s in (state.config.series if state.config else ())
+                              if s.price is not None},
+            "prices_refused": {"/".join(s.key): s.refused_price.describe()
+                               for s in (state.config.series if state.config else ())
+                               if s.refused_price is not None},
+            "state_dir": str(state.config.state_dir)
+            if state.config is not None and state.config.state_dir is not None else None,
+            # When the gateway says a probed model retires (unix time), by (target, model).
+            "retirements": sorted({(s.target.name, s.model, s.gateway.retires)
+                                   for s in state.config.series if s.gateway is not None
+                                   and s.gateway.retires is not None}
+                                  if state.config else ())}
+
+
+def _snapshot(state: ServerState) -> Snapshot:
+    """The store's results with the identity series' states (both values nobody changes)."""
+    return state.store.snapshot(state.scheduler.identity.statuses)
+
+
+def state_files(state: ServerState) -> dict[str, Any]:
+    """Where the running config keeps what outlives a restart (`/config`)."""
+    config = state.config
+    assert config is not None
+    budget = state.scheduler.budget
+    return {"directory": str(config.state_dir) if config.state_dir is not None else None,
+            "budget_record": str(budget.path) if budget is not None and budget.path else None,
+            "identity_records": [
+                {"target": t, "model": m, "probe": p, "record": s.record}
+                for (t, m, p), s in state.scheduler.identity.statuses.items()
+                if s.reference_series == (t, m, p)]}
 
 
 async def results_handler(request: web.Request) -> web.Response:
     """Every series' last result and recent failures, as JSON."""
     state = request.app[STATE]
-    body = await asyncio.to_thread(results_document, state.store.snapshot(), _state_info(state))
+    body = await asyncio.to_thread(results_document, _snapshot(state), _state_info(state))
     return web.Response(body=body, content_type="application/json")
 
 
@@ -440,6 +474,8 @@ async def config_handler(request: web.Request) -> web.Response:
     if state.adaptations is not None:
         data["adapted_parameters"] = state.adaptations()
     data["prices"] = price_table(state.config)
+    data["state"] = {**state_files(state),
+                     **(state.state_usage.describe() if state.state_usage is not None else {})}
     if state.discovery is not None:
         data["discovery"] = state.discovery.describe(time.time())
     data = REDACTOR.tree(data)
@@ -453,6 +489,6 @@ async def config_handler(request: web.Request) -> web.Response:
 async def status_handler(request: web.Request) -> web.Response:
     """The human status page."""
     state = request.app[STATE]
-    page = await asyncio.to_thread(render_status_page, state.store.snapshot(),
+    page = await asyncio.to_thread(render_status_page, _snapshot(state),
                                    _state_info(state), time.time())
     return web.Response(text=page, content_type="text/html", charset="utf-8")

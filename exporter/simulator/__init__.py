@@ -20,7 +20,9 @@ latency and faults. Used by the demo config, the tests and the benchmarks. Endpo
 Timing: every chunk is written at an absolute deadline from the moment the handler started
 (`loop.time()`): token k (reasoning first, then answer) at `start + ttft + k*tpot`, a chunk of
 several tokens when its last token is due. `ttft` and `tpot` are drawn once per request within
-±`jitter` of the profile. When a model's `capacity` is reached, requests wait in FIFO order and
+±`jitter` of the profile; a profile's `prefill_rate` (prompt tokens per second) adds the prompt's
+reading time to TTFT, so TTFT grows with the input as on a real server. When a model's
+`capacity` is reached, requests wait in FIFO order and
 their clock restarts when they get a slot, so queueing adds to TTFT. A streamed answer opens with
 its non-token events at once (OpenAI chat: the role-only chunk; Anthropic: message_start,
 content_block_start, ping; Responses: response.created, response.in_progress, the first item;
@@ -72,6 +74,7 @@ from .plan import Fault, Finish, Overrides, Plan, make_plan
 from .server import Simulator, serve_forever, start_simulator
 from .state import MAX_RECORDS, SIM_RECORDS, SimRecord
 from .text import VOCABULARY, estimate_tokens
+from .thread import SimulatorThread, start_simulator_thread
 
 __all__ = [
     "MAX_RECORDS",
@@ -83,9 +86,11 @@ __all__ = [
     "Plan",
     "SimRecord",
     "Simulator",
+    "SimulatorThread",
     "create_app",
     "estimate_tokens",
     "make_plan",
     "serve_forever",
     "start_simulator",
+    "start_simulator_thread",
 ]

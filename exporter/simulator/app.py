@@ -18,6 +18,7 @@ import structlog
 from aiohttp import web
 
 from ..config import SimulatedModel
+from ..config.schema import SIM_MAX_EMBED_INPUTS
 from .admin import add_admin_routes
 from .answers import TEXT, Answer, Output, plan_answer, split_tokens
 from .catalog import add_discovery_routes
@@ -42,6 +43,8 @@ from .dialects import (
 from .golden import golden_answer, request_text, verdict
 from .hosted import Rejection, validate
 from .plan import Fault, Kind, OverrideError, Overrides, Plan, Reasoning, make_plan
+from .prefixcache import prompt_text
+from .schema import SchemaTooLarge
 from .state import (
     MAX_RECORDS,
     SIM_RECORDS,
@@ -59,6 +62,8 @@ SPIN_MARGIN = 0.0025
 # Every chunk is timed precisely while at most this many streams generate at once; beyond
 # that only first tokens are (TTFT is the number that matters; busy waits cost CPU).
 PRECISE_MAX_STREAMS = 4
+# A request body: a probe's largest image (20 MiB) in base64, and its JSON around it.
+MAX_BODY = 28 * 1024 * 1024
 
 def create_app(models: Mapping[str, SimulatedModel], *, api_key: str | None = None,
                aws_keys: AwsKeys | None = None, seed: int | None = None, logger: Any = None,
@@ -78,7 +83,7 @@ def create_app(models: Mapping[str, SimulatedModel], *, api_key: str | None = No
                   if m.capacity is not None},
     )
     # Image probes send base64 images; allow bodies larger than aiohttp's 1 MiB default.
-    app = web.Application(client_max_size=64 * 1024 * 1024)
+    app = web.Application(client_max_size=MAX_BODY)
     app[STATE] = state
     app[SIM_RECORDS] = state.records
     for route in ROUTES:
@@ -187,6 +192,11 @@ class _Exchange:
             if isinstance(provider, Dialect) else overrides  # a hosted family's own rules
         if isinstance(checked, Rejection):
             return self.fail(400, checked.message, code=checked.code, param=checked.param)
+        if isinstance(parsed, ParsedRequest) and profile.prompt_cache:
+            cached, written = self.state.prefixes.use(
+                provider.name, prompt_text(body), parsed.prompt_tokens,
+                asyncio.get_running_loop().time())
+            parsed = replace(parsed, cached_tokens=cached, cache_write_tokens=written)
         return parsed, profile, checked
 
 
@@ -244,7 +254,12 @@ async def _generate(request: web.Request, dialect: Dialect) -> web.StreamRespons
     record["stream"] = parsed.stream
 
     rng = random.Random(state.rng.getrandbits(64))
-    answer = await _golden(request, profile, rng) or _plan_answer(dialect, parsed, overrides, rng)
+    try:
+        answer = await _golden(request, profile, rng) or _plan_answer(dialect, parsed, overrides,
+                                                                      rng)
+    except SchemaTooLarge as exc:
+        return ex.fail(400, f"The schema asks for too large an answer ({exc}; the simulator is "
+                            "demo-sized).")
     kind = Kind.TOOL_CALL if answer.output is Output.TOOL_CALL else Kind.ANSWER
     plan = make_plan(profile, rng, max_tokens=parsed.max_tokens, overrides=overrides,
                      answer_tokens=len(answer.pieces) if answer.pieces else None,
@@ -252,6 +267,9 @@ async def _generate(request: web.Request, dialect: Dialect) -> web.StreamRespons
                      atomic_answer=kind is Kind.TOOL_CALL and not dialect.streams_tool_arguments)
     if not parsed.show_reasoning:
         plan = replace(plan, reasoning=Reasoning.HIDDEN)
+    if profile.prefill_rate:  # reading the prompt (what the cache does not hold) comes first
+        uncached = parsed.prompt_tokens - parsed.cached_tokens
+        plan = replace(plan, ttft=plan.ttft + uncached / profile.prefill_rate)
     call = answer.tool_call
     record.update({"fault": plan.fault.value if plan.fault else None, "ttft_scheduled": plan.ttft,
                    "tpot_scheduled": plan.tpot, "tokens": plan.completion_tokens,
@@ -271,7 +289,8 @@ async def _generate(request: web.Request, dialect: Dialect) -> web.StreamRespons
         created=int(time.time()),
         **({"fingerprint": profile.fingerprint} if profile.fingerprint else {}),
         include_usage=parsed.include_usage,
-        usage=Usage(parsed.prompt_tokens, plan.reasoning_tokens, plan.answer_tokens),
+        usage=Usage(parsed.prompt_tokens, plan.reasoning_tokens, plan.answer_tokens,
+                    parsed.cached_tokens, parsed.cache_write_tokens),
         first_kind=Kind.REASONING if visible else kind, tool_call=call, echo=parsed.echo,
     )
     if answer.output is Output.TEXT and not answer.pieces:
@@ -460,6 +479,9 @@ async def _embed(request: web.Request, dialect: EmbeddingDialect) -> web.StreamR
     parsed, profile, overrides = read
     assert isinstance(parsed, EmbedRequest)
     record, state = ex.record, ex.state
+    if len(parsed.inputs) > SIM_MAX_EMBED_INPUTS:
+        return ex.fail(400, f"Too many inputs: at most {SIM_MAX_EMBED_INPUTS} per request (the "
+                            "simulator is demo-sized).", param="input")
     rng = random.Random(state.rng.getrandbits(64))
     plan = make_plan(profile, rng, overrides=replace(overrides, reasoning_tokens=0),
                      answer_tokens=0)

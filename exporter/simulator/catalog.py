@@ -19,6 +19,8 @@ def add_discovery_routes(app: web.Application) -> None:
     app.router.add_get("/v1/models", _list_models)
     app.router.add_get("/v1/models/{model}", _get_model)
     app.router.add_get("/api/tags", _ollama_tags)
+    app.router.add_get("/model/info", _model_info)
+    app.router.add_get("/v1/model/info", _model_info)
     app.router.add_get("/health", _health)
 
 
@@ -47,6 +49,8 @@ def _model_entry(dialect: Dialect, name: str, model: SimulatedModel | None) -> d
     entry["supported_parameters"] = [
         "max_tokens", "temperature", "stream", "response_format", "structured_outputs",
         "reasoning", *(("tools", "tool_choice") if model.tools else ())]
+    if model.retires is not None:
+        entry["expiration_date"] = model.retires.isoformat()
     if model.price is not None:
         entry["pricing"] = {"prompt": _per_token(model.price.input),
                             "completion": _per_token(model.price.output)}
@@ -89,6 +93,25 @@ async def _get_model(request: web.Request) -> web.Response:
         body = dialect.error_body(404, refusal.message, code=refusal.code, param="model")
         return json_response(body, 404)
     return json_response(_model_entry(dialect, name, request.app[STATE].models[name]))
+
+
+async def _model_info(request: web.Request) -> web.Response:
+    """`GET /model/info`: LiteLLM's description of each model (mode, prices per token, and
+    `deprecation_date` where the model retires)."""
+    if (denied := _check_key(request, CHAT)) is not None:
+        return denied
+    data = []
+    for name, model in request.app[STATE].models.items():
+        info: dict[str, Any] = {"mode": model.mode,
+                                "supports_function_calling": model.tools,
+                                "deprecation_date": model.retires.isoformat()
+                                if model.retires else None}
+        if model.price is not None:
+            info["input_cost_per_token"] = model.price.input / 1_000_000
+            info["output_cost_per_token"] = model.price.output / 1_000_000
+        data.append({"model_name": name, "litellm_params": {"model": name},
+                     "model_info": info})
+    return json_response({"data": data})
 
 
 async def _ollama_tags(request: web.Request) -> web.Response:

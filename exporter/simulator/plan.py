@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from ..config import SimulatedModel, parse_duration
+from ..config.schema import SIM_MAX_DELAY, SIM_MAX_DIMENSIONS, SIM_MAX_TOKENS
 from .answers import JsonFault, ToolFault
 
 
@@ -45,6 +46,9 @@ class Reasoning(StrEnum):
 
     VISIBLE = "visible"
     HIDDEN = "hidden"
+
+
+_MAX_HEADER_TEXT = 32  # characters of an `x-sim-*` value that are parsed at all
 
 
 class OverrideError(ValueError):
@@ -96,21 +100,28 @@ class Overrides:
                             ("x-sim-stall", "stall")):
             if (text := headers.get(name)) is not None:
                 try:
-                    values[field] = parse_duration(text.strip())
+                    seconds = parse_duration(text.strip()[:_MAX_HEADER_TEXT])
                 except ValueError as exc:
                     raise OverrideError(f"{name}: {exc}") from None
-        for name, field, low in (("x-sim-output-tokens", "output_tokens", 0),
-                                 ("x-sim-reasoning-tokens", "reasoning_tokens", 0),
-                                 ("x-sim-tokens-per-chunk", "tokens_per_chunk", 1),
-                                 ("x-sim-dimensions", "dimensions", 1)):
+                if seconds > SIM_MAX_DELAY:
+                    raise OverrideError(f"{name}: at most {SIM_MAX_DELAY:g}s (the simulator "
+                                        "is demo-sized)")
+                values[field] = seconds
+        for name, field, low, high in (
+                ("x-sim-output-tokens", "output_tokens", 0, SIM_MAX_TOKENS),
+                ("x-sim-reasoning-tokens", "reasoning_tokens", 0, SIM_MAX_TOKENS),
+                ("x-sim-tokens-per-chunk", "tokens_per_chunk", 1, SIM_MAX_TOKENS),
+                ("x-sim-dimensions", "dimensions", 1, SIM_MAX_DIMENSIONS)):
             if (text := headers.get(name)) is not None:
                 text = text.strip()
-                if not text.isdigit() or int(text) < low:
-                    raise OverrideError(f"{name}: expected an integer >= {low}")
+                # Length first: int() of a long run of digits costs quadratic time.
+                if (len(text) > _MAX_HEADER_TEXT or not text.isascii() or not text.isdigit()
+                        or not low <= int(text) <= high):
+                    raise OverrideError(f"{name}: expected an integer in {low}..{high}")
                 values[field] = int(text)
         if (text := headers.get("x-sim-jitter")) is not None:
             try:
-                jitter = float(text)
+                jitter = float(text[:_MAX_HEADER_TEXT])
             except ValueError:
                 jitter = -1.0
             if not 0.0 <= jitter <= 1.0:

@@ -4,7 +4,9 @@ Covers what tool parameters and structured-output schemas use: object (propertie
 array (items, minItems/maxItems), string (enum, minLength/maxLength, a few formats), number and
 integer (minimum/maximum, exclusive bounds), boolean, null, enum, const, anyOf/oneOf/allOf (the
 first branch), local `$ref` (`#/$defs/…`, `#/definitions/…`) and a list of types. Types may be
-upper case as in Gemini's OpenAPI-style `responseSchema` (`OBJECT`, `STRING`).
+upper case as in Gemini's OpenAPI-style `responseSchema` (`OBJECT`, `STRING`). What a schema can
+ask for is bounded: MAX_VALUES values, strings of MAX_STRING characters, MAX_TEXT characters in
+all (SchemaTooLarge past them: the simulator answers 400).
 """
 
 from __future__ import annotations
@@ -15,6 +17,15 @@ from typing import Any
 
 # Deeper than this, a recursive schema gets its smallest value.
 MAX_DEPTH = 8
+# A request's schema is the client's: the answer it asks for is bounded (demo-sized) — at most
+# this many values in all, and strings of at most MAX_STRING characters — or SchemaTooLarge.
+MAX_VALUES = 4096
+MAX_STRING = 4096
+MAX_TEXT = 64 * 1024  # characters of all strings of one instance
+
+
+class SchemaTooLarge(ValueError):
+    """A schema whose smallest valid instance is larger than the simulator answers."""
 _WORDS = ("vector", "database", "index", "query", "latency", "token", "stream", "model",
           "search", "cache", "answer", "probe", "metric", "nearest", "neighbor", "memory")
 _FORMATS = {"date": "2025-01-01", "date-time": "2025-01-01T00:00:00Z", "time": "12:00:00",
@@ -38,10 +49,18 @@ def _type(schema: Mapping[str, Any]) -> str | None:
 
 
 class _Resolver:
-    """Follows local `$ref`s against the root schema."""
+    """Follows local `$ref`s against the root schema; counts the values an instance takes."""
 
     def __init__(self, root: Mapping[str, Any]) -> None:
         self.root = root
+        self.values = 0
+        self.text = 0
+
+    def count(self) -> None:
+        """One more value; SchemaTooLarge past MAX_VALUES."""
+        self.values += 1
+        if self.values > MAX_VALUES:
+            raise SchemaTooLarge(f"the schema asks for more than {MAX_VALUES} values")
 
     def resolve(self, schema: Any) -> Mapping[str, Any]:
         for _ in range(MAX_DEPTH):
@@ -59,11 +78,13 @@ class _Resolver:
 
 
 def instance(schema: Mapping[str, Any], rng: random.Random) -> Any:
-    """A value that satisfies `schema`."""
+    """A value that satisfies `schema`; SchemaTooLarge when it would take more than
+    MAX_VALUES values, a string longer than MAX_STRING or more than MAX_TEXT characters."""
     return _instance(_Resolver(schema), schema, rng, 0)
 
 
 def _instance(refs: _Resolver, schema: Any, rng: random.Random, depth: int) -> Any:
+    refs.count()
     schema = refs.resolve(schema)
     if "const" in schema:
         return schema["const"]
@@ -72,7 +93,7 @@ def _instance(refs: _Resolver, schema: Any, rng: random.Random, depth: int) -> A
         return rng.choice(enum)
     for key in ("anyOf", "oneOf", "allOf"):
         branches = schema.get(key)
-        if isinstance(branches, list) and branches:
+        if isinstance(branches, list) and branches and depth < MAX_DEPTH:
             return _instance(refs, branches[0], rng, depth + 1)
     kind = _type(schema)
     if kind == "object" or kind is None:
@@ -84,11 +105,17 @@ def _instance(refs: _Resolver, schema: Any, rng: random.Random, depth: int) -> A
         return {name: _instance(refs, sub, rng, depth + 1) for name, sub in properties.items()}
     if kind == "array":
         low = _int(schema.get("minItems"), 0)
+        if low > MAX_VALUES:
+            raise SchemaTooLarge(f"minItems past {MAX_VALUES}")
         high = _int(schema.get("maxItems"), max(low, 2))
         count = min(max(low, 2), high) if depth < MAX_DEPTH else low
         return [_instance(refs, schema.get("items", {}), rng, depth + 1) for _ in range(count)]
     if kind == "string":
-        return _string(schema, rng)
+        text = _string(schema, rng)
+        refs.text += len(text)
+        if refs.text > MAX_TEXT:
+            raise SchemaTooLarge(f"the schema asks for more than {MAX_TEXT} characters")
+        return text
     if kind in ("number", "integer"):
         return _number(schema, rng, integer=kind == "integer")
     if kind == "boolean":
@@ -107,6 +134,8 @@ def _string(schema: Mapping[str, Any], rng: random.Random) -> str:
         return _FORMATS[fmt]
     text = " ".join(rng.choice(_WORDS) for _ in range(2))
     low = _int(schema.get("minLength"), 0)
+    if low > MAX_STRING:
+        raise SchemaTooLarge(f"minLength past {MAX_STRING}")
     high = _int(schema.get("maxLength"), max(low, len(text)))
     while len(text) < low:
         text += " " + rng.choice(_WORDS)
@@ -161,6 +190,7 @@ def _json_type(value: Any) -> str:
 
 
 def _violation(refs: _Resolver, schema: Any, depth: int) -> Any | None:
+    refs.count()  # `$ref`s can make a small schema a huge tree
     schema = refs.resolve(schema)
     enum = schema.get("enum")
     if isinstance(enum, list) and enum:

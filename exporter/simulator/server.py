@@ -15,6 +15,7 @@ from aiohttp import web
 
 from ..config import SimulatedModel, SimulatorConfig
 from ..config.address import parse_listen_address
+from ..config.simkey import listens_beyond_loopback
 from .app import create_app
 from .dialects import AwsKeys
 from .state import SIM_RECORDS, SimRecord, set_models
@@ -104,6 +105,10 @@ async def serve_forever(config: SimulatorConfig, *, api_key: str | None = None,
     log = logger or structlog.get_logger("exporter.simulator")
     simulator = await start_simulator(config, api_key=api_key, seed=seed, logger=log)
     log.info("simulator listening", url=simulator.url, models=list(config.models))
+    if not api_key and listens_beyond_loopback(config.listen):
+        log.warning("SIMULATOR OPEN TO THE NETWORK WITHOUT A KEY: anyone who reaches "
+                    f"{config.listen} can drive it and change its models at run time; set "
+                    "simulator.api_key or listen on 127.0.0.1", listen=config.listen)
     loop = asyncio.get_running_loop()
     reloading: set[asyncio.Task[None]] = set()
 

@@ -17,6 +17,7 @@ from pydantic import ValidationError
 
 from ..config import SimulatedModel
 from .dialects import Credentials, RateLimitSnapshot
+from .prefixcache import PrefixCache
 
 MAX_RECORDS = 10_000
 REQUESTS_PER_WINDOW = 10_000
@@ -107,6 +108,7 @@ class SimState:
     limits: RateLimiter = field(default_factory=RateLimiter)
     configured: dict[str, SimulatedModel] = field(default_factory=dict)  # from the config
     overrides: dict[str, dict[str, Any]] = field(default_factory=dict)  # model → fields set
+    prefixes: PrefixCache = field(default_factory=PrefixCache)  # the prompt cache
 
     def __post_init__(self) -> None:
         self.configured = self.configured or dict(self.models)

@@ -8,11 +8,14 @@ local p = import '../lib/promql.libsonnet';
   local T = d.text,
   local s = d.sel,
   local e = d.exporterSel,
+  // The exporter's own families that name a target (and model): they follow $target ($model).
+  local et = e + ', target=~"$target"',
+  local etm = et + ', model=~"$model"',
   local RI = '$__rate_interval',
   local R = '$__range',
   local fleet = d.fleet,
   local fl = d.fleetLegend,
-  local key = cfg.seriesLabels + fleet,
+  local key = cfg.seriesLabels + cfg.workloadLabels + fleet,
   local tm = ['target', 'model'] + fleet,
   local tmLegend = '{{target}} / {{model}}' + fl,
   local ms(extra) = std.join(', ', [s] + extra),
@@ -79,25 +82,40 @@ local p = import '../lib/promql.libsonnet';
            '%s / ($__range_s / 3600)' % p.sumBy(fleet + ['currency'], 'increase', 'llm_probe_cost_total', s, R),
            'short', legend=currencyLegend(''), defaults={ decimals: 2 },
            overrides=g.currencyOverrides(d.currencies, suffix=true)),
-    g.stat('Error budget left (worst series)',
-           "The worst series' share of its availability error budget left over the selected range: 1 − (failed share ÷ (1 − the series' availability objective)). " + T.objectives,
+    g.stat('Error budget left (worst series, %s)' % cfg.sloPeriod,
+           "The worst series' share of its availability error budget left over the SLO period (the last %s, whatever the selected range: a budget is a period's, and a short range would turn one failure into −5,000 %%): 1 − (failed share ÷ (1 − the series' availability objective)), 0 once spent. " % cfg.sloPeriod + T.objectives,
            |||
-             min by (%(fleet)s) (
-               1 - (
-                 (1 - %(success)s / %(all)s)
-                 / on (%(key)s)
-                 (1 - max by (%(key)s) (llm_probe_objective_ratio{%(sel)s, objective="availability"}))
-               )
+             clamp_min(
+               min by (%(fleet)s) (
+                 1 - (
+                   (1 - %(success)s / %(all)s)
+                   / on (%(key)s)
+                   (1 - max by (%(key)s) (llm_probe_objective_ratio{%(sel)s, objective="availability"}))
+                 )
+               ),
+               0
              )
            ||| % {
              fleet: p.list(fleet),
              key: p.list(key),
              sel: s,
-             success: p.sumBy(key, 'increase', 'llm_probe_requests_total', ms(['result="success"']), R),
-             all: p.sumBy(key, 'increase', 'llm_probe_requests_total', s, R),
+             success: p.sumBy(key, 'increase', 'llm_probe_requests_total', ms(['result="success"']), cfg.sloPeriod),
+             all: p.sumBy(key, 'increase', 'llm_probe_requests_total', s, cfg.sloPeriod),
            },
            'percentunit', legend=std.stripChars(fl, ' '),
            defaults={ decimals: 1, thresholds: g.thresholds([[null, 'red'], [0, 'orange'], [0.5, 'green']]) }),
+
+    g.row('Model identity'),
+    g.stat('Identity: series found different',
+           'Identity series whose latest test window was found different from their reference (llm_probe_identity_consecutive_different ≥ 1); LLMProbeIdentityChanged pages at two in a row. The status page shows each series\' phase, p-value and since when. ' + T.identity,
+           'sum by (%s) (llm_probe_identity_consecutive_different{%s} > bool 0)' % [p.list(fleet), s], 'none',
+           w=6, legend=std.stripChars(fl, ' '),
+           defaults={ thresholds: g.thresholds([[null, 'green'], [1, 'red']]) }),
+    g.timeseries('Identity: p-value of the latest test per series',
+                 T.identity + ' Log scale: each step is a new window; below the probe\'s alpha the window was found different. Click through to the model dashboard for distance and samples.',
+                 [['max by (%s) (llm_probe_identity_pvalue{%s})' % [p.list(key), s], '{{target}} / {{model}} / {{probe}}' + fl]],
+                 'none', w=18,
+                 defaults={ min: 0.0001, max: 1, custom+: { scaleDistribution: { type: 'log', log: 10 } } }),
 
     g.row('Status'),
     g.stateTimeline('Last probe result per series',
@@ -215,19 +233,24 @@ local p = import '../lib/promql.libsonnet';
 
     g.row('Gateways and prices'),
     g.timeseries('Discovered models',
-                 "Models each discovering target probes from its gateway's last good list (llm_probe_discovery_models, after include/exclude and the caps), and the age of that list (time since llm_probe_discovery_last_success_timestamp_seconds). A list that keeps ageing means refreshes fail: the last good list stays probed.",
+                 "Each discovering target's gateway list — the figures of `check --discover` and the status page: listed (llm_probe_discovery_listed_models, entries the gateway sent), kept (llm_probe_discovery_kept_models, named in models: or passing include/exclude) and probed (llm_probe_discovery_models, with series; kept − probed were left out by the caps or fit no probe) — and the age of that list (time since llm_probe_discovery_last_success_timestamp_seconds). A list that keeps ageing means refreshes fail: the last good list stays probed.",
                  [
-                   ['llm_probe_discovery_models{%s}' % e, '{{target}} models'],
-                   ['time() - llm_probe_discovery_last_success_timestamp_seconds{%s}' % e, '{{target}} list age (s)'],
+                   ['llm_probe_discovery_listed_models{%s}' % et, '{{target}} listed'],
+                   ['llm_probe_discovery_kept_models{%s}' % et, '{{target}} kept'],
+                   ['llm_probe_discovery_models{%s}' % et, '{{target}} probed'],
+                   ['time() - llm_probe_discovery_last_success_timestamp_seconds{%s}' % et, '{{target}} list age (s)'],
                  ],
                  'none', w=8),
     g.timeseries('Model list refreshes',
-                 'Refreshes of each gateway model list per interval by result (llm_probe_discovery_refreshes_total: success, or a probe result such as auth, timeout, http_5xx, stream for a malformed or oversized list).',
-                 [['sum by (target, result) (increase(llm_probe_discovery_refreshes_total{%s}[%s]))' % [e, RI], '{{target}} {{result}}']],
+                 'Refreshes of each gateway model list per interval by result (llm_probe_discovery_refreshes_total: success, or a probe result such as auth, timeout, http_5xx, stream for a malformed, oversized or too complex list), and the listed names refused per interval by reason (llm_probe_discovery_names_refused_total: invalid, invisible, secret, duplicate, pattern_timeout, daily_limit).',
+                 [
+                   ['sum by (target, result) (increase(llm_probe_discovery_refreshes_total{%s}[%s]))' % [et, RI], '{{target}} {{result}}'],
+                   ['sum by (target, reason) (increase(llm_probe_discovery_names_refused_total{%s}[%s]))' % [et, RI], '{{target}} refused: {{reason}}'],
+                 ],
                  'none', w=8),
     g.table('Price sources',
             "Where each probed model's price comes from (llm_probe_price_info): config (targets[].prices), gateway (its own model info), library (genai-prices), or unknown — no cost is counted for those (docs/prices.md).",
-            'llm_probe_price_info{%s}' % e, w=8, hide=['Time', 'Value', '__name__', 'job']),
+            'llm_probe_price_info{%s}' % etm, w=8, hide=['Time', 'Value', '__name__', 'job']),
 
     g.row('Phases'),
     g.timeseries('Where the time goes (mean per phase)',
@@ -271,8 +294,11 @@ local p = import '../lib/promql.libsonnet';
            "llm_probe_budget_record_ok: 1 while the spend record of global.budget is usable; 0 when it cannot be read or its path holds a file that is not the exporter's — then every probe is skipped until it is fixed and the config reloaded (LLMProbeBudgetRecordUnusable). Empty without a budget.",
            'min(llm_probe_budget_record_ok{%s})' % e, 'none',
            defaults={ mappings: g.okMappings('ok', 'unusable: probing stopped'), thresholds: g.thresholds([[null, 'red'], [1, 'green']]) }),
-    g.timeseries('Exporter memory', 'Resident memory of each exporter process (process_resident_memory_bytes).',
-                 [['process_resident_memory_bytes{%s}' % e, '{{instance}}']], 'bytes', w=6),
+    g.timeseries('Exporter memory and state', "Resident memory of each exporter process (process_resident_memory_bytes) and the bytes of its files in global.state_dir (llm_probe_state_bytes: the spend record and identity references; departed series' references are removed after an hour).",
+                 [
+                   ['process_resident_memory_bytes{%s}' % e, '{{instance}} memory'],
+                   ['llm_probe_state_bytes{%s}' % e, '{{instance}} state dir'],
+                 ], 'bytes', w=6),
     g.timeseries('Exporter CPU', 'CPU seconds per second of each exporter process (rate of process_cpu_seconds_total): 1 is one core busy.',
                  [['rate(process_cpu_seconds_total{%s}[%s])' % [e, RI], '{{instance}}']], 'short', w=6),
     g.newline,

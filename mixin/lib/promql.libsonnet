@@ -61,6 +61,11 @@
     + self.sumBy(by, 'rate', family + '_sum', m, w, '', self.suffixed(instead, '_sum')) + '\n  /\n  '
     + self.sumBy(by, 'rate', family + '_count', m, w, '', self.suffixed(instead, '_count')) + '\n)',
 
+  // Seconds observed per second (fn=rate) by a histogram family: its sum, native or classic.
+  histSum(family, m, by, w, fn='rate')::
+    '(\n  sum by (' + self.list(by) + ') (histogram_sum(' + fn + '(' + self.range(family, m, w) + ')))'
+    + '\n  or\n  ' + self.sumBy(by, fn, family + '_sum', m, w) + '\n)',
+
   // Indent every line after the first by n spaces (to nest a multi-line expression).
   indent(text, n)::
     std.join('\n' + std.repeat(' ', n), std.split(text, '\n')),

@@ -460,9 +460,33 @@ def _accuracy(fleet: Fleet) -> Any:
 
 @scenario("ttft-drift", "TTFT goes from 200 ms to 1.5 s after 70 s (with accuracy-drift)",
           [Expect("LLMProbeTTFTDrift", {"severity": "warning", "offset": "1m"},
+                  _drift_truth("ttft_seconds", 1.0)),
+           # Also unlike the same window 20, 40 and 60 s before (the anomaly's compressed days).
+           Expect("LLMProbeTTFTAnomaly", {"severity": "warning"},
                   _drift_truth("ttft_seconds", 1.0))])
 def _ttft_drift(fleet: Fleet) -> None:
     fleet["eu"].add_target("ttft-drift", {"drift-ttft": {}})
+
+
+@scenario("model-retiring", "the gateway's model list says a probed model retires in 5 days",
+          [Expect("LLMProbeModelRetiring", {"severity": "warning", "model": "retiring"})])
+def _retiring(fleet: Fleet) -> None:
+    soon = time.strftime("%Y-%m-%d", time.gmtime(time.time() + 5 * 86_400))
+    fleet["eu"].add_target("model-retiring", {"retiring": {"retires": soon}},
+                           discover={"include": ["^retiring$"], "refresh": "1m"})
+
+
+@scenario("prompt-cache-cold", "a cache pair's warm probes stop hitting the cache after 70 s",
+          [Expect("LLMProbePromptCacheCold", {"severity": "warning", "cache": "warm"})])
+def _cache_cold(fleet: Fleet) -> Any:
+    eu = fleet["eu"]
+    eu.config["probes"]["cached"] = {"input_tokens": 1500, "cache": "pair", "max_tokens": 16}
+    eu.add_target("prompt-cache-cold", {"caching": {}}, probes=["cached"], interval="2s")
+
+    async def act(fleet: Fleet, start: float) -> None:
+        await at(start, WARMUP)
+        await fleet["eu"].change(model("caching", prompt_cache=False))
+    return act
 
 
 def _location_truth(n: Notification, fleet: Fleet) -> str | None:

@@ -53,6 +53,13 @@ SHORT_CONFIG = """{ _config+:: {
     quality+: { window: '30s', short: '10s', minJudged: 10, weekWindow: '30s', offset: '1m',
                 'for': '10s' },
     judgeUnreliable+: { window: '30s', minCalibrations: 5, 'for': '5s' },
+    // Days of 20 s: the same 20 s window 20, 40 and 60 s ago, all three on record (no series
+    // can page before a minute of history: the one slow probe at 30 s cannot).
+    ttftAnomaly+: { window: '20s', short: '5s', days: 3, step: '20s', minDays: 3, 'for': '5s',
+                    interval: '1s' },
+    modelRetiring+: { 'for': '5s' },
+    workload+: { window: '20s' },
+    promptCacheCold+: { window: '20s', short: '6s', history: '3m', 'for': '5s' },
 } }"""
 
 # The shipped Alertmanager routing (deploy/docker-compose/alertmanager.yml) with its timings

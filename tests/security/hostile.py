@@ -234,11 +234,11 @@ def make_app() -> web.Application:
 
 
 @contextlib.contextmanager
-def serve_in_thread() -> Iterator[str]:
-    """Run the server on a loopback port in a thread; yields its base URL."""
+def serve_in_thread(app: web.Application | None = None) -> Iterator[str]:
+    """Run the server (or `app`) on a loopback port in a thread; yields its base URL."""
     loop = asyncio.new_event_loop()
     port = free_port()
-    runner = web.AppRunner(make_app(), access_log=None)
+    runner = web.AppRunner(make_app() if app is None else app, access_log=None)
 
     async def start() -> None:
         await runner.setup()
@@ -254,3 +254,74 @@ def serve_in_thread() -> Iterator[str]:
         loop.call_soon_threadsafe(loop.stop)
         thread.join(10)
         loop.close()
+
+
+# -- a hostile gateway's model lists (tests/security/test_discovery_bounds.py,
+# benchmarks/hostile_lists.py) ----------------------------------------------------------------
+
+LIST_SIZE = 16 * 1024 * 1024 - 64  # just under the exporter's byte cap
+
+
+def _repeated(unit: bytes, size: int, head: bytes = b'{"object":"list","data":[',
+              tail: bytes = b"]}") -> bytes:
+    count = max(1, (size - len(head) - len(tail)) // len(unit))
+    return head + unit * count + unit.rstrip(b",") + tail
+
+
+# Each builds a list of about `size` bytes, well-formed JSON (but the deep one), whose structure
+# costs far more to parse and hold than its bytes: the issue-36 attack was the first.
+HOSTILE_LISTS: dict[str, Callable[[int], bytes]] = {
+    "many tiny lists": lambda n: _repeated(b"[],", n),
+    "many tiny objects": lambda n: _repeated(b"{},", n),
+    "many short strings": lambda n: _repeated(b'"a",', n),
+    "many small numbers": lambda n: _repeated(b"1.5,", n),
+    "entries of many keys": lambda n: _repeated(b'{"id":"m","k":[' + b"0," * 500 + b"0]},", n),
+    "nesting 100,000 deep": lambda n: b'{"data":' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+}
+
+
+def good_list(*names: str) -> bytes:
+    """An OpenAI-style model list of `names`."""
+    return orjson.dumps({"object": "list", "data": [{"id": n, "object": "model"}
+                                                    for n in names]})
+
+
+class HostileGateway:
+    """A gateway whose `/v1/models` and `/v1/model/info` bodies a test sets (bytes, sent in
+    64 KiB writes); it counts the bytes each answer got out before the client hung up."""
+
+    def __init__(self) -> None:
+        self.models = good_list("a", "b")
+        self.info: bytes | None = None  # None: no such route (404)
+        self.sent: dict[str, list[int]] = {"models": [], "info": []}
+        self.requests = 0
+
+    async def _send(self, request: web.Request, body: bytes, which: str) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "application/json"})
+        await response.prepare(request)
+        sent = 0
+        try:
+            for start in range(0, len(body), 65536):
+                await response.write(body[start:start + 65536])
+                sent += len(body[start:start + 65536])
+            await response.write_eof()
+        except (ConnectionError, RuntimeError):
+            pass  # the client hung up: what it refused is what we wanted to know
+        self.sent[which].append(sent)
+        return response
+
+    async def models_route(self, request: web.Request) -> web.StreamResponse:
+        self.requests += 1
+        return await self._send(request, self.models, "models")
+
+    async def info_route(self, request: web.Request) -> web.StreamResponse:
+        if self.info is None:
+            return web.Response(status=404, text="no such route")
+        return await self._send(request, self.info, "info")
+
+    def app(self) -> web.Application:
+        """The gateway's application."""
+        app = web.Application()
+        app.router.add_get("/v1/models", self.models_route)
+        app.router.add_get("/v1/model/info", self.info_route)
+        return app

@@ -184,8 +184,9 @@ class MessagesDialect(Dialect):
         return {
             "id": ctx.request_id, "type": "message", "role": "assistant", "model": ctx.model,
             "content": content, "stop_reason": _STOP_REASONS[finish], "stop_sequence": None,
-            "usage": {"input_tokens": ctx.usage.prompt, "output_tokens": ctx.usage.completion,
-                      "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0},
+            "usage": {"input_tokens": ctx.usage.uncached, "output_tokens": ctx.usage.completion,
+                      "cache_creation_input_tokens": ctx.usage.cache_write,
+                      "cache_read_input_tokens": ctx.usage.cached},
         }
 
 
@@ -219,8 +220,9 @@ class _MessagesStream(StreamEncoder):
             "id": ctx.request_id, "type": "message", "role": "assistant", "model": ctx.model,
             "content": [], "stop_reason": None, "stop_sequence": None,
             # The real API reports output_tokens: 1 here; the final count is in message_delta.
-            "usage": {"input_tokens": ctx.usage.prompt, "cache_creation_input_tokens": 0,
-                      "cache_read_input_tokens": 0, "output_tokens": 1},
+            "usage": {"input_tokens": ctx.usage.uncached,
+                      "cache_creation_input_tokens": ctx.usage.cache_write,
+                      "cache_read_input_tokens": ctx.usage.cached, "output_tokens": 1},
         }
         out = [sse({"type": "message_start", "message": message}, "message_start")]
         if self._kind is not None:

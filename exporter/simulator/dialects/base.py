@@ -85,6 +85,8 @@ class ParsedRequest:
     tool_choice: ToolChoice = field(default_factory=ToolChoice)
     json_schema: Mapping[str, Any] | None = None  # structured output asked for ({}: any JSON)
     echo: Mapping[str, Any] = field(default_factory=dict)  # request fields the answer repeats
+    cached_tokens: int = 0  # of prompt_tokens, read from the prompt cache
+    cache_write_tokens: int = 0  # of prompt_tokens, stored in the cache (explicit caches)
 
 
 @dataclass(frozen=True)
@@ -102,9 +104,16 @@ class EmbedRequest:
 class Usage:
     """Token counts reported for one request."""
 
-    prompt: int
+    prompt: int  # all input, cached and written included (OpenAI's convention)
     reasoning: int
     answer: int
+    cached: int = 0  # prompt tokens read from the cache
+    cache_write: int = 0  # prompt tokens written to the cache
+
+    @property
+    def uncached(self) -> int:
+        """Input neither read from nor written to the cache (Anthropic's `input_tokens`)."""
+        return max(0, self.prompt - self.cached - self.cache_write)
 
     @property
     def completion(self) -> int:

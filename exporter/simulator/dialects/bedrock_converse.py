@@ -303,9 +303,9 @@ def _latency_ms(timings: ServerTimings) -> int:
 
 
 def _usage(usage: Usage) -> dict[str, int]:
-    return {"inputTokens": usage.prompt, "outputTokens": usage.completion,
-            "totalTokens": usage.prompt + usage.completion, "cacheReadInputTokens": 0,
-            "cacheWriteInputTokens": 0}
+    return {"inputTokens": usage.uncached, "outputTokens": usage.completion,
+            "totalTokens": usage.prompt + usage.completion,
+            "cacheReadInputTokens": usage.cached, "cacheWriteInputTokens": usage.cache_write}
 
 
 def _signature(ctx: StreamContext) -> str:

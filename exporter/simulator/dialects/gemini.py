@@ -238,6 +238,8 @@ def _usage(usage: Usage, thoughts: int, candidates: int) -> dict[str, Any]:
         out["candidatesTokenCount"] = candidates
     out["totalTokenCount"] = usage.prompt + thoughts + candidates
     out["promptTokensDetails"] = [{"modality": "TEXT", "tokenCount": usage.prompt}]
+    if usage.cached:  # implicit caching: part of promptTokenCount
+        out["cachedContentTokenCount"] = usage.cached
     if thoughts:
         out["thoughtsTokenCount"] = thoughts
     return out

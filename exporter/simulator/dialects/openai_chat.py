@@ -118,7 +118,7 @@ class OpenAIProvider(Provider):
             "prompt_tokens": usage.prompt,
             "completion_tokens": usage.completion,
             "total_tokens": usage.prompt + usage.completion,
-            "prompt_tokens_details": {"cached_tokens": 0},
+            "prompt_tokens_details": {"cached_tokens": usage.cached},
             "completion_tokens_details": {"reasoning_tokens": usage.reasoning},
         }
 

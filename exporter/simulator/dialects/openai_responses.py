@@ -113,7 +113,8 @@ def _text_format(body: Mapping[str, Any]) -> Mapping[str, Any] | None:
 
 def _usage(usage: Usage) -> dict[str, Any]:
     return {"input_tokens": usage.prompt,
-            "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
+            "input_tokens_details": {"cached_tokens": usage.cached,
+                                     "cache_write_tokens": usage.cache_write},
             "output_tokens": usage.completion,
             "output_tokens_details": {"reasoning_tokens": usage.reasoning},
             "total_tokens": usage.prompt + usage.completion}
