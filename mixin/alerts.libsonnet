@@ -337,6 +337,57 @@ local p = import 'lib/promql.libsonnet';
     ],
   },
 
+  local qa = cfg.quality,
+  local judged(w, verdicts, offset='') =
+    p.sumBy(key, 'increase', 'llm_probe_judgements_total', m(['verdict=~"%s"' % verdicts]), w, offset),
+  local passRate(w, offset='') =
+    '(\n  %s\n  /\n  %s\n)' % [p.indent(judged(w, 'pass', offset), 2), p.indent(judged(w, 'pass|fail', offset), 2)],
+  local quality = 'max by (%s) (llm_probe_objective_ratio{%s})' % [p.list(key), m(['objective="quality"'])],
+  local ju = cfg.judgeUnreliable,
+  local calibrations(outcomes) =
+    'sum by (%s) (increase(llm_probe_judge_calibration_total{%s}[%s]))'
+    % [p.list(['target', 'model'] + cfg.fleetLabels), m(['outcome=~"%s"' % outcomes]), ju.window],
+  local qualityAlerts = {
+    name: 'llm-probe-quality-alerts',
+    rules: [
+      // Below the series' own objective over the window and still over the short one, on enough
+      // verdicts: a bad hour that ended does not page later, a handful of verdicts never pages.
+      alert('LLMProbeQualityDrop',
+            '%s\n< %s group_left ()\n%s\nand %s\n%s\n< %s group_left ()\n%s\nand %s\n(%s) >= %s\n' % [
+              passRate(qa.window), on, quality, on, passRate(qa.short), on, quality, on,
+              judged(qa.window, 'pass|fail'), p.num(qa.minJudged),
+            ],
+            // No `for`: the short window is the filter (a wait would start the page after the
+            // drop it is about), as for the burn-rate pages.
+            '0m', 'critical',
+            'Judged answers of %s pass less often than its quality objective.' % series,
+            'Over the last %s, the judge passed {{ $value | humanizePercentage }} of the answers of %s (at least %s verdicts, and below the objective over the last %s too): below its quality objective (llm_probe_objective_ratio{objective="quality"}). The model stays available; what it says got worse.'
+            % [qa.window, series, p.num(qa.minJudged), qa.short],
+            { against: 'objective' }),
+      // Well below its own pass rate a week ago: for series without an objective too. Both sides
+      // need `minJudged` verdicts, so a series younger than the offset cannot page.
+      alert('LLMProbeQualityDrop',
+            '%s\n< %s\n(%s - %s)\nand %s\n(%s) >= %s\nand %s\n(%s) >= %s\n' % [
+              passRate(qa.weekWindow), on, passRate(qa.weekWindow, qa.offset), p.num(qa.weekDrop),
+              on, judged(qa.weekWindow, 'pass|fail'), p.num(qa.minJudged),
+              on, judged(qa.weekWindow, 'pass|fail', qa.offset), p.num(qa.minJudged),
+            ],
+            qa['for'], 'warning',
+            'Judged answers of %s pass less often than %s ago.' % [series, qa.offset],
+            'Over the last %s, the judge passed {{ $value | humanizePercentage }} of the answers of %s: more than %s points below the same window %s ago.'
+            % [qa.weekWindow, series, p.num(100 * qa.weekDrop), qa.offset],
+            { against: 'last_week' }),
+      alert('LLMProbeJudgeUnreliable',
+            '(\n  %s\n  /\n  %s\n)\n< %s\nand\n%s >= %s\n' % [
+              p.indent(calibrations('agree'), 2), p.indent(calibrations('agree|disagree'), 2),
+              p.num(ju.agreement), calibrations('agree|disagree'), p.num(ju.minCalibrations),
+            ],
+            ju['for'], 'warning',
+            'The judge {{ $labels.target }}/{{ $labels.model }} disagrees with known verdicts.',
+            'Over the last %s, the judge {{ $labels.target }}/{{ $labels.model }} agreed with {{ $value | humanizePercentage }} of the canned answers of known verdict it graded (at least %s): its verdicts on real answers are not to be trusted, and the quality alerts of its location are held.'
+            % [ju.window, p.num(ju.minCalibrations)]),
+    ],
+  },
   local pc = cfg.promptCacheCold,
   local mr = cfg.modelRetiring,
   local an = cfg.ttftAnomaly,
@@ -396,6 +447,6 @@ local p = import 'lib/promql.libsonnet';
   },
 
   prometheusAlerts+:: {
-    groups+: [exporter, slo, probes, driftAlerts, workloadAlerts],
+    groups+: [exporter, slo, probes, driftAlerts, qualityAlerts, workloadAlerts],
   },
 }

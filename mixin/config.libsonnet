@@ -106,6 +106,18 @@
       interval: '5m',  // evaluation interval of the drift group (day-long windows are costly)
     },
 
+    // Judged quality (llm_probe_judgements_total). LLMProbeQualityDrop: the judged pass rate of a
+    // series over `window` (and still over `short`) below its objective (slo: {quality}), with at
+    // least `minJudged` verdicts in the window (a page: no `for`); or over `weekWindow` more than `weekDrop` below
+    // the same window `offset` ago (with `minJudged` verdicts on both sides), for `for`. LLMProbeJudgeUnreliable:
+    // the judge agreed with fewer than `agreement` of at least `minCalibrations` canned answers
+    // of known verdict over `window`; it holds the quality alerts of its fleet labels' location
+    // (Alertmanager inhibition: deploy/docker-compose/alertmanager.yml). minJudged 60: a series
+    // that truly passes 98 % against a 95 % objective falls below it in 3 % of 60-verdict
+    // windows (0.3 % at 99 %), and a drop to 85 % is seen in 99 % (benchmarks/README.md); a
+    // series with fewer verdicts in 6h (intervals over 6m) needs a longer window.
+    quality: { window: '6h', short: '1h', minJudged: 60, weekWindow: '1d', offset: '7d', weekDrop: 0.15, 'for': '30m' },
+    judgeUnreliable: { window: '1d', agreement: 0.8, minCalibrations: 10, 'for': '30m' },
     // Workload-shaped probes (issue 39). Prefill throughput and the cached share of input
     // tokens are recorded over `window`.
     workload: { window: '1h' },

@@ -54,6 +54,8 @@ EXAMPLES = {e.name: e for e in (
             {"bad.yaml": "docs/examples/bad.yaml"}, stderr=True),
     Example("probe-shipped", ("probe", "--config.file", "config.yaml"),
             {"config.yaml": "config.yaml"}, timed=True),
+    Example("probe-judged", ("probe", "--config.file", "judged.yaml"),
+            {"judged.yaml": "docs/examples/judged.yaml"}, timed=True),
     Example("check-walkthrough", ("check", "--config.file", "config.yaml"),
             {"config.yaml": "docs/walkthrough/config.yaml"},
             env={"LITELLM_KEY": "sk-gateway-master"},

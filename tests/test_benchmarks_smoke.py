@@ -228,6 +228,8 @@ def test_redaction_smoke_with_identity_series() -> None:
     assert done.returncode == 0, done.stderr[-3000:]
     assert "| status page cold ms " in done.stdout
     assert "30 identity series, 0 keys, warm: status page " in done.stdout
+
+
 @pytest.mark.realservers
 def test_ladder_smoke() -> None:
     from tests.realservers.servers import llama_server_binary
@@ -237,3 +239,10 @@ def test_ladder_smoke() -> None:
     out = run_benchmark("ladder")
     assert "| input_tokens | TTFT p50 (ms)" in out and "| 1024 |" in out
     assert "warm cached tokens" in out
+
+
+@pytest.mark.slow
+def test_judge_smoke() -> None:
+    out = run_benchmark("judge")
+    assert "## Alert sizing" in out and "false alarm at p=0.99" in out
+    assert "## A real judge" in out  # measured, or skipped naming what is not installed

@@ -58,7 +58,8 @@ NOT_SHOWN_FAMILIES: dict[Family, str] = {}
 # with days ago (`offset`). They must still run.
 # Families that only some configs have: server timings, adaptations, the discovery of a
 # gateway's models (a config without `discover:` has none), identity tests (none without a
-# `kind: identity` probe) and refused prices and capped charges.
+# `kind: identity` probe), refused prices and capped charges, and judged quality (none
+# without a judge).
 OPTIONAL_NAMES = frozenset(
     name for spec in FAMILIES
     if spec.name in ("llm_probe_server_duration_seconds", "llm_probe_adapted_parameters",
@@ -69,6 +70,8 @@ OPTIONAL_NAMES = frozenset(
                      # only once a gateway lies about money (a price, a usage claim)
                      "llm_probe_prices_refused", "llm_probe_cost_capped")
     or spec.name.startswith("llm_probe_identity_")
+    or spec.name in ("llm_probe_judgements", "llm_probe_judge_score",
+                     "llm_probe_judge_calibration", "llm_probe_case_checks")  # judged probes
     for name in (spec.name, *spec.sample_names)
 )
 

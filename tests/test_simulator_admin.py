@@ -105,7 +105,8 @@ async def test_every_profile_field_is_switchable(make_sim: MakeSim,
 def _other_value(name: str, default: Any) -> Any:
     """A valid value of the field other than its default (found by the model itself)."""
     candidates: list[Any] = [True, False, 0.5, 0.25, 2, 599, "250ms", "gpt-4o", "x-2026",
-                             "embedding", {"input": 1.0, "output": 2.0}, "2027-01-31"]
+                             "embedding", {"input": 1.0, "output": 2.0}, {"question": "answer"},
+                             "2027-01-31"]
     if isinstance(default, int | float) and not isinstance(default, bool):
         candidates.insert(0, default + 1)
     for value in candidates:

@@ -151,6 +151,30 @@ def identity_table(plan: Plan) -> Table | None:
     return table
 
 
+def judge_table(plan: Plan) -> Table | None:
+    """The judged series' judge calls, tokens and cost (None: there are none)."""
+    rows = [s for s in plan.series if s.judge is not None]
+    if not rows:
+        return None
+    table = Table(title="Judged probes: judge calls (calibration included)")
+    for column in ("target", "model", "probe", "judge", "rubric", "calls/day",
+                   "output tokens/day ≤", "input tokens/day ≈", "cost/day ≤"):
+        table.add_column(column, justify="right" if column.endswith(("day", "≤", "≈"))
+                         else "left")
+    for s in rows:
+        judge = s.judge
+        assert judge is not None
+        calls = s.probes_per_day * judge.calls_per_probe
+        cost = s.judge_cost_per_day
+        table.add_row(*(cell(name) for name in s.key),
+                      f"{cell(judge.judge.target)} / {cell(judge.judge.model)}",
+                      judge.judge.rubric_name.value, _int(calls),
+                      _int(calls * judge.output_tokens), _int(calls * judge.input_tokens),
+                      "unknown" if cost is None or judge.price is None
+                      else f"{cost:,.2f} {cell(judge.price.currency)}")
+    return table
+
+
 def keys_table(config: Config) -> Table:
     """Per target: where its key comes from and the whitespace stripped (never the key)."""
     table = Table(title="Keys (where each target's key comes from)")
@@ -191,6 +215,9 @@ def print_plan(config: Config, plan: Plan, path: str, console: Console | None = 
     identity = identity_table(plan)
     if identity is not None:
         console.print(identity)
+    judging = judge_table(plan)
+    if judging is not None:
+        console.print(judging)
     own = plan.own.classic
     everything = plan.probe_series + plan.own
     console.print(

@@ -45,6 +45,7 @@ from exporter.exposition.families import (
     families,
 )
 from exporter.exposition.metrics import refused_prices
+from exporter.judge.plan import JUDGED_FAMILIES, JudgePlan, judge_plan, judged_series
 from exporter.probe.charge import charged, image_tokens, input_tokens, output_tokens
 from exporter.probe.discovery import fetch_catalogs
 from exporter.probe.prober import Prober
@@ -167,6 +168,14 @@ class SeriesPlan:
     image_tokens: int = 0  # an image's input tokens per probe, at most
     refused_price: RefusedPrice | None = None  # a gateway's or library price out of bounds
     workload: tuple[tuple[str, str], ...] = ()  # labels a workload-shaped probe adds
+    judge: JudgePlan | None = None  # judged probes: the judge's calls
+
+    @property
+    def judge_cost_per_day(self) -> float | None:
+        """The judge calls' cost ceiling of a day (None: not judged, or no price)."""
+        cost = self.judge.cost_per_call if self.judge is not None else None
+        return None if cost is None or self.judge is None \
+            else cost * self.probes_per_day * self.judge.calls_per_probe
 
     @property
     def probes_per_day(self) -> float:
@@ -229,7 +238,9 @@ def own_series(config: Config) -> Count:
     for spec in families(Scope.EXPORTER):
         if spec.key is Family.WEB_CONFIG_RELOAD_OK:
             continue
-        if spec.type is MetricType.HISTOGRAM:
+        if spec.key in JUDGED_FAMILIES:
+            total += judged_series(config, spec)
+        elif spec.type is MetricType.HISTOGRAM:
             total += len(config.buckets.get(spec.key) or spec.buckets) + 3
         elif spec.key in (Family.BUDGET_SPENT, Family.BUDGET_LIMIT, Family.BUDGET_RECORD_OK):
             total += config.global_.budget is not None
@@ -367,6 +378,9 @@ class Plan:
         for s in self.series:
             if s.price is not None and s.cost_per_day is not None:
                 costs[s.price.currency] += s.cost_per_day
+            judging = s.judge_cost_per_day
+            if s.judge is not None and s.judge.price is not None and judging is not None:
+                costs[s.judge.price.currency] += judging  # the judge's calls are spent too
         return dict(costs)
 
     def target_costs(self) -> dict[str, float]:
@@ -375,6 +389,10 @@ class Plan:
         for s in self.series:
             if s.price is not None and s.price.currency == self.budget_currency:
                 costs[s.key[0]] += s.cost_per_day or 0.0
+            judging = s.judge_cost_per_day  # the judge's calls spend the judge target's share
+            if (s.judge is not None and s.judge.price is not None and judging is not None
+                    and s.judge.price.currency == self.budget_currency):
+                costs[s.judge.judge.target] += judging
         return dict(costs)
 
     def by_family(self, extra: bool = False) -> dict[Family, Count]:
@@ -417,6 +435,7 @@ class Plan:
                 "cost_per_day": s.cost_per_day,
                 "prometheus_series": {**s.series.to_json(), "later": s.extra.to_json()},
                 "identity": s.identity.to_json() if s.identity else None,
+                "judge": s.judge.to_json(s.probes_per_day) if s.judge else None,
                 "workload": dict(s.workload),
             } for s in self.series],
             "totals": {
@@ -460,8 +479,10 @@ def make_plan(config: Config, *, series_warning: int = SERIES_WARNING,
         size = s.workload.input_tokens
         if (id(s.probe), size) not in prompts:
             prompts[(id(s.probe), size)] = input_tokens(s.probe, size)
-    series = tuple(plan_series(s, specs, shapes, prompts[(id(s.probe), s.workload.input_tokens)])
-                   for s in config.series)
+    series = tuple(dataclasses.replace(plan, judge=judge_plan(config, s, plan.max_tokens))
+                   for s in config.series
+                   for plan in (plan_series(s, specs, shapes,
+                                            prompts[(id(s.probe), s.workload.input_tokens)]),))
     budget = config.global_.budget
     draft = Plan(series, shapes, specs, config.global_.native_histograms.classic,
                  own_series(config), budget.max_cost_per_day if budget else None,
@@ -528,6 +549,14 @@ def _warnings(plan: Plan, series_warning: int) -> Iterable[PlanWarning]:
             yield PlanWarning(WarningKind.UNPRICED,
                            f"{len(unpriced)} of {len(plan.series)} series have no price "
                            f"(targets[].prices): the budget cannot count their cost")
+        judges = sorted({(s.judge.judge.target, s.judge.judge.model) for s in plan.series
+                         if s.judge is not None and s.judge.price is None})
+        if judges:
+            yield PlanWarning(WarningKind.UNPRICED,
+                           f"judge {judges[0][0]}/{judges[0][1]}"
+                           + (f" (and {len(judges) - 1} more)" if len(judges) > 1 else "")
+                           + " has no price (targets[].prices): the budget cannot count the "
+                           "judge's calls")
     refused = {s.key[:2]: s.refused_price for s in plan.series if s.refused_price is not None}
     if refused:
         yield PlanWarning(WarningKind.PRICE_REFUSED,

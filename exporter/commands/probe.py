@@ -25,8 +25,11 @@ from exporter.commands.selection import (
     warn_undiscovered,
 )
 from exporter.config import Config, Series
+from exporter.judge.engine import Grading, Judge, without_long_answer
+from exporter.judge.prompt import MAX_GRADED
 from exporter.log import REDACTOR
 from exporter.measure import percentile
+from exporter.probe.assembly import ANSWER_LIMIT
 from exporter.probe.hints import hint_for
 from exporter.record import SCHEMA_VERSION, Record
 from exporter.result import ProbeResult, TokenSource
@@ -34,18 +37,59 @@ from exporter.result import ProbeResult, TokenSource
 ANSWER_PREVIEW = 60
 
 
-async def run_once(config: Config, series: Sequence[Series],
-                   repeat: int = 1) -> list[ProbeResult]:
-    """Probe each series `repeat` times (rounds one after another), `max_concurrency` at a time."""
+async def run_once(config: Config, series: Sequence[Series], repeat: int = 1,
+                   judged: dict[int, Grading] | None = None) -> list[ProbeResult]:
+    """Probe each series `repeat` times (rounds one after another), `max_concurrency` at a time;
+    a judged series' answers are graded by its judge (`judged`: grading by result index)."""
     semaphore = asyncio.Semaphore(config.global_.max_concurrency)
     results: list[ProbeResult] = []
     async with probing(config) as prober:
-        async def one(s: Series) -> ProbeResult:
+        judge = Judge(prober)
+        judge.apply(config)
+
+        async def one(s: Series) -> tuple[ProbeResult, Grading | None]:
+            graded = judge.judge_of(s) is not None
             async with semaphore:
-                return await prober.probe(s)
+                result = await prober.probe(s, answer_limit=MAX_GRADED if graded
+                                            else ANSWER_LIMIT)
+            grading = await judge.grade(s, result) if graded else None
+            return without_long_answer(result, ANSWER_LIMIT), grading
         for _ in range(repeat):
-            results += await asyncio.gather(*(one(s) for s in series))
+            for result, grading in await asyncio.gather(*(one(s) for s in series)):
+                if grading is not None and judged is not None:
+                    judged[len(results)] = grading
+                results.append(result)
     return results
+
+
+def judgement_json(grading: Grading) -> dict[str, Any]:
+    """A result's grading in `probe --json`."""
+    judgement = grading.judgement
+    return {"target": grading.judge.target, "model": grading.judge.model,
+            "rubric": grading.judge.rubric_name.value,
+            "case": grading.case_outcome.value if grading.case_outcome else None,
+            "verdict": judgement.verdict.value if judgement else None,
+            "score": judgement.score if judgement else None,
+            "reason": judgement.reason if judgement else "",
+            "fault": judgement.fault.value if judgement and judgement.fault else None}
+
+
+def print_judgements(results: Sequence[ProbeResult], judged: dict[int, Grading],
+                     console: Console | None = None) -> None:
+    """One line per judged answer: the verdict, score and the judge's reason."""
+    console = console or make_console()
+    for index, grading in sorted(judged.items()):
+        judgement = grading.judgement
+        if judgement is None:
+            continue
+        r = results[index]
+        score = "" if judgement.score is None else f" ({judgement.score:.2f})"
+        color = {"pass": "green", "fail": "red"}.get(judgement.verdict.value, "yellow")
+        console.print(f"[{color}]judge {judgement.verdict.value}[/{color}]{score} "
+                      f"{cell('/'.join(r.key))} case {r.case} by "
+                      f"{cell(grading.judge.target)}/{cell(grading.judge.model)} "
+                      f"({grading.judge.rubric_name.value}): {cell(judgement.reason)}",
+                      soft_wrap=True)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -176,16 +220,19 @@ def summary_table(results: Sequence[ProbeResult]) -> Table:
 
 
 def results_document(results: Sequence[ProbeResult], series: Sequence[Series],
-                     repeat: int = 1) -> dict[str, Any]:
+                     repeat: int = 1, judged: dict[int, Grading] | None = None
+                     ) -> dict[str, Any]:
     """The `--json` document: every result as a record (with its run and hint) and, for
     repeats, a summary."""
     known = _series_of(results, series)
     runs: dict[tuple[str, str, str], int] = {}
     items = []
-    for r in results:
+    for index, r in enumerate(results):
         runs[r.key] = runs.get(r.key, 0) + 1
+        grading = (judged or {}).get(index)
         items.append({**Record(r).to_json(), "run": runs[r.key],
-                      "hint": hint_for(r, known.get(r.key))})
+                      "hint": hint_for(r, known.get(r.key)),
+                      **({"judge": judgement_json(grading)} if grading else {})})
     return cast(dict[str, Any], REDACTOR.tree({  # a mapping comes back a dict
         "version": __version__, "schema_version": SCHEMA_VERSION,
         "ok": all(r.success for r in results), "repeat": repeat,
@@ -205,12 +252,14 @@ async def run_probe_command(config: Config, selection: Selection, *, as_json: bo
     if repeat < 1:
         print("error: --repeat must be at least 1", file=sys.stderr)
         return 2
-    results = await run_once(config, series, repeat)
+    judged: dict[int, Grading] = {}
+    results = await run_once(config, series, repeat, judged)
     if as_json:
         # Every string was redacted in the document; the text once more, as a second net.
-        text = orjson.dumps(results_document(results, series, repeat),
+        text = orjson.dumps(results_document(results, series, repeat, judged),
                             option=orjson.OPT_INDENT_2).decode()
         sys.stdout.write(REDACTOR.net(text) + "\n")
     else:
         print_table(results, series, repeat=repeat)
+        print_judgements(results, judged)
     return 0 if all(r.success for r in results) else 1

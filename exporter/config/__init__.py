@@ -9,14 +9,13 @@ problems), `secrets` (where credentials sit).
 from __future__ import annotations
 
 from exporter.apis import Api, Feature
+from exporter.config.checks import DISCOVERABLE, Loc
 from exporter.config.errors import ConfigError, ConfigProblem, format_location
 from exporter.config.expand import Catalogs, bucket_edges, expand, objectives
 from exporter.config.load import (
-    DISCOVERABLE,
     MAX_CONFIG_BYTES,
     MAX_IMAGE_BYTES,
     MAX_KEY_BYTES,
-    Loc,
     clean_key,
     key_file_path,
     load_config,

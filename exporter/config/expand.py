@@ -57,8 +57,10 @@ def objectives(*levels: SloConfig | None) -> Objectives:
             seconds = getattr(level, objective.value)
             if seconds is not None:
                 latency[objective] = seconds
-        if level.availability is not None:
-            ratio[RatioObjective.AVAILABILITY] = level.availability
+        for kind in RatioObjective:
+            share = getattr(level, kind.value)
+            if share is not None:
+                ratio[kind] = share
     return Objectives({o: latency[o] for o in Objective if o in latency}, ratio)
 
 

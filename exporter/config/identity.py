@@ -58,6 +58,6 @@ class IdentityReference(StrictModel):
 
 # Chat keys an identity probe does not take: it sends `prompts`, and its answers are samples.
 IDENTITY_REFUSES = ("prompt", "messages", "cases", "input", "image", "tools", "tool_choice",
-                    "response_format", "expect")
+                    "response_format", "expect", "judge")
 # Keys only an identity probe takes.
 IDENTITY_ONLY = ("prompts", "baseline", "samples", "alpha", "reference")

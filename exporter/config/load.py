@@ -26,8 +26,9 @@ from pydantic import (
     ValidationError,
 )
 
-from exporter.apis import Api
 from exporter.config.cadence import check_cadence
+from exporter.config.checks import Loc, check_target
+from exporter.config.checks import problem as _problem
 from exporter.config.errors import ConfigError, ConfigProblem, format_location
 from exporter.config.expand import (
     bucket_edges,
@@ -37,6 +38,7 @@ from exporter.config.expand import (
     shard_series,
 )
 from exporter.config.interpolate import Scrubber, Substitution, interpolate
+from exporter.config.judge import judge_problems
 from exporter.config.model import Config, KeyKind, KeySource, Series, Target
 from exporter.config.network import (
     AWS_EXTRA_MISSING,
@@ -49,7 +51,6 @@ from exporter.config.network import (
     resolve_proxy,
 )
 from exporter.config.probe import ProbeConfig, ProbeKind
-from exporter.config.rules_check import reasoning_problems
 from exporter.config.schema import (
     CONTROL,
     GlobalConfig,
@@ -71,26 +72,17 @@ from exporter.state import NO_DEFAULT, default_state_dir
 # ---------------------------------------------------------------------------------------------
 # Loading
 
-# API styles whose servers list models at GET {base_url}/models (OpenAI's shape; Anthropic's).
-DISCOVERABLE = (Api.OPENAI_CHAT, Api.OPENAI_COMPLETIONS, Api.OPENAI_RESPONSES,
-                Api.ANTHROPIC_MESSAGES)
-
 MAX_CONFIG_BYTES = 4 * 1024 * 1024
 MAX_KEY_BYTES = 64 * 1024
 MAX_IMAGE_BYTES = 20 * 1024 * 1024  # what OpenAI and Anthropic accept per image
 _IMAGE_SUFFIXES = frozenset({".png", ".jpg", ".jpeg", ".gif", ".webp"})
 SECTIONS = ("global", "simulator", "probes", "targets")
 _KEY_CHARACTERS = re.compile(r"^[\x21-\x7e]+$")  # what an HTTP header carries safely
-Loc = tuple[int | str, ...]
 # pydantic's words for YAML users (a "tuple" or "instance of TargetConfig" means nothing there).
 _PLAIN_MESSAGES = {"extra_forbidden": "unknown key", "model_type": "expected a mapping",
                    "dict_type": "expected a mapping", "tuple_type": "expected a list",
                    "list_type": "expected a list"}
 _Model = TypeVar("_Model", bound=BaseModel)
-
-
-def _problem(loc: Loc, error: str) -> ConfigProblem:
-    return ConfigProblem(format_location(loc), error, path=loc)
 
 
 def validate_section(model: type[_Model], value: Any, loc: Loc,
@@ -313,10 +305,12 @@ def _build(data: dict[str, Any], env: Mapping[str, str], base_dir: Path, source:
                     f"unknown probe {probe_name!r} (defined: {', '.join(probes)})"))
         keys.append(_resolve_key(raw, index, env, base_dir, problems, reads))
         if target is not None:
-            _check_target(target, index, probes, problems)
+            check_target(target, index, probes, problems)
             paths.append(_resolve_network(target, index, env, base_dir, problems, reads))
         else:
             paths.append(None)
+    problems += [_problem(loc, error) for loc, error in judge_problems(
+        global_.judge if global_ is not None else None, probes, targets)]
     if global_ is not None and global_.budget is not None:
         problems += [_problem(("global", "budget", "shares", *where), message)
                      for where, message in global_.budget.share_problems(names)]
@@ -353,7 +347,9 @@ def _build(data: dict[str, Any], env: Mapping[str, str], base_dir: Path, source:
             name=target.name, api=target.api, base_url=base_url, api_key=key,
             headers=dict(target.headers), query={**dict(in_url), **target.query},
             path=target.path,
-            models=target.model_names, probes=target.probes or tuple(resolved_probes),
+            models=target.model_names,
+            # `probes: []`: a target that only judges
+            probes=tuple(resolved_probes) if target.probes is None else target.probes,
             interval=target.interval or global_.interval,
             timeout=target.timeout or global_.timeout,
             jitter=global_.jitter if target.jitter is None else target.jitter,
@@ -402,72 +398,6 @@ def _needs_state(global_: GlobalConfig, series: Sequence[Series]) -> bool:
     budget = global_.budget
     return (budget is not None and not budget.state_file) or any(
         s.probe.kind is ProbeKind.IDENTITY for s in series)
-
-
-def _check_target(target: TargetConfig, index: int, probes: Mapping[str, ProbeConfig | None],
-                  problems: list[ConfigProblem]) -> None:
-    """Checks that need the whole (valid) target and the probes."""
-    where: Loc = ("targets", index)
-    for j, probe_name in enumerate(target.probes or tuple(probes)):
-        probe = probes.get(probe_name)
-        if probe is None:
-            continue
-        loc = (*where, "probes", j) if target.probes else (*where, "api")
-        for feature in sorted(probe.features - target.api.features):
-            able = ", ".join(api.value for api in Api if feature in api.features)
-            problems.append(_problem(loc, f"probe {probe_name!r} uses {feature.value}, which "
-                                          f"{target.api.value} does not have (it works with "
-                                          f"{able})"))
-        if target.api is Api.BEDROCK_CONVERSE and probe.tool_choice == "none":
-            problems.append(_problem(loc, f"probe {probe_name!r} sets `tool_choice: none`, "
-                                          "which bedrock-converse does not have (leave out "
-                                          "`tools` instead)"))
-    for j, entry in enumerate(target.entries):
-        for k, probe_name in enumerate(entry.probes or ()):
-            loc = (*where, "models", j, "probes", k)
-            if probe_name not in probes:
-                if probes:
-                    problems.append(_problem(loc, f"unknown probe {probe_name!r} (defined: "
-                                                  f"{', '.join(probes)})"))
-                continue
-            probe = probes[probe_name]
-            for feature in sorted(probe.features - target.api.features if probe else ()):
-                problems.append(_problem(loc, f"probe {probe_name!r} uses {feature.value}, "
-                                              f"which {target.api.value} does not have"))
-    # With discovery, prices and objectives may name models the gateway will list.
-    if target.discover is None:
-        for model in target.prices:
-            if model not in target.model_names:
-                problems.append(_problem((*where, "prices", model),
-                                         "price for a model this target does not probe"))
-        for model in target.model_slo:
-            if model not in target.model_names:
-                problems.append(_problem((*where, "model_slo", model),
-                                         "objectives for a model this target does not probe"))
-    if target.discover is not None:
-        problems += _discover_problems(target, where, probes)
-    problems += [_problem(loc, message)
-                 for loc, message in reasoning_problems(target, where, probes)]
-
-
-def _discover_problems(target: TargetConfig, where: Loc,
-                       probes: Mapping[str, ProbeConfig | None]) -> list[ConfigProblem]:
-    """What keeps a target from discovering its models; per-probe filters of probes it does
-    not run."""
-    assert target.discover is not None
-    problems = []
-    if target.api not in DISCOVERABLE:
-        able = ", ".join(api.value for api in DISCOVERABLE)
-        problems.append(_problem((*where, "discover"), f"{target.api.value} lists no models at "
-                                 f"GET {{base_url}}/models in a shape discovery reads ({able} "
-                                 "do); list the models (models:)"))
-    runs = target.probes or tuple(probes)
-    for name in target.discover.probes:
-        if name not in runs:
-            problems.append(_problem((*where, "discover", "probes", name),
-                                     f"probe {name!r} does not run on this target (it runs: "
-                                     f"{', '.join(runs)})"))
-    return problems
 
 
 def _resolve_network(target: TargetConfig, index: int, env: Mapping[str, str], base: Path,

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from exporter.apis import Api
+from exporter.config.judge import JudgeConfig
 from exporter.config.network import TLS, Proxy
 from exporter.config.probe import ProbeConfig, ProbeKind, SloConfig
 from exporter.config.reasoning import Effort, merge_patches
@@ -272,6 +273,13 @@ class Config:
         if self.simulator is not None and self.simulator.api_key:
             found.append(self.simulator.api_key)
         return found + list(self.interpolated_secrets)
+
+    def judge_of(self, series: Series) -> JudgeConfig | None:
+        """The judge of a series: its probe's `judge`, else `global.judge`, when a case has a
+        reference (None: its answers are not judged)."""
+        if not series.probe.references:
+            return None
+        return series.probe.judge or self.global_.judge
 
     def find_series(self, target: str, model: str, probe: str) -> Series | None:
         """The configured series with these names, if any."""

@@ -26,6 +26,7 @@ from exporter.config.identity import (
     SAMPLES,
     IdentityReference,
 )
+from exporter.config.judge import MAX_REFERENCE, CaseId, JudgeConfig
 from exporter.config.reasoning import Params, ReasoningConfig
 from exporter.config.types import PositiveDuration, Ratio, StrictModel
 from exporter.config.workload import CacheMode, InputSizes
@@ -39,6 +40,7 @@ class SloConfig(StrictModel):
     tpot: PositiveDuration | None = None
     duration: PositiveDuration | None = None
     availability: Ratio | None = None
+    quality: Ratio | None = None  # the judged pass rate a judged series should keep
 
 
 class Message(StrictModel):
@@ -126,10 +128,13 @@ class Expect(StrictModel):
 
 
 class Case(StrictModel):
-    """One item of a golden set: a prompt and what its answer must satisfy."""
+    """One item of a golden set: a prompt, what its answer must satisfy, and what a correct
+    answer says (`reference`, graded by the probe's judge)."""
 
     prompt: str
     expect: Expect | None = None
+    reference: str | None = Field(default=None, min_length=1, max_length=MAX_REFERENCE)
+    id: CaseId | None = None  # the `case` label value (default: its index)
 
 
 class ProbeKind(StrEnum):
@@ -185,7 +190,7 @@ class ResponseFormat(StrictModel):
 
 # Keys of a chat probe that an embedding probe does not send.
 _CHAT_ONLY = ("prompt", "messages", "cases", "system", "image", "tools", "tool_choice",
-              "response_format", "max_tokens", "temperature", "reasoning")
+              "response_format", "max_tokens", "temperature", "reasoning", "judge")
 
 
 IdentityPrompt = Annotated[str, Field(min_length=1, max_length=MAX_PROMPT_CHARS)]
@@ -213,6 +218,7 @@ class ProbeConfig(StrictModel):
     response_format: ResponseFormat | None = None
     expect: Expect | None = None
     cases: tuple[Case, ...] = ()
+    judge: JudgeConfig | None = None  # grades the cases' references (default: global.judge)
     slo: SloConfig = Field(default_factory=SloConfig)
     # Its own cadence on every target (a `models:` entry's `interval` still wins); None: the
     # target's, else global.interval.
@@ -259,6 +265,7 @@ class ProbeConfig(StrictModel):
             self._check_workload(given)
             if not given:  # the generated context ends with a default question
                 self._check_tools()
+                self._check_cases()  # a judge needs cases with a reference
                 return self
         if self.cases and given:
             raise ValueError("`cases` bring their own prompts: drop `prompt`/`messages`")
@@ -267,8 +274,27 @@ class ProbeConfig(StrictModel):
         if self.messages is not None and not self.messages:
             raise ValueError("`messages` must not be empty")
         self._check_tools()
+        self._check_cases()
         return self
 
+    def _check_cases(self) -> None:
+        ids = [case.id if case.id is not None else str(i) for i, case in enumerate(self.cases)]
+        if len(set(ids)) != len(ids):
+            raise ValueError("two cases have the same `id` (or an id equal to another's index)")
+        if self.judge is not None and not self.references:
+            raise ValueError("`judge` grades answers against `cases[].reference`; no case "
+                             "has a reference")
+
+    @property
+    def references(self) -> bool:
+        """Whether any case has a reference (the probe's answers are judged)."""
+        return any(case.reference is not None for case in self.cases)
+
+    @property
+    def case_ids(self) -> tuple[str, ...]:
+        """Each case's `case` label value: its `id`, else its index."""
+        return tuple(case.id if case.id is not None else str(i)
+                     for i, case in enumerate(self.cases))
     def _check_workload(self, given: int) -> None:
         if self.cases:
             raise ValueError("`input_tokens` and `cache` build one prompt per size: they do not "

@@ -26,7 +26,7 @@ def reasoning_problems(target: TargetConfig, where: Loc,
             yield loc, (f"{family!r} names no model family the request rules know for "
                         f"{target.api.value}; name a model of the family, e.g. gpt-5-mini, "
                         "o3, claude-opus-4-7, gemini-2.5-pro")
-    for name in target.probes or tuple(probes):
+    for name in tuple(probes) if target.probes is None else target.probes:
         probe = probes.get(name)
         reasoning = probe.reasoning if probe is not None else None
         if reasoning is None or reasoning.effort is not None:

@@ -15,6 +15,7 @@ from exporter.apis import Api
 from exporter.config.address import parse_listen_address
 from exporter.config.budget import CONTROL as CONTROL  # re-exported: one declaration
 from exporter.config.budget import BudgetConfig as BudgetConfig
+from exporter.config.judge import JudgeConfig
 from exporter.config.patterns import NameFilter, check_patterns
 from exporter.config.probe import ProbeConfig, SloConfig
 from exporter.config.reasoning import Params
@@ -57,6 +58,7 @@ class GlobalConfig(StrictModel):
     native_histograms: NativeHistogramsConfig = Field(default_factory=NativeHistogramsConfig)
     metrics: dict[Family, Shape] = Field(default_factory=dict)  # per probe histogram
     budget: BudgetConfig | None = None
+    judge: JudgeConfig | None = None  # the judge of every probe with references and none of its own
     max_output_bytes: int = Field(default=4 * 1024 * 1024, ge=1024, le=1024**3)
     shard: str | None = None  # "i/n": probe only the series whose stable hash picks shard i
     max_series: int = Field(default=10_000, ge=1, le=1_000_000)
@@ -186,6 +188,12 @@ class SimulatedModel(StrictModel):
     # A share of the answers drawn from words the model otherwise never says: the answer
     # distribution moves by exactly this total variation (identity probes notice; demo, tests).
     answer_shift: float = Field(default=0.0, ge=0.0, le=1.0)
+    # Judged quality (exporter/simulator/golden.py): known questions (a substring of the
+    # prompt) → the correct answer; a share of them answered fluently wrong (run-time switch);
+    # and a judge that grades `<answer>` against `<reference>`.
+    answers: dict[str, str] = Field(default_factory=dict, max_length=256)
+    wrong_answer_rate: float = Field(default=0.0, ge=0.0, le=1.0)
+    judge: bool = False
     # Prompt tokens read per second before the first token (0: TTFT does not grow with the
     # input): a context-length ladder's TTFT grows by prompt / prefill_rate.
     prefill_rate: float = Field(default=0.0, ge=0.0)

@@ -81,6 +81,23 @@ class IdentityWindow(StrEnum):
     CURRENT = "current"
 
 
+class Verdict(StrEnum):
+    """`llm_probe_judgements_total{verdict}`: the judge's verdict on one answer; `error` when
+    the judge failed or answered out of form (never the probed model's failure)."""
+
+    PASS = "pass"
+    FAIL = "fail"
+    ERROR = "error"
+
+
+class Agreement(StrEnum):
+    """`llm_probe_judge_calibration_total{outcome}`: the judge's verdict on a canned answer
+    against the verdict known for it."""
+
+    AGREE = "agree"
+    DISAGREE = "disagree"
+
+
 class Objective(StrEnum):
     """Latency objectives (`slo:`), `llm_probe_objective_seconds{objective}`; each value is also
     the key of its histogram family."""
@@ -94,6 +111,7 @@ class RatioObjective(StrEnum):
     """Ratio objectives (`slo:`), `llm_probe_objective_ratio{objective}`."""
 
     AVAILABILITY = "availability"
+    QUALITY = "quality"  # the judged pass rate (series with a judge)
 
 
 class CloseReason(StrEnum):
@@ -177,6 +195,10 @@ class Family(StrEnum):
     DISCOVERY_KEPT = "discovery_kept_models"
     DISCOVERY_REFRESHES = "discovery_refreshes"
     DISCOVERY_LAST_SUCCESS = "discovery_last_success_timestamp_seconds"
+    JUDGEMENTS = "judgements"
+    JUDGE_SCORE = "judge_score"
+    JUDGE_CALIBRATION = "judge_calibration"
+    CASE_CHECKS = "case_checks"
     DISCOVERY_NAMES_REFUSED = "discovery_names_refused"
     # /probe
     ONDEMAND_SUCCESS = "ondemand_success"
@@ -416,6 +438,21 @@ FAMILIES: tuple[FamilySpec, ...] = (
     FamilySpec(Family.DISCOVERY_LAST_SUCCESS, "llm_probe_discovery_last_success_timestamp_seconds",
                _G, _E, "Unix time of the target's last successful model list refresh.",
                ("target",)),
+    # Judged quality (exporter/judge/): probe labels and global labels come first, set per
+    # series by the collector; bounded by the config (rubric per series, cases per file).
+    FamilySpec(Family.JUDGEMENTS, "llm_probe_judgements", _C, _E,
+               "Judged answers by rubric and verdict (pass, fail, error: the judge failed or "
+               "answered out of form).", ("target", "model", "probe", "rubric", "verdict")),
+    FamilySpec(Family.JUDGE_SCORE, "llm_probe_judge_score", _H, _E,
+               "The judge's score of judged answers, 0..1.", ("target", "model", "probe",
+                                                              "rubric"),
+               buckets=(0.1, 0.25, 0.5, 0.75, 0.9, 1.0)),
+    FamilySpec(Family.JUDGE_CALIBRATION, "llm_probe_judge_calibration", _C, _E,
+               "Canned answers of known verdict the judge graded (target, model: the judge's), "
+               "by agreement with the known verdict.", ("target", "model", "outcome")),
+    FamilySpec(Family.CASE_CHECKS, "llm_probe_case_checks", _C, _E,
+               "Per golden case (`case`: its id or index): pass / fail by the answer checks "
+               "and the judge.", ("target", "model", "probe", "case", "outcome")),
     FamilySpec(Family.DISCOVERY_NAMES_REFUSED, "llm_probe_discovery_names_refused", _C, _E,
                "Listed names not used, per refresh, by reason: invalid, invisible (bidi, "
                "zero-width or look-alike characters), secret, duplicate, pattern_timeout "

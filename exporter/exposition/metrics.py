@@ -56,6 +56,7 @@ from exporter.exposition.families import (
     Shape,
     SkipReason,
 )
+from exporter.exposition.judged import JudgedCollector
 from exporter.exposition.store import NativeSettings, SeriesKey, SeriesValues
 from exporter.log import REDACTOR, Redactor
 from exporter.providers.prices import PriceSource
@@ -322,6 +323,8 @@ class ExporterMetrics:
         self.prices_refused = _own_gauge(Family.PRICES_REFUSED, own)
         self.discoveries = DiscoveryCollector()
         own.register(self.discoveries)
+        self.judged = JudgedCollector()  # judged quality: verdicts, cases, calibration
+        own.register(self.judged)
         if process_metrics:
             ProcessCollector(registry=own)
         if config is not None:
@@ -356,6 +359,7 @@ class ExporterMetrics:
     def apply(self, config: Config) -> None:
         """Create children for every configured series; remove those the config dropped."""
         self._apply_prices(config)
+        self.judged.apply(config)
         self._apply_retirements(config)
         shapes = config.global_.shapes
         layout = (dict(config.global_.labels), dict(config.buckets), _native_settings(config),

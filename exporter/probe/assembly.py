@@ -142,9 +142,11 @@ def ratelimits(headers: Mapping[str, str]) -> dict[str, float]:
 
 def assemble(series: Series, attempt: Attempt, error: ProbeError | None, started: float, *,
              clock: Callable[[], float], wall: Callable[[], float],
-             redactor: Redactor, adapted: tuple[str, ...] = ()) -> ProbeResult:
+             redactor: Redactor, adapted: tuple[str, ...] = (),
+             answer_limit: int = ANSWER_LIMIT) -> ProbeResult:
     """The ProbeResult of what `attempt` saw (`error`: how it failed, None on success;
-    `adapted`: the request parameters adapted for the series' model)."""
+    `adapted`: the request parameters adapted for the series' model; `answer_limit`: the
+    characters of the answer kept, after redaction)."""
     parser = attempt.parser
     if parser is not None and parser.usage is not None:
         parser.usage = plausible(parser.usage, ceiling(series), attempt.prompt_text)
@@ -183,7 +185,7 @@ def assemble(series: Series, attempt: Attempt, error: ProbeError | None, started
         result=result, reason=clip(error.reason, REASON_LIMIT) if error else "",
         cause=error.cause if error else None,
         timings=timings, usage=usage, output_tokens=n_tokens, token_source=source,
-        cost=cost, currency=currency, claimed_cost=claimed, answer=clip(answer, ANSWER_LIMIT),
+        cost=cost, currency=currency, claimed_cost=claimed, answer=clip(answer, answer_limit),
         finish_reason=clip(finish_reason, FIELD_LIMIT) if finish_reason else None,
         response_id=clip(response_id, FIELD_LIMIT) if response_id else None,
         status=attempt.status, ratelimit=ratelimits(headers), case=attempt.case,

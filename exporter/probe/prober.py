@@ -203,10 +203,12 @@ class Prober:
             self._protocols[api] = protocol_for(api)
         return self._protocols[api]
 
-    async def probe(self, series: Series) -> ProbeResult:
-        """Run one probe of `series`; never raises except on cancellation. A cache pair's warm
-        probe started while its cold one runs (`probe` runs series at once) waits for it, up to
-        its own timeout: the warm request must come after the cold one wrote the cache."""
+    async def probe(self, series: Series, *, answer_limit: int = ANSWER_LIMIT) -> ProbeResult:
+        """Run one probe of `series`; never raises except on cancellation. The result keeps
+        the answer's first `answer_limit` characters (redacted first): more for a judge. A cache
+        pair's warm probe started while its cold one runs (`probe` runs series at once) waits
+        for it, up to its own timeout: the warm request must come after the cold one wrote the
+        cache."""
         role, pair = series.workload.cache, _pair(series)
         if role is CacheRole.WARM:
             cold = self._cold_flight.get(pair)
@@ -214,18 +216,18 @@ class Prober:
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(series.timeout):
                         await asyncio.shield(cold)
-            return await self._probe(series)
+            return await self._probe(series, answer_limit)
         if role is not CacheRole.COLD:
-            return await self._probe(series)
+            return await self._probe(series, answer_limit)
         flight = self._cold_flight[pair] = asyncio.get_running_loop().create_future()
         try:
-            return await self._probe(series)
+            return await self._probe(series, answer_limit)
         finally:
             flight.set_result(None)
             if self._cold_flight.get(pair) is flight:
                 del self._cold_flight[pair]
 
-    async def _probe(self, series: Series) -> ProbeResult:
+    async def _probe(self, series: Series, answer_limit: int) -> ProbeResult:
         if self._session is None:
             await self.start()
         started = self._wall()
@@ -254,18 +256,19 @@ class Prober:
             attempt.stamps.t_end = self._clock()  # the probe ended here, whatever waits next
         try:
             await self._vocabulary_for(attempt, series)
-            return self._assemble(series, attempt, error, started)
+            return self._assemble(series, attempt, error, started, answer_limit)
         except Exception as exc:  # what a parser collected is unusable: still one result
             self._log.exception("probe result failed", target=series.target.name,
                                 model=series.model, probe=series.probe_name)
             attempt.parser = attempt.embedding = None
             error = ProbeError(f"internal error: {type(exc).__name__}: {exc}", Cause.INTERNAL)
-            return self._assemble(series, attempt, error, started)
+            return self._assemble(series, attempt, error, started, answer_limit)
 
     def _assemble(self, series: Series, attempt: Attempt, error: ProbeError | None,
-                  started: float) -> ProbeResult:
+                  started: float, answer_limit: int) -> ProbeResult:
         return assemble(series, attempt, error, started, clock=self._clock, wall=self._wall,
-                        redactor=self._redact, adapted=self.adaptations.adapted(series))
+                        redactor=self._redact, adapted=self.adaptations.adapted(series),
+                        answer_limit=answer_limit)
 
     async def _vocabulary_for(self, attempt: Attempt, series: Series) -> None:
         """Load the token vocabulary (~40 MiB; once, in a worker thread) when this result will

@@ -36,7 +36,10 @@ from exporter.errors import Result
 from exporter.exposition.families import SkipReason
 from exporter.exposition.metrics import ExporterMetrics
 from exporter.identity.monitor import IdentityMonitor
+from exporter.judge.engine import Judge, record, without_long_answer
+from exporter.judge.prompt import MAX_GRADED
 from exporter.log import get_logger
+from exporter.probe.assembly import ANSWER_LIMIT
 from exporter.probe.prober import Prober
 from exporter.result import ProbeResult
 from exporter.serve.budget import Budget
@@ -116,6 +119,9 @@ class Scheduler:
         self._save_lock = asyncio.Lock()
         # Identity series: their answers are samples, tested window by window.
         self.identity = IdentityMonitor(metrics, logger=self._log, wall_clock=wall_clock)
+        # Judged series: each answer to a case with a reference is graded by its judge.
+        self.judge = Judge(prober, logger=self._log)
+        self._grading: set[asyncio.Task[ProbeResult]] = set()  # on-demand answers being judged
 
     @property
     def in_flight(self) -> int:
@@ -143,6 +149,7 @@ class Scheduler:
         self._metrics.set_budget(self.budget)
         self._warn_prices(config)
         self.identity.apply(config)
+        self.judge.apply(config)
         wanted = {s.key: s for s in config.series}
         # A cache pair's warm series is not scheduled: it runs right after its cold one.
         self._warm_after = {s.sibling(CacheRole.COLD).key: s for s in config.series
@@ -252,23 +259,61 @@ class Scheduler:
         succeeded is followed at once, in the same slot, by its warm probe (same prefix)."""
         async with self._semaphore:
             self._metrics.observe_lag(max(0.0, asyncio.get_running_loop().time() - planned))
-            result = self._record(await self._probe(series))
+            result = await self._probe(series)
             warm = self._warm_after.get(series.key)
-            if (warm is not None and result.success and warm.key not in self._running
-                    and self.skip_reason(warm) is None):
-                self._record(await self._probe(warm))
-        return result
+            if warm is not None:  # a cache pair is never judged: it has no cases
+                result = self._record(result)
+                if (result.success and warm.key not in self._running
+                        and self.skip_reason(warm) is None):
+                    self._record(await self._probe(warm))
+                return result
+        return self._record(await self._graded(series, result))
 
     async def _run_unlimited(self, series: Series) -> ProbeResult:
-        """Probe and record without a scheduled slot (on-demand probes)."""
-        return self._record(await self._probe(series))
+        """Probe and record without a scheduled slot (on-demand probes). A judged answer is
+        graded after the answer is returned: the scrape waits for the probe, not the judge."""
+        result = await self._probe(series)
+        if self.judge.judge_of(series) is not None:
+            grading = asyncio.create_task(self._graded(series, result),
+                                          name=f"judge {series.key}")
+            self._grading.add(grading)
+            grading.add_done_callback(self._grading.discard)
+            result = without_long_answer(result, ANSWER_LIMIT)
+        return self._record(result)
 
     async def _probe(self, series: Series) -> ProbeResult:
         self._metrics.in_flight.inc()
+        judged = self.judge.judge_of(series) is not None  # the judge reads a longer answer
         try:
-            return await self._prober.probe(series)
+            return await self._prober.probe(
+                series, answer_limit=MAX_GRADED if judged else ANSWER_LIMIT)
         finally:
             self._metrics.in_flight.dec()
+
+    async def _graded(self, series: Series, result: ProbeResult) -> ProbeResult:
+        """Grade a judged series' answer (outside the probe's concurrency slot: the judge is
+        another endpoint); the judge's calls count in the budget and in the judge target's
+        share of it. The result stays the model's, with its answer cut as every result's is."""
+        judge = self.judge.judge_of(series)
+        payer = judge.target if judge is not None else None
+        grading = await self.judge.grade(
+            series, result,
+            may_spend=lambda: self.budget is None or not self.budget.exhausted(payer))
+        if grading is None:
+            return result
+        record(self._metrics.judged, result, grading)
+        for call in grading.calls:
+            self._store.record(call)  # a failing judge call is among the recent failures
+            if self.budget is not None and call.cost and self.budget.add(
+                    call.cost, call.currency, call.target):
+                self._metrics.set_budget(self.budget)
+                asyncio.get_running_loop().create_task(self._save_budget(self.budget))
+        if grading.judgement is not None:
+            self._log.debug("answer judged", target=result.target, model=result.model,
+                            probe=result.probe, case=result.case,
+                            verdict=grading.judgement.verdict.value,
+                            reason=grading.judgement.reason)
+        return without_long_answer(result, ANSWER_LIMIT)
 
     def _record(self, result: ProbeResult) -> ProbeResult:
         """Record a finished probe everywhere; the result as recorded."""
@@ -384,4 +429,7 @@ class Scheduler:
             for task in pending:
                 task.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
+        for grading in list(self._grading):
+            grading.cancel()
+        await asyncio.gather(*self._grading, return_exceptions=True)
         await self.identity.stop()

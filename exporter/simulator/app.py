@@ -20,7 +20,7 @@ from aiohttp import web
 from ..config import SimulatedModel
 from ..config.schema import SIM_MAX_EMBED_INPUTS
 from .admin import add_admin_routes
-from .answers import TEXT, Answer, Output, plan_answer
+from .answers import TEXT, Answer, Output, plan_answer, split_tokens
 from .catalog import add_discovery_routes
 from .dialects import (
     ROUTES,
@@ -40,6 +40,7 @@ from .dialects import (
     embed,
     sigv4_supported,
 )
+from .golden import golden_answer, request_text, verdict
 from .hosted import Rejection, validate
 from .plan import Fault, Kind, OverrideError, Overrides, Plan, Reasoning, make_plan
 from .prefixcache import prompt_text
@@ -229,6 +230,18 @@ def _plan_answer(dialect: Dialect, parsed: ParsedRequest, overrides: Overrides,
                        json_fault=overrides.json)
 
 
+async def _golden(request: web.Request, profile: SimulatedModel,
+                  rng: random.Random) -> Answer | None:
+    """A judge's verdict or a known question's answer, when the model has them."""
+    if not profile.judge and not profile.answers:
+        return None
+    text = request_text(await request.read())  # aiohttp keeps the body read before
+    found = verdict(text) if profile.judge else None
+    if found is None and profile.answers:
+        found = golden_answer(profile.answers, profile.wrong_answer_rate, text, rng)
+    return Answer(Output.TEXT, split_tokens(found)) if found else None
+
+
 async def _generate(request: web.Request, dialect: Dialect) -> web.StreamResponse:
     """Answer one generation request according to its model's profile."""
     ex = _exchange(request, dialect, Output.TEXT)
@@ -242,7 +255,8 @@ async def _generate(request: web.Request, dialect: Dialect) -> web.StreamRespons
 
     rng = random.Random(state.rng.getrandbits(64))
     try:
-        answer = _plan_answer(dialect, parsed, overrides, rng)
+        answer = await _golden(request, profile, rng) or _plan_answer(dialect, parsed, overrides,
+                                                                      rng)
     except SchemaTooLarge as exc:
         return ex.fail(400, f"The schema asks for too large an answer ({exc}; the simulator is "
                             "demo-sized).")
@@ -279,7 +293,7 @@ async def _generate(request: web.Request, dialect: Dialect) -> web.StreamRespons
                     parsed.cached_tokens, parsed.cache_write_tokens),
         first_kind=Kind.REASONING if visible else kind, tool_call=call, echo=parsed.echo,
     )
-    if answer.output is Output.TEXT:
+    if answer.output is Output.TEXT and not answer.pieces:
         shifted = profile.answer_shift and rng.random() < profile.answer_shift
         tokens = generate_tokens(rng, plan.completion_tokens,
                                  SHIFTED_VOCABULARY if shifted else VOCABULARY)

@@ -41,6 +41,7 @@ SHORT = {
     "LLMProbeStreamStalls": "Stall", "LLMProbeLocationFailing": "Loc",
     "LLMProbeGlobalFailure": "Global", "LLMProbeCostOverBudget": "Cost",
     "LLMProbeAccuracyDrift": "AccDrift", "LLMProbeTTFTDrift": "TTFTDrift",
+    "LLMProbeQualityDrop": "Quality", "LLMProbeJudgeUnreliable": "Judge",
 }
 
 

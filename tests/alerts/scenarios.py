@@ -557,7 +557,72 @@ def _identity_changed(fleet: Fleet) -> Any:
     return act
 
 
+# Exporters of their own for judged quality: a golden set graded by a simulated judge (`judge:
+# true`: word overlap with the reference), and in another location (so its inhibition holds no
+# quality alert of eu-west) a judge that passes everything. A probe every 2 s (each brings a judge
+# call and, at the calibration share, one more): 15 verdicts in the shortened 30 s window.
+GOLDEN = {"Who wrote 'The Remains of the Day'?": "Kazuo Ishiguro wrote it.",
+          "What is the capital of Australia?": "Canberra is the capital of Australia."}
+YES_MAN = '{"verdict": "pass", "score": 1, "reason": "fine"}'
+
+
+def _golden_probe(judge_target: str, judge_model: str, calibration: float) -> dict[str, Any]:
+    return {"nonce": False, "slo": {"quality": "90%"},
+            "cases": [{"prompt": q, "reference": a} for q, a in GOLDEN.items()],
+            "judge": {"target": judge_target, "model": judge_model,
+                      "calibration": calibration}}
+
+
+def _judged_setup(fleet: Fleet) -> None:
+    judged = fleet["judged"]
+    if "facts" not in judged.config["probes"]:
+        judged.config["probes"]["facts"] = _golden_probe("quality-drop", "sim-judge", 0.5)
+
+
+def _quality_truth(n: Notification, fleet: Fleet) -> str | None:
+    passed = _number(n.annotations.get("description", ""), r"passed ([\d.]+)%")
+    return None if passed is not None and passed < 90 else f"pass rate {passed}"
+
+
+@scenario("quality-drop", "the model answers its golden questions wrongly from 70 s on (fast, "
+          "available)",
+          [Expect("LLMProbeQualityDrop", {"severity": "critical", "against": "objective"},
+                  _quality_truth),
+           Expect("LLMProbeQualityDrop", {"severity": "warning", "against": "last_week"},
+                  _quality_truth)])
+def _quality_drop(fleet: Fleet) -> Any:
+    _judged_setup(fleet)
+    fleet["judged"].add_target("quality-drop", {"wrong-later": {"answers": GOLDEN},
+                                                "sim-judge": {"judge": True}}, interval="2s")
+    fleet["judged"].target("quality-drop")["models"] = [
+        {"name": "wrong-later", "probes": ["facts"]}, {"name": "sim-judge", "probes": ["short"]}]
+
+    async def act(fleet: Fleet, start: float) -> None:
+        await at(start, WARMUP)  # a minute of good answers for the last-week comparison
+        await fleet["judged"].change(model("wrong-later", wrong_answer_rate=1.0))
+    return act
+
+
+@scenario("judge-unreliable", "a judge passes every answer, the canned wrong ones too",
+          [Expect("LLMProbeJudgeUnreliable", {"severity": "warning", "model": "yes-man"})])
+def _judge_unreliable(fleet: Fleet) -> None:
+    judges = fleet["judges"]
+    judges.config["probes"]["facts"] = _golden_probe("judge-unreliable", "yes-man", 1.0)
+    judges.add_target("judge-unreliable", {"knows": {"answers": GOLDEN},
+                                           "yes-man": {"answers": {"<rubric>": YES_MAN}}},
+                      interval="2s")
+    judges.target("judge-unreliable")["models"] = [
+        {"name": "knows", "probes": ["facts"]}, {"name": "yes-man", "probes": ["short"]}]
+
+
 # -- quiet scenarios --------------------------------------------------------------------------
+
+@scenario("quality-steady", "the twin of quality-drop, its answers left right", [])
+def _quality_steady(fleet: Fleet) -> None:
+    _judged_setup(fleet)
+    fleet["judged"].add_target("quality-steady", {"right": {"answers": GOLDEN}}, interval="2s")
+    fleet["judged"].target("quality-steady")["models"] = [{"name": "right", "probes": ["facts"]}]
+
 
 @scenario("healthy-fleet", "two models answer well (and the main Prometheus is not absent)", [],
           targets={"healthy-fleet", "-main"})
@@ -672,4 +737,5 @@ def _location_down(fleet: Fleet) -> Any:
 EXPORTERS = {"eu": "eu-west", "quiet": "eu-west", "us": "us-east", "ap": "ap-south",
              "down": "eu-west", "reload": "eu-west", "lag": "eu-west", "budget": "eu-west",
              "record": "eu-west",
-             "restart": "eu-west", "outage": "eu-west", "identity": "eu-west"}
+             "restart": "eu-west", "outage": "eu-west", "identity": "eu-west",
+             "judged": "eu-west", "judges": "sa-east"}

@@ -49,6 +49,10 @@ SHORT_CONFIG = """{ _config+:: {
     // 30 probes a window instead of a day's 1,440: a few late stamps on a busy 2-core machine
     // move a p95 this short by tens of percent, so the TTFT rise it takes is +100 %, not +50 %.
     drift+: { window: '30s', offsets: ['1m'], 'for': '10s', interval: '1s', ttftRise: 1 },
+    // A verdict every 2 s per series: 30 s hold 15; the last-week side reads a minute ago.
+    quality+: { window: '30s', short: '10s', minJudged: 10, weekWindow: '30s', offset: '1m',
+                'for': '10s' },
+    judgeUnreliable+: { window: '30s', minCalibrations: 5, 'for': '5s' },
     // Days of 20 s: the same 20 s window 20, 40 and 60 s ago, all three on record (no series
     // can page before a minute of history: the one slow probe at 30 s cannot).
     ttftAnomaly+: { window: '20s', short: '5s', days: 3, step: '20s', minDays: 3, 'for': '5s',
