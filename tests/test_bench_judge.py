@@ -56,6 +56,7 @@ def test_bench_records_verdicts_and_gates_on_a_pass_rate_drop(tmp_path: Path, ca
     base, same, worse = (tmp_path / f"{n}.json" for n in ("base", "same", "worse"))
     assert bench(right, base, "--csv", str(tmp_path / "base.csv")) == 0
     out = capsys.readouterr().out
+    assert "bench: 20 requests (warm-ups included), 20 judge calls" in out  # before it runs
     assert "judged pass 20 (pass rate 100%)" in out
     doc = load(base)
     (summary,) = doc["summaries"]
