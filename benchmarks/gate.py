@@ -82,7 +82,7 @@ def run_cell(draw: Draw, n: int, stat: str, limit: float, scale: float, trials: 
 
 
 def run_pass_cell(n: int, base_rate: float, rate: float, limit: float, trials: int,
-                  seed: int) -> Tally:
+                  seed: int, binary: bool = True) -> Tally:
     """`trials` pairs of runs of n judged answers (pass with `base_rate`, then `rate`), each
     decided on `pass_rate=<limit>` like `bench --fail-on` does: per-answer 0/1 samples."""
     rng = random.Random(seed)
@@ -90,7 +90,8 @@ def run_pass_cell(n: int, base_rate: float, rate: float, limit: float, trials: i
     for _ in range(trials):
         base = [(float(rng.random() < base_rate),) for _ in range(n)]
         current = [(float(rng.random() < rate),) for _ in range(n)]
-        decision = decide(base, current, stat="mean", limit=limit, relative=True)
+        decision = decide(base, current, stat="mean", limit=limit, relative=True,
+                          binary=binary)
         assert decision is not None
         tally.verdicts[decision.verdict] += 1
         if decision.requests_needed is not None and tally.needed is not None:

@@ -54,13 +54,13 @@ def test_bench_records_verdicts_and_gates_on_a_pass_rate_drop(tmp_path: Path, ca
     right, wrong = judged_config(tmp_path, "right.yaml"), judged_config(
         tmp_path, "wrong.yaml", wrong=0.5)
     base, same, worse = (tmp_path / f"{n}.json" for n in ("base", "same", "worse"))
-    assert bench(right, base, "--csv", str(tmp_path / "base.csv")) == 0
+    assert bench(right, base, "--csv", str(tmp_path / "base.csv"), requests=100) == 0
     out = capsys.readouterr().out
-    assert "bench: 20 requests (warm-ups included), 20 judge calls" in out  # before it runs
-    assert "judged pass 20 (pass rate 100%)" in out
+    assert "bench: 100 requests (warm-ups included), 100 judge calls" in out  # before it runs
+    assert "judged pass 100 (pass rate 100%)" in out
     doc = load(base)
     (summary,) = doc["summaries"]
-    assert summary["judgements"] == {"pass": 20} and summary["pass_rate"] == 1.0
+    assert summary["judgements"] == {"pass": 100} and summary["pass_rate"] == 1.0
     assert {r["judge_verdict"] for r in doc["records"]} == {"pass"}
     assert all(0.8 <= r["judge_score"] <= 1 for r in doc["records"])
     # The answers kept are cut as every record's (the judge read more).
@@ -70,10 +70,13 @@ def test_bench_records_verdicts_and_gates_on_a_pass_rate_drop(tmp_path: Path, ca
     assert {row["judge_verdict"] for row in rows} == {"pass"}
 
     gate = ("--baseline", str(base), "--fail-on", "pass_rate=-5%")
-    assert bench(right, same, *gate) == 0
+    assert bench(right, same, *gate, requests=100) == 0
     assert "pass_rate" in capsys.readouterr().out
     (delta,) = load(same)["comparison"]["deltas"]
     assert (delta["regression"], delta["undecided"]) == (False, False)
+    # 20 answers that all pass cannot show the rate did not fall 5 %: undecided, not ok.
+    assert bench(right, same, *gate) == 3
+    assert "not enough requests to decide a -5% change" in capsys.readouterr().out
 
     # Half the answers wrong, as fast and available as ever: only the pass rate sees it.
     code = bench(wrong, worse, *gate)

@@ -175,7 +175,7 @@ def _decided(delta: Delta, rule: Rule, baseline: Sequence[Record], current: Sequ
     if old is None or new is None or not old[0] or not new[0]:
         return delta
     decision = decide(old[0], new[0], stat=old[1], limit=rule.limit, relative=rule.relative,
-                      confidence=confidence)
+                      confidence=confidence, binary=rule.metric == "pass_rate")
     if decision is None:
         return delta
     return replace(delta, regression=decision.verdict is Verdict.REGRESSION,
