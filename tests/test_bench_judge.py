@@ -79,7 +79,7 @@ def test_bench_records_verdicts_and_gates_on_a_pass_rate_drop(tmp_path: Path, ca
     assert "not enough requests to decide a -5% change" in capsys.readouterr().out
 
     # Half the answers wrong, as fast and available as ever: only the pass rate sees it.
-    code = bench(wrong, worse, *gate)
+    code = bench(wrong, worse, *gate, "--report", str(tmp_path / "worse.html"))
     out = capsys.readouterr().out
     assert code == 1, out
     assert "REGRESSION" in out
@@ -90,6 +90,8 @@ def test_bench_records_verdicts_and_gates_on_a_pass_rate_drop(tmp_path: Path, ca
     (delta,) = doc["comparison"]["deltas"]
     assert delta["metric"] == "pass_rate" and delta["regression"] is True
     assert delta["interval"][1] < -0.05
+    page = (tmp_path / "worse.html").read_text(encoding="utf-8")
+    assert f"(pass rate {summary['pass_rate']:.0%})" in page and "REGRESSION" in page
 
 
 def test_too_few_judged_answers_decide_nothing(tmp_path: Path, capsys) -> None:
