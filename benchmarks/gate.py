@@ -1,5 +1,6 @@
 """Calibration of `bench`'s CI gate: how often `--fail-on` cries wolf when nothing changed, and
-how often it catches a real +50 % TTFT regression, at 10/20/50 requests per run.
+how often it catches a real +50 % TTFT regression, at 10/20/50 requests per run; and the same
+for a judged pass rate (`pass_rate=-5%`, a drop from 95 % to 85 % passing).
 
     python -m benchmarks.gate [--trials 200] [--sizes 10,20,50,100] [--limit 20%]
                               [--regression 50%] [--smoke]
@@ -80,6 +81,44 @@ def run_cell(draw: Draw, n: int, stat: str, limit: float, scale: float, trials: 
     return tally
 
 
+def run_pass_cell(n: int, base_rate: float, rate: float, limit: float, trials: int,
+                  seed: int, binary: bool = True) -> Tally:
+    """`trials` pairs of runs of n judged answers (pass with `base_rate`, then `rate`), each
+    decided on `pass_rate=<limit>` like `bench --fail-on` does: per-answer 0/1 samples."""
+    rng = random.Random(seed)
+    tally = Tally({v: 0 for v in Verdict}, needed=[])
+    for _ in range(trials):
+        base = [(float(rng.random() < base_rate),) for _ in range(n)]
+        current = [(float(rng.random() < rate),) for _ in range(n)]
+        decision = decide(base, current, stat="mean", limit=limit, relative=True,
+                          binary=binary)
+        assert decision is not None
+        tally.verdicts[decision.verdict] += 1
+        if decision.requests_needed is not None and tally.needed is not None:
+            tally.needed.append(decision.requests_needed)
+    return tally
+
+
+def pass_rate_tables(sizes: Sequence[int], trials: int, seed: int) -> None:
+    """The judged pass rate's gate: `pass_rate=-5%` from 95 % passing, nothing changed vs a
+    drop to 85 % (a model answering one in ten more golden questions wrongly)."""
+    limit, base_rate, worse_rate = -0.05, 0.95, 0.85
+    rows = []
+    for n in sizes:
+        same = run_pass_cell(n, base_rate, base_rate, limit, trials, seed + n)
+        worse = run_pass_cell(n, base_rate, worse_rate, limit, trials, seed + 2000 + n)
+        rows.append((n, same.share(Verdict.REGRESSION, trials), same.share(Verdict.OK, trials),
+                     same.share(Verdict.UNDECIDED, trials),
+                     worse.share(Verdict.REGRESSION, trials),
+                     worse.share(Verdict.UNDECIDED, trials), worse.share(Verdict.OK, trials),
+                     f"{statistics.median(same.needed):.0f}" if same.needed else "–"))
+    print(f"\n## judged pass rate, pass_rate={limit:.0%}: {base_rate:.0%} passing, nothing "
+          f"changed vs {worse_rate:.0%}\n")
+    print(table(("judged answers per run", "same: regression", "same: ok", "same: undecided",
+                 "drop: regression", "drop: undecided", "drop: ok (missed)",
+                 "answers needed (median, when undecided)"), rows))
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """Print the calibration tables."""
     parser = argparse.ArgumentParser(prog="python -m benchmarks.gate")
@@ -88,6 +127,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--limit", default="20%")
     parser.add_argument("--regression", default="50%")
     parser.add_argument("--seed", type=int, default=37)
+    parser.add_argument("--pass-sizes", default="20,50,100,200",
+                        help="judged answers per run for the pass-rate table")
     parser.add_argument("--smoke", action="store_true", help="a tiny run (seconds)")
     args = parser.parse_args(argv)
     limit = float(args.limit.rstrip("%")) / 100
@@ -120,6 +161,8 @@ def main(argv: Sequence[str] | None = None) -> None:
                          f"+{scale - 1:.0%}: undecided", f"+{scale - 1:.0%}: ok (missed)",
                          f"+{scale - 1:.0%}: old gate regression",
                          "requests needed (median, when undecided)"), rows))
+    pass_rate_tables(sizes if args.smoke else [int(s) for s in args.pass_sizes.split(",")],
+                     trials, args.seed)
     print(f"\n({time.perf_counter() - started:.0f} s)")
 
 

@@ -21,6 +21,7 @@ from pydantic import TypeAdapter, ValidationError
 from typing_extensions import TypedDict
 
 from exporter.errors import Cause, Result
+from exporter.exposition.families import Verdict
 from exporter.log import REDACTOR
 from exporter.result import (
     Phase,
@@ -75,6 +76,10 @@ class BenchContext:
     offset_start: float  # seconds since the level's measurement began (monotonic clock)
     offset_end: float
     slo_met: bool | None = None  # met every `--slo` objective (None without `--slo`)
+    # The judge's verdict on the answer and its score (None: the series has no judge, or
+    # nothing was judged: the request failed, or its case has no reference).
+    judge_verdict: Verdict | None = None
+    judge_score: float | None = None
 
 
 class TokensJSON(TypedDict):
@@ -148,6 +153,8 @@ class RecordJSON(TypedDict):
     inter_chunk_seconds: NotRequired[list[float]]
     stamps: NotRequired[StampsJSON]  # every writer since schema 2, bench's before
     slo_met: NotRequired[bool | None]  # bench records only
+    judge_verdict: NotRequired[Verdict | None]  # bench records of judged series only
+    judge_score: NotRequired[float | None]
 
 
 @functools.cache
@@ -207,6 +214,9 @@ class Record:
         data["stamps"] = _stamps_json(r.stamps)
         if self.bench is not None:
             data["slo_met"] = self.bench.slo_met
+            if self.bench.judge_verdict is not None:
+                data["judge_verdict"] = self.bench.judge_verdict
+                data["judge_score"] = self.bench.judge_score
         return data
 
     @classmethod
@@ -246,7 +256,8 @@ class Record:
             if missing:
                 raise ValueError(f"a bench record without {', '.join(missing)}")
             bench = BenchContext(Level(d["mode"], d["level"]), d["index"], d["offset_start"],
-                                 d["offset_end"], d.get("slo_met"))
+                                 d["offset_end"], d.get("slo_met"), d.get("judge_verdict"),
+                                d.get("judge_score"))
         return cls(result, bench)
 
 

@@ -447,3 +447,55 @@ async def test_an_on_demand_probe_answers_before_its_judge(sim: Simulator) -> No
             await asyncio.sleep(0.05)
         assert registry.get_sample_value("llm_probe_judgements_total", labels) == 1
         await scheduler.stop()
+
+
+def test_the_board_keeps_each_series_latest_verdict_and_each_judges_agreement() -> None:
+    """What the status page and /api/v1/results show: the latest verdict, its score and the
+    judge's reason (redacted, bounded), the pass rate's counts and the judge's agreement; a
+    reload that removes the judge takes the series off the board."""
+    from exporter.judge.engine import Grading, Judgement
+    from exporter.judge.prompt import REASON_LIMIT
+    from exporter.log import Redactor
+    from exporter.result import ProbeResult
+    from exporter.serve.pages import render_status_page, results_document
+    from exporter.serve.results import ResultStore
+
+    config = parse_config(config_data(), env={})
+    redactor = Redactor()
+    redactor.add([SECRET])
+    judge = Judge(Prober(redactor=redactor), redactor=redactor, wall_clock=lambda: 1000.0)
+    judge.apply(config)
+    (series,) = [s for s in config.series if config.judge_of(s) is not None]
+    judge_config = config.judge_of(series)
+    assert judge_config is not None
+    answer = ProbeResult(*series.key, Result.SUCCESS, answer="Canberra.", case=0)
+    for verdict, agreement in ((Verdict.PASS, Agreement.AGREE),
+                               (Verdict.FAIL, Agreement.DISAGREE),
+                               (Verdict.FAIL, Agreement.AGREE)):
+        reason = f"wrong: it says {SECRET} " + "and more " * 100
+        judge.publish(series, answer, Grading(
+            judge_config, Judgement(verdict, 0.25, reason), CheckOutcome.FAIL,
+            (Canned.CORRECT, Judgement(Verdict.PASS), agreement)))
+    status = judge.board.series[series.key]
+    assert (status.verdict, status.score, status.case) == (Verdict.FAIL, 0.25, "0")
+    assert SECRET not in status.reason and len(status.reason) <= REASON_LIMIT
+    assert dict(status.verdicts) == {Verdict.PASS: 1, Verdict.FAIL: 2}
+    calibration = judge.board.judges[(judge_config.target, judge_config.model)]
+    assert (calibration.agree, calibration.disagree) == (2, 1)
+
+    store = ResultStore()
+    store.set_series(s.key for s in config.series)
+    store.record(answer)
+    doc = orjson.loads(results_document(store.snapshot(judged=judge.board), {}))
+    (entry,) = [e for e in doc["series"] if "judged" in e]
+    assert entry["judged"]["verdict"] == "fail"
+    assert entry["judged"]["verdicts"] == {"pass": 1, "fail": 2}
+    assert entry["judged"]["calibration"]["agreement"] == pytest.approx(2 / 3)
+    assert doc["judges"][0]["agree"] == 2
+    page = render_status_page(store.snapshot(judged=judge.board), {"version": "x"}, 1000.0)
+    assert 'id="judged"' in page and "33% of 3" in page and "agreement 67%" in page
+    assert SECRET not in page
+
+    judge.apply(parse_config({**config_data(), "probes": {"facts": {
+        "cases": [{"prompt": "Say hi."}]}}}, env={}))
+    assert not judge.board.series and not judge.board.judges

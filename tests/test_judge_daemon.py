@@ -13,11 +13,13 @@ import yaml
 
 from tests.conftest import free_port
 from tests.e2e_support import Daemon, http_get, start_daemon, wait_for
+from tests.sim_support import KEY
 
 FAST = {"ttft": "5ms", "tpot": "1ms", "jitter": 0}
 QUESTIONS = {"Who wrote 'The Remains of the Day'?": "Kazuo Ishiguro wrote it.",
              "What is the capital of Australia?": "Canberra is the capital of Australia."}
 PRICE = {"input": 1.0, "output": 2.0}
+ADMIN = {"Authorization": f"Bearer {KEY}"}  # the simulator's fault routes want its key
 
 
 def write_config(path: Path, port: int) -> None:
@@ -26,7 +28,7 @@ def write_config(path: Path, port: int) -> None:
                    "state_dir": str(path.parent / "state"),
                    "budget": {"max_cost_per_day": 100.0},
                    "judge": {"target": "judge", "model": "sim-judge", "calibration": 0.5}},
-        "simulator": {"listen": f"127.0.0.1:{port}",
+        "simulator": {"listen": f"127.0.0.1:{port}", "api_key": KEY,
                       "models": {"sim-a": {**FAST, "answers": QUESTIONS},
                                  "sim-b": {**FAST, "answers": QUESTIONS},
                                  "sim-judge": {**FAST, "judge": True}}},
@@ -61,7 +63,7 @@ async def test_a_model_answering_wrongly_fails_its_judge_and_its_twin_passes(
                              objective="quality") == 0.9
         async with aiohttp.ClientSession() as http, http.patch(
                 f"http://127.0.0.1:{port}/-/simulator/models/sim-b",
-                json={"wrong_answer_rate": 1.0}) as response:
+                json={"wrong_answer_rate": 1.0}, headers=ADMIN) as response:
             assert response.status == 200
         before = verdicts(daemon, "sim-a")["pass"]
         wait_for(lambda: verdicts(daemon, "sim-b")["fail"] >= 4, 30, "b's wrong answers judged")
@@ -83,11 +85,28 @@ async def test_a_model_answering_wrongly_fails_its_judge_and_its_twin_passes(
                      for m in ("sim-a", "sim-b"))
         assert spent > probes * 1.5
 
+        # The status page and /api/v1/results show each judged series' latest verdict, its
+        # score and the judge's reason, and the judge's agreement on canned answers.
+        results = json.loads(http_get(f"{daemon.url}/api/v1/results"))
+        judged = {e["model"]: e["judged"] for e in results["series"] if "judged" in e}
+        assert set(judged) == {"sim-a", "sim-b"}
+        assert (judged["sim-a"]["verdict"], judged["sim-b"]["verdict"]) == ("pass", "fail")
+        assert judged["sim-a"]["reason"] == "matches the reference"
+        assert "agree with the reference" in judged["sim-b"]["reason"]
+        assert judged["sim-b"]["score"] < 0.8 <= judged["sim-a"]["score"]
+        assert judged["sim-b"]["judge"] == {"target": "judge", "model": "sim-judge"}
+        assert judged["sim-a"]["calibration"]["agreement"] == 1.0
+        (judge_entry,) = results["judges"]
+        assert judge_entry["agree"] >= 4 and judge_entry["disagree"] == 0
+        page = http_get(f"{daemon.url}/").decode()
+        assert '<table id="judged">' in page and "matches the reference" in page
+        assert "agreement 100%" in page
+
         # A failing judge gives verdict `error`; the models' results stay theirs, and the
         # judge's failures are on the status page's recent failures.
         async with aiohttp.ClientSession() as http, http.patch(
                 f"http://127.0.0.1:{port}/-/simulator/models/sim-judge",
-                json={"error_rate": 1.0, "error_status": 503}) as response:
+                json={"error_rate": 1.0, "error_status": 503}, headers=ADMIN) as response:
             assert response.status == 200
         wait_for(lambda: verdicts(daemon, "sim-a")["error"] >= 3, 30, "judge errors")
         failures = json.loads(http_get(f"{daemon.url}/api/v1/results"))["recent_failures"]

@@ -3,13 +3,15 @@ against the daily budget (`global.budget`), which `bench` does not pass without 
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from exporter.bench.model import BenchOptions
-from exporter.config import BudgetConfig, Series
-from exporter.probe.charge import charge_ceiling
+from exporter.config import BudgetConfig, Config, Series
+from exporter.judge.plan import judge_plan
+from exporter.probe.charge import charge_ceiling, output_tokens
 from exporter.record import LoadMode
 
 
@@ -35,6 +37,7 @@ class RunCeiling:
     requests: int | None
     cost: dict[str, float] = field(default_factory=dict)
     unpriced: int = 0
+    judge_calls: int = 0  # at most, on the answers of judged series (calibration included)
 
     def over(self, budget: BudgetConfig | None) -> bool:
         """Whether the run may spend more than the daily budget (an unbounded run of priced
@@ -57,19 +60,30 @@ class RunCeiling:
                 else "no price"
         unpriced = f"; {self.unpriced} series without a price" if self.unpriced and self.cost \
             else ""
-        return f"bench: {count} (warm-ups included), {cost}{unpriced}"
+        judged = f", {self.judge_calls:,} judge calls" if self.judge_calls else ""
+        return f"bench: {count} (warm-ups included){judged}, {cost}{unpriced}"
 
 
-def run_ceiling(series: Sequence[Series], options: BenchOptions) -> RunCeiling:
-    """The requests and cost ceiling of benchmarking these series."""
+def run_ceiling(series: Sequence[Series], options: BenchOptions,
+                config: Config | None = None) -> RunCeiling:
+    """The requests and cost ceiling of benchmarking these series, with their judges' calls
+    (measured answers are judged, warm-ups are not) when `config` is given."""
     per_series = requests_per_series(options)
+    measured = None if options.requests is None else options.requests * len(options.levels)
     costs: defaultdict[str, float] = defaultdict(float)
     unpriced = 0
+    calls = 0.0
     for s in series:
         cost = charge_ceiling(s)  # what the prober charges a request at most
         if cost is None or s.price is None:
             unpriced += 1
-            continue
-        costs[s.price.currency] += cost * (per_series or 0)
+        else:
+            costs[s.price.currency] += cost * (per_series or 0)
+        plan = judge_plan(config, s, output_tokens(s)) if config is not None else None
+        if plan is not None:
+            calls += plan.calls_per_probe * (measured or 0)
+            judge_cost = plan.cost_per_call
+            if judge_cost is not None and plan.price is not None:
+                costs[plan.price.currency] += judge_cost * plan.calls_per_probe * (measured or 0)
     return RunCeiling(None if per_series is None else per_series * len(series), dict(costs),
-                      unpriced)
+                      unpriced, math.ceil(calls - 1e-9))

@@ -81,7 +81,7 @@ async def run_bench_command(config: Config, selection: Selection, *, options: Be
         print("error: --fail-on needs --baseline", file=sys.stderr)
         return EXIT_USAGE
     console = make_console()
-    ceiling = run_ceiling(series, options)
+    ceiling = run_ceiling(series, options, config)
     console.print(cell(ceiling.describe()), soft_wrap=True)
     budget = config.global_.budget
     if budget is not None and ceiling.over(budget) and not yes:

@@ -25,12 +25,13 @@ from exporter.bench.gate import DEFAULT_CONFIDENCE, Verdict, decide
 from exporter.bench.model import STATS, Comparison, Delta, Latency, Summary
 from exporter.bench.summary import latency_of
 from exporter.commands.cells import fmt_ms
+from exporter.exposition.families import Verdict as Judged
 from exporter.record import LoadMode, Record
 
 LATENCY_METRICS = frozenset(f"{name}_{stat}" for name in (*Latency, "tfa") for stat in STATS)
 # Metrics where a higher value is better; every other metric is better lower.
 HIGHER_IS_BETTER = frozenset(
-    {"success_rate", "throughput", "output_tps", "goodput", "goodput_ratio"}
+    {"success_rate", "pass_rate", "throughput", "output_tps", "goodput", "goodput_ratio"}
     | {f"tps_{stat}" for stat in STATS})
 METRICS = LATENCY_METRICS | HIGHER_IS_BETTER | {"cost", "cost_total"}
 DEFAULT_METRICS = ("success_rate", "ttft_p50", "ttft_p95", "tpot_p50", "e2e_p95", "output_tps",
@@ -53,7 +54,7 @@ def format_value(metric: str, value: float | None) -> str:
         return "–"
     if is_duration(metric):
         return fmt_ms(value)
-    if metric in ("success_rate", "goodput_ratio"):
+    if metric in ("success_rate", "pass_rate", "goodput_ratio"):
         return f"{value:.1%}"
     if metric.startswith("cost"):
         return f"{value:.6f}"
@@ -113,6 +114,10 @@ def samples(records: Sequence[Record], metric: str) -> tuple[list[tuple[float, .
     None for whole-level figures."""
     if metric == "success_rate":
         return [(1.0 if r.result.success else 0.0,) for r in records], "mean"
+    if metric == "pass_rate":  # the judge's verdicts; its errors are not the model's
+        verdicts = [r.bench.judge_verdict for r in records if r.bench is not None]
+        return [(1.0 if v is Judged.PASS else 0.0,) for v in verdicts
+                if v in (Judged.PASS, Judged.FAIL)], "mean"
     ok = [r.result for r in records if r.result.success]
     if metric == "cost":
         return [(r.cost,) for r in ok if r.cost is not None], "mean"
@@ -170,7 +175,7 @@ def _decided(delta: Delta, rule: Rule, baseline: Sequence[Record], current: Sequ
     if old is None or new is None or not old[0] or not new[0]:
         return delta
     decision = decide(old[0], new[0], stat=old[1], limit=rule.limit, relative=rule.relative,
-                      confidence=confidence)
+                      confidence=confidence, binary=rule.metric == "pass_rate")
     if decision is None:
         return delta
     return replace(delta, regression=decision.verdict is Verdict.REGRESSION,

@@ -126,9 +126,11 @@ def interval(baseline: Samples, current: Samples, stat: Callable[[Sequence[float
 
 def decide(baseline: Samples, current: Samples, *, stat: str, limit: float, relative: bool,
            confidence: float = DEFAULT_CONFIDENCE, seed: int = SEED,
-           resamples: int = RESAMPLES) -> Decision | None:
+           resamples: int = RESAMPLES, binary: bool = False) -> Decision | None:
     """The verdict on `limit` (signed: + means up is bad) from both runs' samples; None when a
-    side has no value at all."""
+    side has no value at all. `binary`: 0/1 samples whose mean is a rate — the interval is
+    taken with one 1 and one 0 added to each side (Agresti–Caffo), since runs that all pass
+    have no spread to resample and would claim certainty (the point change stays the raw one)."""
     fn = statistic(stat)
     a, b = fn(_pool(baseline)), fn(_pool(current))
     if a is None or b is None:
@@ -139,6 +141,8 @@ def decide(baseline: Samples, current: Samples, *, stat: str, limit: float, rela
     if n < MIN_REQUESTS:
         return Decision(Verdict.UNDECIDED, point, -math.inf, math.inf, confidence, n,
                         requests_needed=least)
+    if binary:
+        baseline, current = [*baseline, (1.0,), (0.0,)], [*current, (1.0,), (0.0,)]
     low, high = interval(baseline, current, fn, relative, confidence, random.Random(seed),
                          resamples)
     # In "bad" terms: positive is the direction the limit guards against.

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from exporter.config import Series
+from exporter.probe.assembly import ANSWER_LIMIT
 from exporter.probe.prober import Prober
 from exporter.record import Level, LoadMode
 from exporter.result import ProbeResult
@@ -56,9 +57,10 @@ class LevelRunner:
 
     def __init__(self, prober: Prober, series: Series, *,
                  clock: Callable[[], float] = time.perf_counter,
-                 rng: random.Random | None = None) -> None:
+                 rng: random.Random | None = None, answer_limit: int = ANSWER_LIMIT) -> None:
         self._prober = prober
         self._series = series
+        self._answer_limit = answer_limit
         self._clock = clock
         self._rng = rng or random.Random()
 
@@ -87,7 +89,7 @@ class LevelRunner:
                 index = next(issued)
                 started += 1
                 t_start = self._clock() - origin
-                result = await self._prober.probe(self._series)
+                result = await self._prober.probe(self._series, answer_limit=self._answer_limit)
                 on_done(index, result, t_start, self._clock() - origin)
 
         async with asyncio.TaskGroup() as group:
@@ -114,7 +116,7 @@ class LevelRunner:
 
     async def _one(self, index: int, origin: float, on_done: Done) -> None:
         t_start = self._clock() - origin
-        result = await self._prober.probe(self._series)
+        result = await self._prober.probe(self._series, answer_limit=self._answer_limit)
         on_done(index, result, t_start, self._clock() - origin)
 
     async def run(self, level: Level, count: int | None, duration: float | None,
@@ -130,13 +132,15 @@ class LevelRunner:
 class LevelPlan:
     """How much of a level to run: `requests` (or for `duration`), after `warmup` uncounted;
     a closed loop's streams start spread over `ramp` seconds (None: the warm-up's mean request
-    duration), this worker's shifted by `phase` of a slot."""
+    duration), this worker's shifted by `phase` of a slot. `answer_limit`: answer characters
+    kept (more for a judged series: its judge reads the answer)."""
 
     requests: int | None
     duration: float | None
     warmup: int
     ramp: float | None = None
     phase: float = 0.0
+    answer_limit: int = ANSWER_LIMIT
 
 
 async def warm_up(runner: LevelRunner, level: Level, plan: LevelPlan) -> float:
@@ -177,7 +181,8 @@ class LocalDriver:
     async def run_level(self, series: Series, level: Level, plan: LevelPlan, on_done: Done,
                         measuring: Callable[[], None]) -> None:
         """Warm up, call `measuring()`, then run the level; results reach `on_done`."""
-        runner = LevelRunner(self._prober, series, clock=self._clock, rng=self._rng)
+        runner = LevelRunner(self._prober, series, clock=self._clock, rng=self._rng,
+                             answer_limit=plan.answer_limit)
         ramp = await warm_up(runner, level, plan)
         gc.collect()  # see steady_gc
         measuring()

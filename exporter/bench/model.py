@@ -227,6 +227,10 @@ class Summary:
     # Successful requests whose output token count was estimated (the server sent no usage):
     # TPOT, TPS and the token totals rest on the estimate then.
     estimated_records: int = 0
+    # Judged series: the judge's verdicts on the level's answers (`pass`, `fail`, `error`),
+    # and the pass rate, pass / (pass + fail) — a judge's error is not the model's.
+    judgements: Mapping[str, int] = field(default_factory=dict)
+    pass_rate: float | None = None
 
     @property
     def series(self) -> str:
@@ -248,6 +252,7 @@ class Summary:
             "goodput_ratio": self.goodput_ratio,
             "cost": self.cost_per_call,
             "cost_total": self.cost_total,
+            "pass_rate": self.pass_rate,
         }
         for name, stats in self.latency.items():
             for stat in STATS:

@@ -22,7 +22,7 @@ CSV_FIELDS = (
     "tpot_seconds", "output_tokens_per_second", "duration_seconds", "chunks",
     "inter_chunk_max_seconds", "output_tokens", "token_source", "prompt_tokens",
     "completion_tokens", "reasoning_tokens", "cached_tokens", "cost", "currency", "slo_met",
-    "finish_reason", "response_id",
+    "finish_reason", "response_id", "case", "judge_verdict", "judge_score",
     *(f"{name}_{clock}" for clock in ("monotonic", "unix") for name in STAMPS),
 )
 

@@ -220,7 +220,10 @@ def _summary_table(rows: Sequence[Summary]) -> str:
                  "–" if m["throughput"] is None else f"{m['throughput']:.2f}",
                  "–" if m["goodput"] is None else f"{m['goodput']:.2f}",
                  "–" if m["cost"] is None else f"{m['cost']:.6f}",
-                 ", ".join(f"{k} {v}" for k, v in s.results.items()))
+                 ", ".join(f"{k} {v}" for k, v in s.results.items()) + (
+                     "; judged " + ", ".join(f"{k} {v}" for k, v in s.judgements.items())
+                     + ("" if s.pass_rate is None else f" (pass rate {s.pass_rate:.0%})")
+                     if s.judgements else ""))
         body.append("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in cells) + "</tr>")
     return ("<table><thead><tr>" + "".join(f"<th>{_e(h)}</th>" for h in head)
             + "</tr></thead><tbody>" + "".join(body) + "</tbody></table>")

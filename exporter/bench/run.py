@@ -32,9 +32,15 @@ from exporter.bench.summary import find_knees, summarize
 from exporter.bench.workers import WorkerPool
 from exporter.commands.selection import probing
 from exporter.config import Config, Series, redacted
+from exporter.exposition.families import Verdict
+from exporter.judge.engine import Judge, without_long_answer
+from exporter.judge.prompt import MAX_GRADED
+from exporter.probe.assembly import ANSWER_LIMIT
+from exporter.probe.prober import Prober
 from exporter.record import CLOCK, BenchContext, Level, Record
 from exporter.result import ProbeResult
 
+JUDGE_CONCURRENCY = 4  # judge calls in flight at once, after each level
 
 @dataclass
 class LevelRun:
@@ -98,6 +104,11 @@ class Reporter:
                                   status=f"ok {ok}" + (f" · failed {done - ok}" if done > ok
                                                        else ""))
 
+    def judging(self, run: LevelRun, answers: int) -> None:
+        """A level's answers go to its judge."""
+        self._console.print(f"bench: {run.name} {run.level.label}: judging {answers} answers",
+                            soft_wrap=True)
+
     def finish(self, run: LevelRun, interrupted: bool) -> None:
         """A level ended."""
         ok = sum(1 for r in run.records if r.result.success)
@@ -117,8 +128,10 @@ class Bench:
 
     def __init__(self, driver: LevelDriver, options: BenchOptions, reporter: Reporter, *,
                  clock: Callable[[], float] = time.perf_counter,
-                 wall_clock: Callable[[], float] = time.time) -> None:
+                 wall_clock: Callable[[], float] = time.time,
+                 judge: Judge | None = None) -> None:
         self._driver = driver
+        self._judge = judge
         self._options = options
         self._reporter = reporter
         self._clock = clock
@@ -164,9 +177,12 @@ class Bench:
             run.started_at = self._wall()
             origin = self._clock()
 
+        judged = self._judge is not None and self._judge.judge_of(series) is not None
+        plan = _plan(options, MAX_GRADED if judged else ANSWER_LIMIT)
+
         async def body() -> None:
             try:
-                await self._driver.run_level(series, level, _plan(options), on_done, measuring)
+                await self._driver.run_level(series, level, plan, on_done, measuring)
             finally:
                 run.wall_seconds = self._clock() - origin if origin else 0.0
 
@@ -178,16 +194,50 @@ class Bench:
         run.complete = not task.cancelled()
         # In start order (several workers report as they finish, each counting on its own).
         done.sort(key=lambda d: (d[0], d[1]))
+        verdicts: list[tuple[Verdict | None, float | None]] = [(None, None)] * len(done)
+        if judged and not task.cancelled() and done:
+            verdicts = await self._graded(run, series, [result for _, _, result, _ in done])
         run.records = [
-            Record(result, BenchContext(level, index, start, end,
-                                        options.slo.met(result) if options.slo else None))
+            Record(without_long_answer(result, ANSWER_LIMIT),
+                   BenchContext(level, index, start, end,
+                                options.slo.met(result) if options.slo else None,
+                                *verdicts[index]))
             for index, (start, _, result, end) in enumerate(done)]
-        self._reporter.finish(run, interrupted=task.cancelled())
+        self._reporter.finish(run, interrupted=task.cancelled() or self.interrupted)
+
+    async def _graded(self, run: LevelRun, series: Series, results: Sequence[ProbeResult]
+                      ) -> list[tuple[Verdict | None, float | None]]:
+        """The judge's verdict and score on each answer, after the level (its calls never load
+        the endpoint while it is measured); a few at a time. Ctrl-C keeps what was judged."""
+        assert self._judge is not None
+        judge = self._judge
+        verdicts: list[tuple[Verdict | None, float | None]] = [(None, None)] * len(results)
+        slots = asyncio.Semaphore(JUDGE_CONCURRENCY)
+        self._reporter.judging(run, sum(r.success and r.case is not None for r in results))
+
+        async def one(index: int, result: ProbeResult) -> None:
+            async with slots:
+                grading = await judge.grade(series, result)
+            if grading is not None and grading.judgement is not None:
+                verdicts[index] = (grading.judgement.verdict, grading.judgement.score)
+
+        async def every() -> None:
+            async with asyncio.TaskGroup() as group:
+                for index, result in enumerate(results):
+                    group.create_task(one(index, result))
+
+        self._current = asyncio.create_task(every())
+        await asyncio.wait([self._current])
+        task, self._current = self._current, None
+        if not task.cancelled() and (error := task.exception()) is not None:
+            raise error
+        return verdicts
 
 
-def _plan(options: BenchOptions) -> LevelPlan:
+def _plan(options: BenchOptions, answer_limit: int = ANSWER_LIMIT) -> LevelPlan:
     """How much of each level to run."""
-    return LevelPlan(options.requests, options.duration, options.warmup, options.ramp)
+    return LevelPlan(options.requests, options.duration, options.warmup, options.ramp,
+                     answer_limit=answer_limit)
 
 
 def build_document(config: Config, options: BenchOptions, runs: Sequence[LevelRun], *,
@@ -238,6 +288,7 @@ async def run_bench(config: Config, series: Sequence[Series], options: BenchOpti
             reuse = options.connections is Connections.REUSE
             rng = random.Random(options.seed)
             driver: LevelDriver
+            prober: Prober | None = None
             if options.workers > 1:
                 driver = await stack.enter_async_context(
                     WorkerPool(config, options.workers, reuse_connections=reuse, rng=rng))
@@ -245,7 +296,14 @@ async def run_bench(config: Config, series: Sequence[Series], options: BenchOpti
                 prober = await stack.enter_async_context(
                     probing(config, reuse_connections=reuse))
                 driver = LocalDriver(prober, rng=rng)
-            bench = Bench(driver, options, reporter)
+            judge = None
+            if any(config.judge_of(s) is not None for s in series):
+                if prober is None:  # with --workers the levels' probers are in the workers
+                    prober = await stack.enter_async_context(
+                        Prober(max_output_bytes=config.global_.max_output_bytes))
+                judge = Judge(prober)
+                judge.apply(config)
+            bench = Bench(driver, options, reporter, judge=judge)
             stack.enter_context(steady_gc())
             stack.enter_context(_short_switch_interval())
             handled = False

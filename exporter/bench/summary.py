@@ -17,6 +17,7 @@ from exporter.bench.model import (
     TokenTotals,
 )
 from exporter.commands.cells import fmt_ms
+from exporter.exposition.families import Verdict
 from exporter.measure import percentile
 from exporter.record import Level, LoadMode, Record
 from exporter.result import ProbeResult, TokenSource
@@ -69,6 +70,12 @@ def summarize(records: Sequence[Record], *, series: tuple[str, str, str], level:
     wall = wall_seconds if wall_seconds > 0 else None
     good = sum(1 for r in ok if slo.met(r)) if slo else None
     target, model, probe = series
+    judgements: dict[str, int] = {}
+    for record in records:
+        verdict = record.bench.judge_verdict if record.bench is not None else None
+        if verdict is not None:
+            judgements[verdict.value] = judgements.get(verdict.value, 0) + 1
+    graded = judgements.get(Verdict.PASS, 0) + judgements.get(Verdict.FAIL, 0)
     return Summary(
         target=target, model=model, probe=probe, mode=level.mode, level=level.value,
         label=level.label, complete=complete, warmup=warmup,
@@ -86,7 +93,9 @@ def summarize(records: Sequence[Record], *, series: tuple[str, str, str], level:
         goodput=good / wall if good is not None and wall else None,
         goodput_ratio=good / len(records) if good is not None and records else None,
         latency={name: stats(latency_values(records, name)) for name in Latency},
-        estimated_records=sum(r.token_source is TokenSource.ESTIMATE for r in ok))
+        estimated_records=sum(r.token_source is TokenSource.ESTIMATE for r in ok),
+        judgements=dict(sorted(judgements.items())),
+        pass_rate=judgements.get(Verdict.PASS, 0) / graded if graded else None)
 
 
 def find_knee(summaries: Sequence[Summary], threshold: float) -> Knee:

@@ -80,7 +80,7 @@ def distribution_table(summaries: Sequence[Summary]) -> Table:
 
 
 def totals_table(summaries: Sequence[Summary]) -> Table:
-    """Results by class, token totals and cost per level."""
+    """Results by class (and the judge's verdicts), token totals and cost per level."""
     table = Table(title="results, tokens and cost", title_justify="left")
     for column in ("series", "level", "results", "prompt tok", "completion tok", "reasoning tok",
                    "wall", "cost/call", "cost total"):
@@ -90,6 +90,10 @@ def totals_table(summaries: Sequence[Summary]) -> Table:
     for s in summaries:
         currency = s.currency if isinstance(s.currency, str) else None
         results = ", ".join(f"{k} {v}" for k, v in s.results.items())
+        if s.judgements:  # a judged series: the judge's verdicts and the pass rate
+            rate = "–" if s.pass_rate is None else f"{s.pass_rate:.0%}"
+            results += "; judged " + ", ".join(f"{k} {v}" for k, v in s.judgements.items()) \
+                + f" (pass rate {rate})"
         table.add_row(s.series, s.label, results + ("" if s.complete else " (interrupted)"),
                       str(s.tokens.prompt),
                       estimated(str(s.tokens.completion), s.estimated_records > 0),

@@ -71,7 +71,7 @@ def split_level(level: Level, plan: LevelPlan, workers: int) -> list[tuple[Level
     # Worker i's streams take every len(parts)-th start slot of the ramp, shifted by i.
     return [(part, LevelPlan(None if requests is None else requests[i], plan.duration,
                              max(1, warmup[i]) if plan.warmup else 0, plan.ramp,
-                             i / len(parts)))
+                             i / len(parts), plan.answer_limit))
             for i, part in enumerate(parts)]
 
 
@@ -134,7 +134,8 @@ class _Worker:
 
     async def _level(self, prober: Prober, key: tuple[str, str, str], level: Level,
                      plan: LevelPlan, seed: int) -> None:
-        runner = LevelRunner(prober, self._series[key], rng=random.Random(seed))
+        runner = LevelRunner(prober, self._series[key], rng=random.Random(seed),
+                             answer_limit=plan.answer_limit)
         ramp = await warm_up(runner, level, plan)
         gc.collect()  # see steady_gc
         await self._send(("warm",))

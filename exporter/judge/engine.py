@@ -10,6 +10,7 @@ and the verdict is `error` (`Fault` says why).
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -33,6 +34,7 @@ from exporter.judge.prompt import (
     judge_prompt,
     read_verdict,
 )
+from exporter.judge.status import Calibration, JudgedBoard, JudgedStatus
 from exporter.log import REDACTOR, Redactor, get_logger
 from exporter.probe.prober import Prober
 from exporter.result import ProbeResult
@@ -81,19 +83,59 @@ class Judge:
     """Grades judged series' answers with their judges, over the daemon's prober."""
 
     def __init__(self, prober: Prober, *, redactor: Redactor = REDACTOR,
-                 logger: Any = None) -> None:
+                 logger: Any = None, wall_clock: Callable[[], float] = time.time) -> None:
         self._prober = prober
+        self._wall = wall_clock
         self._redact = redactor
         self._log = logger or get_logger()
         self._config: Config | None = None
         self._targets: dict[str, Target] = {}
         self._credit: dict[tuple[str, str], float] = {}  # calibration share owed per judge
         self._turn: dict[tuple[str, str], int] = {}  # canned kind in turn per judge
+        self._board = JudgedBoard()
+
+    @property
+    def board(self) -> JudgedBoard:
+        """The latest judgement of every judged series and each judge's calibration (a value
+        replaced whole on each change: the surfaces read it from any thread)."""
+        return self._board
 
     def apply(self, config: Config) -> None:
-        """Use `config`'s judges and targets from now on."""
+        """Use `config`'s judges and targets from now on; series and judges that left the
+        config (or changed rubric or judge) leave the board."""
         self._config = config
         self._targets = {target.name: target for target in config.targets}
+        wanted = {s.key: config.judge_of(s) for s in config.series}
+        judges = {(j.target, j.model) for j in wanted.values() if j is not None}
+        series = {key: status for key, status in self._board.series.items()
+                  if (judge := wanted.get(key)) is not None
+                  and status.judge == (judge.target, judge.model)
+                  and status.rubric is judge.rubric_name}
+        self._board = JudgedBoard(series, {k: v for k, v in self._board.judges.items()
+                                           if k in judges})
+
+    def publish(self, series: Series, result: ProbeResult, grading: Grading) -> None:
+        """Put a grading on the board (nothing changes without a verdict or calibration)."""
+        board = self._board
+        judges = board.judges
+        if grading.calibration is not None and grading.calibration[2] is not None:
+            key = (grading.judge.target, grading.judge.model)
+            judges = {**judges, key: judges.get(key, Calibration()).add(grading.calibration[2])}
+        statuses = board.series
+        judgement = grading.judgement
+        if judgement is not None and result.case is not None:
+            known = statuses.get(series.key)
+            counts = dict(known.verdicts) if known is not None else {}
+            counts[judgement.verdict] = counts.get(judgement.verdict, 0) + 1
+            statuses = {**statuses, series.key: JudgedStatus(
+                rubric=grading.judge.rubric_name,
+                judge=(grading.judge.target, grading.judge.model),
+                verdict=judgement.verdict, score=judgement.score,
+                reason=self._redact.words(judgement.reason, REASON_LIMIT),
+                case=series.probe.case_ids[result.case], judged_at=self._wall(),
+                verdicts=tuple(sorted(counts.items())))}
+        if statuses is not board.series or judges is not board.judges:
+            self._board = JudgedBoard(statuses, judges)
 
     def judge_of(self, series: Series) -> JudgeConfig | None:
         """The series' judge (None: its answers are not judged)."""

@@ -12,7 +12,9 @@ from typing import Any
 import orjson
 
 from exporter.config import format_duration
+from exporter.exposition.families import Verdict as Judged
 from exporter.identity.status import IdentityStatus, Phase, Verdict
+from exporter.judge.status import JudgedBoard
 from exporter.log import REDACTOR
 from exporter.record import SCHEMA_VERSION, Record, RecordJSON
 from exporter.result import ProbeResult
@@ -38,8 +40,17 @@ def results_document(snapshot: Snapshot, state_info: dict[str, Any]) -> bytes:
         status = snapshot.identity.get((target, model, probe))
         if status is not None:
             entry["identity"] = REDACTOR.tree(status.to_json())
+        judged = snapshot.judged.series.get((target, model, probe))
+        if judged is not None:
+            calibration = snapshot.judged.judges.get(judged.judge)
+            entry["judged"] = REDACTOR.tree(
+                {**judged.to_json(), "calibration": calibration.to_json() if calibration
+                 else None})
         series.append(entry)
+    judges = [{"target": REDACTOR(t), "model": REDACTOR(m), **c.to_json()}
+              for (t, m), c in snapshot.judged.judges.items()]
     doc = {"schema_version": SCHEMA_VERSION, **REDACTOR.tree(state_info), "series": series,
+           "judges": judges,
            "recent_failures": [Record(r).to_json(gaps=False) for r in snapshot.failures]}
     # Values were redacted before serialising; the text once more, as a second net.
     return REDACTOR.net(orjson.dumps(doc).decode()).encode()
@@ -158,6 +169,45 @@ def identity_html(statuses: dict[tuple[str, str, str], IdentityStatus], now: flo
             f"<tbody>{''.join(rows)}</tbody></table>")
 
 
+def _share(value: float | None) -> str:
+    return "–" if value is None else f"{value:.0%}"
+
+
+def judged_html(board: JudgedBoard, now: float, esc: Callable[[str], str]) -> str:
+    """The status page's section on judged series and their judges ("" without one)."""
+    if not board.series and not board.judges:
+        return ""
+    css = {Judged.PASS: "ok", Judged.FAIL: "bad", Judged.ERROR: "none"}
+    rows = []
+    for (target, model, probe), s in board.series.items():
+        counts = dict(s.verdicts)
+        graded = counts.get(Judged.PASS, 0) + counts.get(Judged.FAIL, 0)
+        rate = counts.get(Judged.PASS, 0) / graded if graded else None
+        agreement = board.judges.get(s.judge)
+        rows.append(
+            f'<tr><td class="series"><b>{esc(target)}</b><br>{esc(model)}<br>'
+            f'<span class="fp">{esc(probe)}</span></td>'
+            f'<td class="{css[s.verdict]}">{esc(s.verdict.value)}</td>'
+            f'<td class="num">{"–" if s.score is None else f"{s.score:.2f}"}</td>'
+            f"<td>{esc(s.case)}</td>"
+            f'<td class="num">{_share(rate)} of {graded}</td>'
+            f'<td class="num">{counts.get(Judged.ERROR, 0)}</td>'
+            f'<td>{esc(s.rubric.value)} by {esc(s.judge[0])} / {esc(s.judge[1])}'
+            f'<br><span class="fp">agreement {_share(agreement.agreement if agreement else None)}'
+            f"</span></td>"
+            f'<td class="at">{_ago(now, s.judged_at)}</td>'
+            f'<td class="reason">{esc(s.reason)}</td></tr>')
+    judges = "".join(
+        f"<li>{esc(t)} / {esc(m)}: agrees with {c.agree} of {c.agree + c.disagree} canned "
+        f"answers of known verdict ({_share(c.agreement)})</li>"
+        for (t, m), c in board.judges.items())
+    return ('<h2>Judged quality</h2><table id="judged"><thead><tr><th>target / model / probe'
+            "</th><th>latest verdict</th><th>score</th><th>case</th><th>pass rate</th>"
+            "<th>judge errors</th><th>judge</th><th>judged</th><th>judge's reason</th></tr>"
+            f"</thead><tbody>{''.join(rows)}</tbody></table>"
+            f'<p>Judge calibration:</p><ul id="calibration">{judges}</ul>')
+
+
 def render_status_page(snapshot: Snapshot, info: dict[str, Any], now: float) -> str:
     """The status page HTML: every series' last result and recent failures."""
     redact = REDACTOR
@@ -248,6 +298,7 @@ def render_status_page(snapshot: Snapshot, info: dict[str, Any], now: float) -> 
 {info.get('in_flight', 0)} in flight{_state_line(state)}</p>
 {state_dir}{warning}{discovery_html(info.get("discovery", []), esc)}
 {identity_html(snapshot.identity, now, esc)}
+{judged_html(snapshot.judged, now, esc)}
 <h2>Series</h2>
 <table id="series"><thead><tr><th>target / model / probe</th><th>result</th>
 <th>last run</th><th>TTFT</th><th>first answer</th><th>TPOT</th><th>tokens/s</th><th>E2E</th>

@@ -7,6 +7,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from exporter.identity.status import IdentityStatus
+from exporter.judge.status import JudgedBoard
 from exporter.result import ProbeResult
 
 RECENT_FAILURES = 100
@@ -22,6 +23,8 @@ class Snapshot:
     served: dict[tuple[str, str, str], tuple[str, str]] = field(default_factory=dict)
     # Each identity series' state (`IdentityMonitor.statuses`, itself a value nobody changes).
     identity: dict[tuple[str, str, str], IdentityStatus] = field(default_factory=dict)
+    # Each judged series' latest verdict and each judge's calibration (`Judge.board`).
+    judged: JudgedBoard = field(default_factory=JudgedBoard)
 
 
 class ResultStore:
@@ -52,9 +55,9 @@ class ResultStore:
         """The last result of one series."""
         return self._latest.get(key)
 
-    def snapshot(self, identity: dict[tuple[str, str, str], IdentityStatus] | None = None
-                 ) -> Snapshot:
+    def snapshot(self, identity: dict[tuple[str, str, str], IdentityStatus] | None = None,
+                 judged: JudgedBoard | None = None) -> Snapshot:
         """Copy the current state (cheap: results are immutable), with the identity series'
-        states (`IdentityMonitor.statuses`)."""
+        states (`IdentityMonitor.statuses`) and the judged board (`Judge.board`)."""
         return Snapshot(dict(self._latest), tuple(self._failures), dict(self._served),
-                        identity or {})
+                        identity or {}, judged or JudgedBoard())

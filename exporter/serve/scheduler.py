@@ -120,7 +120,7 @@ class Scheduler:
         # Identity series: their answers are samples, tested window by window.
         self.identity = IdentityMonitor(metrics, logger=self._log, wall_clock=wall_clock)
         # Judged series: each answer to a case with a reference is graded by its judge.
-        self.judge = Judge(prober, logger=self._log)
+        self.judge = Judge(prober, logger=self._log, wall_clock=wall_clock)
         self._grading: set[asyncio.Task[ProbeResult]] = set()  # on-demand answers being judged
 
     @property
@@ -302,6 +302,7 @@ class Scheduler:
         if grading is None:
             return result
         record(self._metrics.judged, result, grading)
+        self.judge.publish(series, result, grading)
         for call in grading.calls:
             self._store.record(call)  # a failing judge call is among the recent failures
             if self.budget is not None and call.cost and self.budget.add(

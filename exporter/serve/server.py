@@ -439,8 +439,9 @@ def _state_info(state: ServerState) -> dict[str, Any]:
 
 
 def _snapshot(state: ServerState) -> Snapshot:
-    """The store's results with the identity series' states (both values nobody changes)."""
-    return state.store.snapshot(state.scheduler.identity.statuses)
+    """The store's results with the identity series' states and the judged board (values
+    nobody changes)."""
+    return state.store.snapshot(state.scheduler.identity.statuses, state.scheduler.judge.board)
 
 
 def state_files(state: ServerState) -> dict[str, Any]:
