@@ -45,23 +45,24 @@ local p = import 'lib/promql.libsonnet';
       alert('LLMProbeSeriesStale',
             |||
               # Seconds since the last finished probe, counted from the last config load when the series has
-              # not run since then (a fresh start or reload is not stale), against %(n)s intervals.
+              # not run since then (a fresh start or reload is not stale), against %(n)s intervals. A
+              # cache pair's warm half runs only after its cold half worked: the cold one speaks for both.
               (
                 time()
                 - (
                     (
-                      llm_probe_last_run_timestamp_seconds{%(m)s}
+                      llm_probe_last_run_timestamp_seconds{%(w)s}
                       >= on (%(ji)s) group_left ()
                       llm_probe_config_last_reload_success_timestamp_seconds{%(m)s}
                     ) + 0
                     or
-                    0 * llm_probe_last_run_timestamp_seconds{%(m)s}
+                    0 * llm_probe_last_run_timestamp_seconds{%(w)s}
                     + on (%(ji)s) group_left ()
                     llm_probe_config_last_reload_success_timestamp_seconds{%(m)s}
                   )
               )
               > %(n)s * llm_probe_interval_seconds{%(m)s}
-            ||| % { m: m(), ji: exporterKey, n: p.num(cfg.seriesStale.intervals) },
+            ||| % { m: m(), w: m(['cache!="warm"']), ji: exporterKey, n: p.num(cfg.seriesStale.intervals) },
             cfg.seriesStale['for'], 'warning',
             'Probe series %s has not finished a probe for %s intervals.' % [series, p.num(cfg.seriesStale.intervals)],
             'No probe of %s finished on %s for {{ $value | humanizeDuration }} (counted from the last config load), more than %s times its interval.'

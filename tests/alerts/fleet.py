@@ -52,6 +52,9 @@ class Exporter:
         self._lock = asyncio.Lock()
         self.extra_args: list[str] = []
         self.note = ""  # what a scenario measured (shown under the table)
+        # Probes only the targets that name them run (a target without `probes:` runs every
+        # probe): one scenario's probe must not add series, and alerts, to the others' targets.
+        self.exclusive: set[str] = set()
 
     @property
     def url(self) -> str:
@@ -80,9 +83,14 @@ class Exporter:
         return next(t for t in self.config["targets"] if t["name"] == name)
 
     def write(self) -> Path:
-        """Write the config file."""
+        """Write the config file (targets without `probes:` run every non-exclusive probe)."""
+        config = self.config
+        if self.exclusive:
+            shared = [p for p in config["probes"] if p not in self.exclusive]
+            config = {**config, "targets": [t if "probes" in t else {**t, "probes": shared}
+                                            for t in config["targets"]]}
         path = self.folder / "config.yaml"
-        path.write_text(yaml.safe_dump(self.config, allow_unicode=True))
+        path.write_text(yaml.safe_dump(config, allow_unicode=True))
         return path
 
     def start(self) -> None:

@@ -481,6 +481,7 @@ def _retiring(fleet: Fleet) -> None:
 def _cache_cold(fleet: Fleet) -> Any:
     eu = fleet["eu"]
     eu.config["probes"]["cached"] = {"input_tokens": 1500, "cache": "pair", "max_tokens": 16}
+    eu.exclusive.add("cached")  # the other scenarios' targets do not run it
     eu.add_target("prompt-cache-cold", {"caching": {}}, probes=["cached"], interval="2s")
 
     async def act(fleet: Fleet, start: float) -> None:
