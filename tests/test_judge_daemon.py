@@ -18,6 +18,8 @@ FAST = {"ttft": "5ms", "tpot": "1ms", "jitter": 0}
 QUESTIONS = {"Who wrote 'The Remains of the Day'?": "Kazuo Ishiguro wrote it.",
              "What is the capital of Australia?": "Canberra is the capital of Australia."}
 PRICE = {"input": 1.0, "output": 2.0}
+KEY = "judge-daemon-test-key"  # the simulator's: its admin endpoint asks for it too
+AUTH = {"Authorization": f"Bearer {KEY}"}
 
 
 def write_config(path: Path, port: int) -> None:
@@ -26,16 +28,16 @@ def write_config(path: Path, port: int) -> None:
                    "state_dir": str(path.parent / "state"),
                    "budget": {"max_cost_per_day": 100.0},
                    "judge": {"target": "judge", "model": "sim-judge", "calibration": 0.5}},
-        "simulator": {"listen": f"127.0.0.1:{port}",
+        "simulator": {"listen": f"127.0.0.1:{port}", "api_key": KEY,
                       "models": {"sim-a": {**FAST, "answers": QUESTIONS},
                                  "sim-b": {**FAST, "answers": QUESTIONS},
                                  "sim-judge": {**FAST, "judge": True}}},
         "probes": {"facts": {"nonce": False, "slo": {"quality": "90%"}, "cases": [
             {"id": f"q{i}", "prompt": question, "reference": answer}
             for i, (question, answer) in enumerate(QUESTIONS.items())]}},
-        "targets": [{"name": "sim", "base_url": f"http://127.0.0.1:{port}/v1",
+        "targets": [{"name": "sim", "base_url": f"http://127.0.0.1:{port}/v1", "api_key": KEY,
                      "models": ["sim-a", "sim-b"], "prices": {"sim-a": PRICE, "sim-b": PRICE}},
-                    {"name": "judge", "base_url": f"http://127.0.0.1:{port}/v1",
+                    {"name": "judge", "base_url": f"http://127.0.0.1:{port}/v1", "api_key": KEY,
                      "models": ["sim-judge"], "probes": [], "prices": {"sim-judge": PRICE}}],
     }))
 
@@ -61,7 +63,7 @@ async def test_a_model_answering_wrongly_fails_its_judge_and_its_twin_passes(
                              objective="quality") == 0.9
         async with aiohttp.ClientSession() as http, http.patch(
                 f"http://127.0.0.1:{port}/-/simulator/models/sim-b",
-                json={"wrong_answer_rate": 1.0}) as response:
+                json={"wrong_answer_rate": 1.0}, headers=AUTH) as response:
             assert response.status == 200
         before = verdicts(daemon, "sim-a")["pass"]
         wait_for(lambda: verdicts(daemon, "sim-b")["fail"] >= 4, 30, "b's wrong answers judged")
@@ -87,7 +89,7 @@ async def test_a_model_answering_wrongly_fails_its_judge_and_its_twin_passes(
         # judge's failures are on the status page's recent failures.
         async with aiohttp.ClientSession() as http, http.patch(
                 f"http://127.0.0.1:{port}/-/simulator/models/sim-judge",
-                json={"error_rate": 1.0, "error_status": 503}) as response:
+                json={"error_rate": 1.0, "error_status": 503}, headers=AUTH) as response:
             assert response.status == 200
         wait_for(lambda: verdicts(daemon, "sim-a")["error"] >= 3, 30, "judge errors")
         failures = json.loads(http_get(f"{daemon.url}/api/v1/results"))["recent_failures"]
