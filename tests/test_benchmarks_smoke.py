@@ -206,6 +206,15 @@ def test_peer_exports_pair_by_id_and_land_on_the_monotonic_clock(tmp_path: Path)
     assert (m.rid, m.t0, m.t_first, m.chunk_gap_mean) == ("chatcmpl-00000009", 5.0, 5.2, 0.02)
 
 
+@pytest.mark.slow
+def test_money_smoke() -> None:
+    out = run_benchmark("money")
+    assert "claimed $/probe" in out and "check's ceiling $/probe" in out
+    rows = [line.split("|")[1:-1] for line in out.splitlines() if "| outrageous |" in line]
+    assert rows
+    for row in rows:  # every over-claim charged exactly the ceiling check plans
+        claimed, charged, ceiling = (float(cell) for cell in row[-3:])
+        assert charged == ceiling < claimed, row
 def test_gate_smoke() -> None:
     out = run_benchmark("gate")
     assert "## long-tailed, ttft_p95=+20%" in out and "same: undecided" in out

@@ -10,6 +10,7 @@ import pytest
 import yaml
 from prometheus_client import CollectorRegistry
 
+from exporter.commands.plan import WarningKind, make_plan
 from exporter.config import BudgetConfig, ConfigError, parse_config
 from exporter.exposition.metrics import ExporterMetrics
 from exporter.probe.prober import Prober
@@ -190,3 +191,35 @@ def test_shares_leave_something_for_the_targets_they_do_not_name() -> None:
         parse_config(data, env={})
     assert "global.budget.shares: the shares add up to 1, leaving nothing for u" in str(
         info.value)
+
+
+def test_check_warns_when_a_target_ceiling_passes_its_share() -> None:
+    data = make_config(target={"prices": {"m": {"input": 1.0, "output": 10.0}}},
+                       global_={"interval": "1m"}).raw
+    data["targets"].append({"name": "cheap", "base_url": "http://127.0.0.1:2/v1",
+                            "models": ["m"], "prices": {"m": {"input": 0.01, "output": 0.01}}})
+    data["global"]["budget"] = {"max_cost_per_day": 3.0, "shares": {"t": 0.5}}
+    plan = make_plan(parse_config(data, env={}))
+    document = plan.to_json()
+    assert document["budget"]["shares"] == {"t": 1.5, "cheap": 1.5}
+    by_target = document["budget"]["cost_per_day_by_target"]
+    assert by_target["t"] > 1.5 > by_target["cheap"]
+    assert [w.kind for w in plan.warnings] == [WarningKind.COST_OVER_SHARE]
+    message = plan.warnings[0].message
+    assert message.startswith("t: cost ceiling") and "its share of global.budget (1.50 USD" in (
+        message)
+
+
+def test_a_record_of_many_targets_is_kept(tmp_path) -> None:
+    # A large config's record holds every target's spend; refusing it would stop all probing.
+    names = [f"{i:04d}" + "t" * 124 for i in range(2000)]  # 128-character target names
+    config = BudgetConfig(max_cost_per_day=100.0, state_file=str(tmp_path / "budget.json"))
+    budget = Budget(config, wall_clock=Clock(DAY1 + 100), targets=names)
+    for name in names:
+        budget.add(0.001, "USD", name)
+    budget.save()
+    assert not budget.problem
+    again = Budget(config, wall_clock=Clock(DAY1 + 200), targets=names)
+    again.load()
+    assert not again.problem and len(again.by_target) == 2000
+    assert again.spent == pytest.approx(2.0)

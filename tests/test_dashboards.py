@@ -58,14 +58,17 @@ NOT_SHOWN_FAMILIES: dict[Family, str] = {}
 # with days ago (`offset`). They must still run.
 # Families that only some configs have: server timings, adaptations, the discovery of a
 # gateway's models (a config without `discover:` has none), identity tests (none without a
-# `kind: identity` probe) and judged quality (none without a judge).
+# `kind: identity` probe), refused prices and capped charges, and judged quality (none
+# without a judge).
 OPTIONAL_NAMES = frozenset(
     name for spec in FAMILIES
     if spec.name in ("llm_probe_server_duration_seconds", "llm_probe_adapted_parameters",
                      "llm_probe_discovery_models", "llm_probe_discovery_refreshes",
                      "llm_probe_discovery_listed_models", "llm_probe_discovery_kept_models",
                      "llm_probe_discovery_last_success_timestamp_seconds",
-                     "llm_probe_discovery_names_refused")
+                     "llm_probe_discovery_names_refused",
+                     # only once a gateway lies about money (a price, a usage claim)
+                     "llm_probe_prices_refused", "llm_probe_cost_capped")
     or spec.name.startswith("llm_probe_identity_")
     or spec.name in ("llm_probe_judgements", "llm_probe_judge_score",
                      "llm_probe_judge_calibration", "llm_probe_case_checks")  # judged probes

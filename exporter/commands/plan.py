@@ -361,8 +361,10 @@ class Plan:
         return frozenset(t for t, _ in self.discovering if t not in asked)
 
     def priced_at_run_time(self, series: SeriesPlan) -> bool:
-        """Whether a series without a price now gets the gateway's at run time."""
-        return series.price is None and series.key[0] in self.gateway_prices_later
+        """Whether a series without a price now gets the gateway's at run time (not one whose
+        gateway price was refused: that one is unknown)."""
+        return (series.price is None and series.refused_price is None
+                and series.key[0] in self.gateway_prices_later)
 
     def total(self, field: str) -> float:
         """The sum of one per-series figure over every series."""

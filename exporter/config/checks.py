@@ -1,6 +1,6 @@
 """Cross-field checks of the config that need whole sections: a target against the probes it
-runs (API features, discovery, prices and objectives of its models, reasoning parameters), and
-the budget's shares against the targets."""
+runs (API features, discovery, prices and objectives of its models, reasoning parameters); the
+budget's shares are checked by `BudgetConfig.share_problems`."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from exporter.apis import Api
 from exporter.config.errors import ConfigProblem, format_location
 from exporter.config.probe import ProbeConfig
 from exporter.config.rules_check import reasoning_problems
-from exporter.config.schema import BudgetConfig, TargetConfig
+from exporter.config.schema import TargetConfig
 
 Loc = tuple[int | str, ...]
 
@@ -22,20 +22,6 @@ DISCOVERABLE = (Api.OPENAI_CHAT, Api.OPENAI_COMPLETIONS, Api.OPENAI_RESPONSES,
 def problem(loc: Loc, error: str) -> ConfigProblem:
     """A problem at `loc` of the file."""
     return ConfigProblem(format_location(loc), error, path=loc)
-
-
-def check_shares(budget: BudgetConfig, names: Mapping[str, int],
-                  problems: list[ConfigProblem]) -> None:
-    """`global.budget.shares` names targets, and leaves a share for the targets it does not."""
-    loc = ("global", "budget", "shares")
-    for name in budget.shares:
-        if name not in names:
-            problems.append(problem((*loc, name), f"no target named {name!r} (targets: "
-                                     f"{', '.join(names)})"))
-    left = [name for name in names if name not in budget.shares]
-    if left and sum(budget.shares.values()) >= 1 - 1e-9:
-        problems.append(problem(loc, "the shares add up to 1, leaving nothing for "
-                                 f"{', '.join(left)}: name them with a share, or lower others"))
 
 
 def check_target(target: TargetConfig, index: int, probes: Mapping[str, ProbeConfig | None],

@@ -27,7 +27,7 @@ from pydantic import (
 )
 
 from exporter.config.cadence import check_cadence
-from exporter.config.checks import Loc, check_shares, check_target
+from exporter.config.checks import Loc, check_target
 from exporter.config.checks import problem as _problem
 from exporter.config.errors import ConfigError, ConfigProblem, format_location
 from exporter.config.expand import (
@@ -312,7 +312,8 @@ def _build(data: dict[str, Any], env: Mapping[str, str], base_dir: Path, source:
     problems += [_problem(loc, error) for loc, error in judge_problems(
         global_.judge if global_ is not None else None, probes, targets)]
     if global_ is not None and global_.budget is not None:
-        check_shares(global_.budget, names, problems)
+        problems += [_problem(("global", "budget", "shares", *where), message)
+                     for where, message in global_.budget.share_problems(names)]
     if simulator is not None and not simulator.api_key:
         # Never an open simulator: another local user could drive the endpoint we measure. Its
         # key is the one its targets name, else one generated for this process.

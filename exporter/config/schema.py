@@ -5,7 +5,6 @@ The probes and the objectives they share with every level are in config/probe.py
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
 from datetime import date
 from typing import Any, Literal
 
@@ -14,6 +13,8 @@ from yarl import URL
 
 from exporter.apis import Api
 from exporter.config.address import parse_listen_address
+from exporter.config.budget import CONTROL as CONTROL  # re-exported: one declaration
+from exporter.config.budget import BudgetConfig as BudgetConfig
 from exporter.config.judge import JudgeConfig
 from exporter.config.patterns import NameFilter, check_patterns
 from exporter.config.probe import ProbeConfig, SloConfig
@@ -33,47 +34,6 @@ from exporter.config.urls import scheme_of, shown_scheme, split_query, url_probl
 from exporter.exposition.families import DEFAULT_SHAPES, Family, Shape, bucket_families
 
 HISTOGRAMS = bucket_families()
-
-
-class BudgetConfig(StrictModel):
-    """Stop probing for the rest of the UTC day once this much was spent."""
-
-    max_cost_per_day: float = Field(gt=0)
-    currency: str = "USD"
-    state_file: str | None = None  # default: budget.json in global.state_dir
-    # Sharded (`--shard i/n`): max_cost_per_day is the whole fleet's, each shard stops at its
-    # n-th; `per_shard: true` makes it every shard's own limit instead.
-    per_shard: bool = False
-    # The most a target may spend of the day's limit, as a fraction; the targets not named
-    # share what is left equally (serve/budget.py).
-    shares: dict[str, float] = Field(default_factory=dict)
-
-    def amounts(self, targets: Iterable[str]) -> dict[str, float]:
-        """Each target's share of the day's limit, as an amount: its `shares:` fraction, else
-        an equal part of what the named fractions leave."""
-        names = list(dict.fromkeys(targets))
-        rest = [name for name in names if name not in self.shares]
-        left = max(0.0, 1.0 - sum(self.shares.values()))
-        return {name: self.max_cost_per_day * (self.shares[name] if name in self.shares
-                                               else left / len(rest)) for name in names}
-
-    @field_validator("shares")
-    @classmethod
-    def _check_shares(cls, shares: dict[str, float]) -> dict[str, float]:
-        for name, fraction in shares.items():
-            if not (0 < fraction <= 1):
-                raise ValueError(f"{name}: a share is a fraction of the budget above 0 and at "
-                                 "most 1")
-        if sum(shares.values()) > 1 + 1e-9:
-            raise ValueError(f"the shares add up to {sum(shares.values()):g}; at most 1")
-        return shares
-
-    @field_validator("state_file")
-    @classmethod
-    def _check_state_file(cls, path: str | None) -> str | None:
-        if path is not None and (not path.strip() or CONTROL.search(path)):
-            raise ValueError("must be a file path without control characters")
-        return path
 
 
 class NativeHistogramsConfig(StrictModel):
@@ -281,7 +241,6 @@ class Price(StrictModel):
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:/@+-]{0,127}$")
 _HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # an RFC 9110 token
-CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _CONTROL_BUT_TAB = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 
 

@@ -98,6 +98,24 @@ def _mark(stamps: measure.Stamps, kinds: int, now: float) -> None:
     stamps.chunk_times.append(now)
 
 
+DRAIN_BYTES = 4096  # what may follow the end marker: a usage event, the chunked terminator
+DRAIN_TIMEOUT = 0.1  # seconds to wait for it
+
+
+async def _drain(response: aiohttp.ClientResponse) -> None:
+    """Read what follows the end marker, so that a reused connection goes back to the pool
+    (aiohttp closes one released mid-body, as clients that read to the end do not); more than
+    DRAIN_BYTES, or later than DRAIN_TIMEOUT, and it is closed as before."""
+    with contextlib.suppress(TimeoutError, aiohttp.ClientError, HttpProcessingError):
+        async with asyncio.timeout(DRAIN_TIMEOUT):
+            left = DRAIN_BYTES
+            while left > 0 and not response.content.at_eof():
+                data = await response.content.read(left)
+                if not data:
+                    break
+                left -= len(data)
+
+
 async def _read_some(response: aiohttp.ClientResponse, limit: int) -> bytes:
     """The first bytes (up to `limit`) of a body that is not an event stream; b"" when the
     body is malformed (the status or content type already says what went wrong)."""
@@ -505,6 +523,8 @@ class Prober:
             raise StreamError("stream ended without a finish reason or end marker (truncated)",
                               Cause.TRUNCATED)
         attempt.stream_done = True
+        if self._reuse_connections and not response.content.at_eof():
+            await _drain(response)  # after t_end: what the server sends later is not timed
 
     async def _read_body(self, response: aiohttp.ClientResponse, attempt: Attempt) -> bytes:
         """A whole JSON body (an embedding), up to max_output_bytes; t_end when it ended."""

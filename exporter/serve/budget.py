@@ -36,7 +36,9 @@ from exporter.state import StateRefused, read_state, write_state
 
 RECORD = "budget"
 RECORD_FILE = "budget.json"
-MAX_STATE_BYTES = 64 * 1024  # the total and a spend per target (names of ≤ 200 characters)
+# The total and a spend per target (names of at most 128 characters): room for ~6,000 targets,
+# so a large config never has its record refused (which would stop every probe).
+MAX_STATE_BYTES = 1024 * 1024
 
 
 def utc_day(unix: float) -> str:
@@ -174,8 +176,8 @@ class Budget:
                               top_spenders=", ".join(f"{name}={amount:.4g}"
                                                      for name, amount in top) or None)
         share = self.shares.get(target) if target is not None else None
-        if (share is not None and target not in self._announced
-                and self.by_target.get(target or "", 0.0) >= share):
+        if (share is not None and target not in self._announced and self.spent < self.limit
+                and self.by_target.get(target or "", 0.0) >= share):  # (all spent: said)
             self._announced.add(target)
             self._log.warning("a target's share of the daily budget is spent; its probes are "
                               "skipped until the UTC day ends", target=target,

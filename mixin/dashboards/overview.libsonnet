@@ -251,6 +251,21 @@ local p = import '../lib/promql.libsonnet';
     g.table('Price sources',
             "Where each probed model's price comes from (llm_probe_price_info): config (targets[].prices), gateway (its own model info), library (genai-prices), or unknown — no cost is counted for those (docs/prices.md).",
             'llm_probe_price_info{%s}' % etm, w=8, hide=['Time', 'Value', '__name__', 'job']),
+    g.newline,
+    g.timeseries('Refused prices and capped charges',
+                 "What a gateway claims about money and is not believed: models whose gateway or library price a sanity bound refused (llm_probe_prices_refused by target and reason: above_ceiling, over 1,000 per 1M tokens; above_library, a gateway's over 10x the library's price), and probes per interval whose claimed usage cost more than the probe's charge ceiling and were charged the ceiling (llm_probe_cost_capped_total). Any capped charge is an upstream over-claim (docs/prices.md).",
+                 [
+                   ['sum by (%s) (llm_probe_prices_refused{%s})' % [std.join(', ', ['target', 'reason'] + fleet), et], '{{target}} prices refused: {{reason}}' + fl],
+                   [p.sumBy(['target'] + fleet, 'increase', 'llm_probe_cost_capped_total', s, RI), '{{target}} charges capped' + fl],
+                 ],
+                 'none', w=12),
+    g.timeseries('Budget by target',
+                 "Each target's spend today (UTC) against its share of global.budget (llm_probe_budget_target_spent, llm_probe_budget_target_limit: global.budget.shares, else equal parts). At its share a target's probes are skipped (reason budget) while the others go on.",
+                 [
+                   ['llm_probe_budget_target_spent{%s}' % et, '{{target}} spent {{currency}}'],
+                   ['llm_probe_budget_target_limit{%s}' % et, '{{target}} share {{currency}}'],
+                 ],
+                 'short', w=12, defaults={ decimals: 2 }, overrides=g.currencyOverrides(d.currencies, suffix=true)),
 
     g.row('Phases'),
     g.timeseries('Where the time goes (mean per phase)',

@@ -246,7 +246,7 @@ async def test_check_discover_bounds_every_probe_of_what_the_gateway_lists(
         "targets": [{"name": "gw", "base_url": url, "api_key": "sk-test", "discover": {}}]},
         env={})
     expanded, found = await discover_now(config)
-    assert found[0].models == 3
+    assert found[0].counts is not None and found[0].counts.probed == 3
     plan = {s.key: s for s in make_plan(expanded).series}
     async with Prober() as prober:
         for series in expanded.series:

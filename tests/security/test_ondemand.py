@@ -154,11 +154,13 @@ async def test_a_spent_budget_answers_at_once_without_a_paid_request(scripted_se
                                                             "completion_tokens": 1000}))
     config = make_config(server.url, global_={"interval": "1h", "budget": {
         "max_cost_per_day": 0.001, "state_file": str(tmp_path / "budget.json")}},
-        target={"prices": {"m": {"input": 1.0, "output": 1.0}}})
+        target={"prices": {"m": {"input": 1.0, "output": 1.0}}},
+        probe={"max_tokens": 1000})  # the claim fits the probe's charge ceiling
     # Scheduled (for the budget) but its first probe is ~6 s away: only /probe runs here.
     async with serve(config, probe_min_interval=0) as app, aiohttp.ClientSession() as session:
         status, _, _ = await get_text(session, app.url + "/probe", params=params())
-        assert status == 200 and len(server.requests) == 1  # 0.002 USD: the budget is spent
+        # 0.002 USD, within the probe's charge ceiling: the budget is spent
+        assert status == 200 and len(server.requests) == 1
         status, body, headers = await get_text(session, app.url + "/probe", params=params())
         assert status == 200 and headers["X-Probe-Skipped"] == "budget"
         assert len(server.requests) == 1
