@@ -290,6 +290,9 @@ def test_check_plans_the_judges_calls_tokens_and_cost() -> None:
     assert plan.cost_per_day == {"USD": pytest.approx(cost)}  # the probes' model is unpriced
     assert plan.to_json()["series"][0]["judge"]["calls_per_day"] == pytest.approx(1080)
     data["global"] = {"budget": {"max_cost_per_day": 1.0}}
+    # The judge's calls are its own target's spend, against that target's share.
+    by_target = make_plan(parse_config(data, env={})).target_costs()
+    assert by_target == {"judge": pytest.approx(cost)}
     del data["targets"][1]["prices"]
     warnings = [w.message for w in make_plan(parse_config(data, env={})).warnings]
     assert any("judge judge/sim-judge has no price" in w for w in warnings), warnings

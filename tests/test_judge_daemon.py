@@ -35,9 +35,9 @@ def write_config(path: Path, port: int) -> None:
         "probes": {"facts": {"nonce": False, "slo": {"quality": "90%"}, "cases": [
             {"id": f"q{i}", "prompt": question, "reference": answer}
             for i, (question, answer) in enumerate(QUESTIONS.items())]}},
-        "targets": [{"name": "sim", "base_url": f"http://127.0.0.1:{port}/v1",
+        "targets": [{"name": "sim", "base_url": f"http://127.0.0.1:{port}/v1", "api_key": KEY,
                      "models": ["sim-a", "sim-b"], "prices": {"sim-a": PRICE, "sim-b": PRICE}},
-                    {"name": "judge", "base_url": f"http://127.0.0.1:{port}/v1",
+                    {"name": "judge", "base_url": f"http://127.0.0.1:{port}/v1", "api_key": KEY,
                      "models": ["sim-judge"], "probes": [], "prices": {"sim-judge": PRICE}}],
     }))
 
