@@ -17,10 +17,11 @@ from prometheus_client import CollectorRegistry
 from exporter.config import ConfigError, SimulatedModel, SimulatorConfig, parse_config
 from exporter.config.judge import JudgeConfig, Rubric
 from exporter.errors import Result
-from exporter.exposition.families import Agreement, CheckOutcome, Verdict
+from exporter.exposition.families import BY_KEY, Agreement, CheckOutcome, Verdict
 from exporter.exposition.metrics import ExporterMetrics
 from exporter.judge.calibration import KNOWN, Canned, canned, kinds, subtly_wrong
 from exporter.judge.engine import Judge, record
+from exporter.judge.plan import JUDGED_FAMILIES, judged_series
 from exporter.judge.prompt import Fault, judge_prompt, read_verdict
 from exporter.probe.prober import Prober
 from exporter.simulator import Simulator, start_simulator
@@ -454,6 +455,12 @@ def test_judged_series_appear_at_load_and_leave_with_a_reload() -> None:
                  {"target": "judge", "model": "sim-judge", "result": "success"}) == 0
     assert value("llm_probe_judge_duration_seconds_count",
                  {"target": "judge", "model": "sim-judge"}) == 0
+    # `check` plans as many series of each judged family as the daemon creates at load.
+    served = [s for family in metrics.registry.collect() for s in family.samples]
+    for key in JUDGED_FAMILIES:
+        spec = BY_KEY[key]
+        count = sum(s.name in spec.sample_names for s in served)
+        assert count == judged_series(config, spec) > 0, spec.name
     data = config_data()
     del data["probes"]["facts"]["judge"]
     data["probes"]["facts"]["cases"][0].pop("reference")
