@@ -17,6 +17,7 @@ from prometheus_client.utils import floatToGoString
 
 from exporter.config import Config, SeriesKey
 from exporter.config.judge import Rubric
+from exporter.errors import Result
 from exporter.exposition.families import BY_KEY, Agreement, CheckOutcome, Family, Verdict
 
 JudgeKey = tuple[str, str]  # the judge's (target, model)
@@ -29,7 +30,7 @@ class _Calls:
     """One judge's own calls: counts by result (bounded by the caller: a probe result value or
     a judge fault) and their durations."""
 
-    results: dict[str, int] = field(default_factory=lambda: {"success": 0})
+    results: dict[str, int] = field(default_factory=lambda: {Result.SUCCESS.value: 0})
     durations: list[int] = field(default_factory=lambda: [0] * (len(DURATION_EDGES) + 1))
     duration_sum: float = 0.0
 
