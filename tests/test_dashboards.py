@@ -71,7 +71,8 @@ OPTIONAL_NAMES = frozenset(
                      "llm_probe_prices_refused", "llm_probe_cost_capped")
     or spec.name.startswith("llm_probe_identity_")
     or spec.name in ("llm_probe_judgements", "llm_probe_judge_score",
-                     "llm_probe_judge_calibration", "llm_probe_case_checks")  # judged probes
+                     "llm_probe_judge_calibration", "llm_probe_case_checks",
+                     "llm_probe_judge_calls", "llm_probe_judge_duration_seconds")  # judged probes
     for name in (spec.name, *spec.sample_names)
 )
 

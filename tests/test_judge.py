@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -16,10 +17,11 @@ from prometheus_client import CollectorRegistry
 from exporter.config import ConfigError, SimulatedModel, SimulatorConfig, parse_config
 from exporter.config.judge import JudgeConfig, Rubric
 from exporter.errors import Result
-from exporter.exposition.families import Agreement, CheckOutcome, Verdict
+from exporter.exposition.families import BY_KEY, Agreement, CheckOutcome, Verdict
 from exporter.exposition.metrics import ExporterMetrics
 from exporter.judge.calibration import KNOWN, Canned, canned, kinds, subtly_wrong
 from exporter.judge.engine import Judge, record
+from exporter.judge.plan import JUDGED_FAMILIES, judged_series
 from exporter.judge.prompt import Fault, judge_prompt, read_verdict
 from exporter.probe.prober import Prober
 from exporter.simulator import Simulator, start_simulator
@@ -268,6 +270,51 @@ async def test_calibration_grades_canned_answers_and_counts_agreement(sim: Simul
     assert value("llm_probe_case_checks_total",
                  {**labels, "case": "0", "outcome": "pass"}) == len(seen)
     assert value("llm_probe_judge_score_count", {**labels, "rubric": "correctness"}) == len(seen)
+    # The judge's own calls, the calibration ones too, each with its duration.
+    judge_labels = {"target": "judge", "model": "sim-judge"}
+    calls = len(seen) + len(done)
+    assert value("llm_probe_judge_calls_total", {**judge_labels, "result": "success"}) == calls
+    assert value("llm_probe_judge_duration_seconds_count", judge_labels) == calls
+    assert 0 < value("llm_probe_judge_duration_seconds_sum", judge_labels) < calls * 5
+
+
+async def test_the_judges_own_calls_count_by_result(sim: Simulator) -> None:
+    """A judge is a target like any other: its failures count under their result (the probe
+    result, or the engine's malformed / refused / budget), with the duration of each sent."""
+    config = sim_config(sim)
+    metrics = ExporterMetrics(CollectorRegistry(), config, process_metrics=False)
+    async with Prober() as prober:
+        judge = Judge(prober)
+        judge.apply(config)
+        await sim_patch(sim, "sim-judge", error_rate=1.0, error_status=503)
+        result, grading = await grade_once(config, prober, judge)
+        assert grading.judgement.fault is Fault.FAILED
+        record(metrics.judged, result, grading)
+        series = config.series[0]
+        skipped = await judge.call(grading.judge, series, QUESTION, REFERENCE, result.answer,
+                                   may_spend=lambda: False)
+        record(metrics.judged, result, dataclasses.replace(grading, judgement=skipped))
+    value = metrics.registry.get_sample_value
+    labels = {"target": "judge", "model": "sim-judge"}
+    assert result.result is Result.SUCCESS  # the model's result stays its own
+    assert value("llm_probe_judge_calls_total", {**labels, "result": "http_5xx"}) == 1
+    assert value("llm_probe_judge_calls_total", {**labels, "result": "budget"}) == 1
+    assert value("llm_probe_judge_calls_total", {**labels, "result": "success"}) == 0
+    assert value("llm_probe_judge_duration_seconds_count", labels) == 1  # none for the skip
+
+
+async def test_a_malformed_verdict_counts_as_malformed(sim: Simulator) -> None:
+    config = sim_config(sim, model="babbler")
+    metrics = ExporterMetrics(CollectorRegistry(), config, process_metrics=False)
+    async with Prober() as prober:
+        judge = Judge(prober)
+        judge.apply(config)
+        result, grading = await grade_once(config, prober, judge)
+        record(metrics.judged, result, grading)
+    assert grading.judgement.fault is Fault.MALFORMED
+    assert metrics.registry.get_sample_value(
+        "llm_probe_judge_calls_total",
+        {"target": "judge", "model": "babbler", "result": "malformed"}) == 1
 
 
 # -- check and probe -----------------------------------------------------------------------
@@ -407,6 +454,16 @@ def test_judged_series_appear_at_load_and_leave_with_a_reload() -> None:
                  {**labels, "case": "greeting", "outcome": "fail"}) == 0
     assert value("llm_probe_judge_calibration_total",
                  {"target": "judge", "model": "sim-judge", "outcome": "disagree"}) == 0
+    assert value("llm_probe_judge_calls_total",
+                 {"target": "judge", "model": "sim-judge", "result": "success"}) == 0
+    assert value("llm_probe_judge_duration_seconds_count",
+                 {"target": "judge", "model": "sim-judge"}) == 0
+    # `check` plans as many series of each judged family as the daemon creates at load.
+    served = [s for family in metrics.registry.collect() for s in family.samples]
+    for key in JUDGED_FAMILIES:
+        spec = BY_KEY[key]
+        count = sum(s.name in spec.sample_names for s in served)
+        assert count == judged_series(config, spec) > 0, spec.name
     data = config_data()
     del data["probes"]["facts"]["judge"]
     data["probes"]["facts"]["cases"][0].pop("reference")
@@ -414,6 +471,8 @@ def test_judged_series_appear_at_load_and_leave_with_a_reload() -> None:
     text = metrics.render().decode()
     assert "llm_probe_judgements_total{" not in text and "llm_probe_case_checks_total{" not in text
     assert "llm_probe_judge_calibration_total{" not in text
+    assert "llm_probe_judge_calls_total{" not in text
+    assert "llm_probe_judge_duration_seconds_count{" not in text
 
 
 @pytest.mark.parametrize("kind", [{"kind": "embedding", "input": "x"},

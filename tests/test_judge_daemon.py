@@ -102,6 +102,12 @@ async def test_a_model_answering_wrongly_fails_its_judge_and_its_twin_passes(
         assert '<table id="judged">' in page and "matches the reference" in page
         assert "agreement 100%" in page
 
+        # The judge is a target like any other: its own calls and their durations.
+        judge = {"target": "judge", "model": "sim-judge"}
+        ok = daemon.sample("llm_probe_judge_calls_total", **judge, result="success")
+        timed = daemon.sample("llm_probe_judge_duration_seconds_count", **judge)  # later: more
+        assert ok is not None and ok >= 8 and timed is not None and timed >= ok
+
         # A failing judge gives verdict `error`; the models' results stay theirs, and the
         # judge's failures are on the status page's recent failures.
         async with aiohttp.ClientSession() as http, http.patch(
@@ -113,5 +119,7 @@ async def test_a_model_answering_wrongly_fails_its_judge_and_its_twin_passes(
         assert any(f["target"] == "judge" and f["probe"] == "judge"
                    and f["result"] == "http_5xx" for f in failures), failures[:3]
         assert not any(f["target"] == "sim" for f in failures)
+        assert (daemon.sample("llm_probe_judge_calls_total", **judge, result="http_5xx")
+                or 0) >= 3
     finally:
         daemon.stop()

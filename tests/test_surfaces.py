@@ -195,7 +195,8 @@ def test_every_panel_on_a_target_labelled_family_follows_the_target_variable() -
     """Discovery and price panels too: the exporter's own families that name a target."""
     # A judge's agreement is labelled with the judge's own target, which the dashboard's
     # `$target` (the probed targets) need not include.
-    judges = {"llm_probe_judge_calibration"}
+    judges = {"llm_probe_judge_calibration", "llm_probe_judge_calls",
+              "llm_probe_judge_duration_seconds"}
     named = {spec.name for spec in FAMILIES
              if (spec.scope is Scope.PROBE or "target" in spec.labels)
              and spec.name not in judges}

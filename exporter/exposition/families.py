@@ -198,6 +198,8 @@ class Family(StrEnum):
     JUDGEMENTS = "judgements"
     JUDGE_SCORE = "judge_score"
     JUDGE_CALIBRATION = "judge_calibration"
+    JUDGE_CALLS = "judge_calls"
+    JUDGE_DURATION = "judge_duration"
     CASE_CHECKS = "case_checks"
     DISCOVERY_NAMES_REFUSED = "discovery_names_refused"
     # /probe
@@ -450,6 +452,14 @@ FAMILIES: tuple[FamilySpec, ...] = (
     FamilySpec(Family.JUDGE_CALIBRATION, "llm_probe_judge_calibration", _C, _E,
                "Canned answers of known verdict the judge graded (target, model: the judge's), "
                "by agreement with the known verdict.", ("target", "model", "outcome")),
+    FamilySpec(Family.JUDGE_CALLS, "llm_probe_judge_calls", _C, _E,
+               "Judge calls (target, model: the judge's) by result: a probe result value "
+               "(success, timeout, http_5xx...) or what the judge engine made of the answer "
+               "(malformed, refused) or budget (the daily budget is spent: no call sent).",
+               ("target", "model", "result")),
+    FamilySpec(Family.JUDGE_DURATION, "llm_probe_judge_duration_seconds", _H, _E,
+               "End-to-end duration of each judge call sent (target, model: the judge's).",
+               ("target", "model"), buckets=(1, 5, 10, 30)),
     FamilySpec(Family.CASE_CHECKS, "llm_probe_case_checks", _C, _E,
                "Per golden case (`case`: its id or index): pass / fail by the answer checks "
                "and the judge.", ("target", "model", "probe", "case", "outcome")),

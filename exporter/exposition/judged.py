@@ -1,6 +1,6 @@
-"""The judged-quality families: judgements, scores, per-case outcomes and the judge's
-calibration, one small collector (no `_created`), its children created when the config is
-loaded and removed when a reload drops them.
+"""The judged-quality families: judgements, scores, per-case outcomes, the judge's
+calibration and its own calls (result, duration), one small collector (no `_created`), its
+children created when the config is loaded and removed when a reload drops them.
 
 Every label value comes from the config (rubric, case ids, judge targets and models), never from
 a server: the series a judged probe creates are bounded by the file.
@@ -17,10 +17,22 @@ from prometheus_client.utils import floatToGoString
 
 from exporter.config import Config, SeriesKey
 from exporter.config.judge import Rubric
+from exporter.errors import Result
 from exporter.exposition.families import BY_KEY, Agreement, CheckOutcome, Family, Verdict
 
 JudgeKey = tuple[str, str]  # the judge's (target, model)
 SCORE_EDGES = BY_KEY[Family.JUDGE_SCORE].buckets
+DURATION_EDGES = BY_KEY[Family.JUDGE_DURATION].buckets
+
+
+@dataclass(slots=True)
+class _Calls:
+    """One judge's own calls: counts by result (bounded by the caller: a probe result value or
+    a judge fault) and their durations."""
+
+    results: dict[str, int] = field(default_factory=lambda: {Result.SUCCESS.value: 0})
+    durations: list[int] = field(default_factory=lambda: [0] * (len(DURATION_EDGES) + 1))
+    duration_sum: float = 0.0
 
 
 @dataclass(slots=True)
@@ -41,6 +53,7 @@ class JudgedCollector:
     def __init__(self) -> None:
         self._series: dict[SeriesKey, _Judged] = {}
         self._judges: dict[JudgeKey, dict[Agreement, int]] = {}
+        self._calls: dict[JudgeKey, _Calls] = {}
         self._constant: tuple[tuple[str, str], ...] = ()
 
     def apply(self, config: Config) -> None:
@@ -65,6 +78,10 @@ class JudgedCollector:
             del self._judges[gone]
         for kept in judges:
             self._judges.setdefault(kept, dict.fromkeys(Agreement, 0))
+        for gone in [j for j in self._calls if j not in judges]:
+            del self._calls[gone]
+        for kept in judges:
+            self._calls.setdefault(kept, _Calls())
 
     def record_verdict(self, key: SeriesKey, verdict: Verdict, score: float | None) -> None:
         """One judged answer of a series."""
@@ -90,8 +107,18 @@ class JudgedCollector:
         if counts is not None:
             counts[agreement] += 1
 
+    def record_call(self, judge: JudgeKey, result: str, duration: float | None) -> None:
+        """One judge call finished (or skipped: `duration` None)."""
+        calls = self._calls.get(judge)
+        if calls is None:
+            return  # the judge left the config while it was called
+        calls.results[result] = calls.results.get(result, 0) + 1
+        if duration is not None:
+            calls.durations[bisect.bisect_left(DURATION_EDGES, duration)] += 1
+            calls.duration_sum += duration
+
     def collect(self) -> Iterator[Metric]:
-        """The four families."""
+        """The six families."""
         extra_names = [name for name, _ in self._constant]
         extra_values = [value for _, value in self._constant]
         spec = BY_KEY[Family.JUDGEMENTS]
@@ -106,13 +133,8 @@ class JudgedCollector:
         histogram = HistogramMetricFamily(spec.name, spec.help,
                                           labels=[*spec.labels[:3], *extra_names, "rubric"])
         for key, judged in sorted(self._series.items()):
-            cumulative, buckets = 0, []
-            for edge, count in zip([*map(floatToGoString, SCORE_EDGES), "+Inf"], judged.scores,
-                                   strict=True):
-                cumulative += count
-                buckets.append((edge, cumulative))
-            histogram.add_metric([*key, *extra_values, judged.rubric.value], buckets,
-                                 judged.score_sum)
+            histogram.add_metric([*key, *extra_values, judged.rubric.value],
+                                 _cumulative(SCORE_EDGES, judged.scores), judged.score_sum)
         yield histogram
         spec = BY_KEY[Family.JUDGE_CALIBRATION]
         counter = CounterMetricFamily(spec.name, spec.help,
@@ -121,6 +143,20 @@ class JudgedCollector:
             for agreement, count in counts.items():
                 counter.add_metric([*judge, *extra_values, agreement.value], count)
         yield counter
+        spec = BY_KEY[Family.JUDGE_CALLS]
+        counter = CounterMetricFamily(spec.name, spec.help,
+                                      labels=[*spec.labels[:2], *extra_names, "result"])
+        for judge, calls in sorted(self._calls.items()):
+            for result, count in sorted(calls.results.items()):
+                counter.add_metric([*judge, *extra_values, result], count)
+        yield counter
+        spec = BY_KEY[Family.JUDGE_DURATION]
+        histogram = HistogramMetricFamily(spec.name, spec.help,
+                                          labels=[*spec.labels, *extra_names])
+        for judge, calls in sorted(self._calls.items()):
+            histogram.add_metric([*judge, *extra_values],
+                                 _cumulative(DURATION_EDGES, calls.durations), calls.duration_sum)
+        yield histogram
         spec = BY_KEY[Family.CASE_CHECKS]
         counter = CounterMetricFamily(spec.name, spec.help,
                                       labels=[*spec.labels[:3], *extra_names, "case", "outcome"])
@@ -128,3 +164,12 @@ class JudgedCollector:
             for (case, outcome), count in judged.case_outcomes.items():
                 counter.add_metric([*key, *extra_values, case, outcome.value], count)
         yield counter
+
+
+def _cumulative(edges: tuple[float, ...], counts: list[int]) -> list[tuple[str, float]]:
+    """Per-bucket counts as the cumulative (le, count) pairs of a histogram sample."""
+    total, buckets = 0, []
+    for edge, count in zip([*map(floatToGoString, edges), "+Inf"], counts, strict=True):
+        total += count
+        buckets.append((edge, float(total)))
+    return buckets

@@ -247,6 +247,31 @@ def record(collector: JudgedCollector, result: ProbeResult, grading: Grading) ->
     if grading.calibration is not None and grading.calibration[2] is not None:
         collector.record_calibration((grading.judge.target, grading.judge.model),
                                      grading.calibration[2])
+    judge = (grading.judge.target, grading.judge.model)
+    for judgement in (grading.judgement, grading.calibration[1] if grading.calibration else None):
+        outcome = call_result(judgement) if judgement is not None else None
+        if judgement is not None and outcome is not None:
+            collector.record_call(judge, outcome, _duration(judgement.call))
+
+
+def call_result(judgement: Judgement) -> str | None:
+    """The `result` of one judge call in `llm_probe_judge_calls_total`: its request's result,
+    or the fault the engine found in a successful answer (budget: none was sent); None when
+    there was no judge to call."""
+    if judgement.fault in (Fault.BUDGET, Fault.MALFORMED, Fault.REFUSED):
+        return judgement.fault.value
+    if judgement.call is None:
+        return None  # the judge's target left the config: it has no series
+    return judgement.call.result.value
+
+
+def _duration(call: ProbeResult | None) -> float | None:
+    """A judge call's end-to-end duration (a failed one's too: start to end)."""
+    if call is None:
+        return None
+    if call.timings.duration is not None:
+        return call.timings.duration
+    return call.finished_at - call.started_at if call.finished_at else None
 
 
 def without_long_answer(result: ProbeResult, limit: int) -> ProbeResult:

@@ -76,7 +76,7 @@ def judge_plan(config: Config, series: Series, answer_tokens: int) -> JudgePlan 
 
 
 JUDGED_FAMILIES = frozenset({Family.JUDGEMENTS, Family.JUDGE_SCORE, Family.JUDGE_CALIBRATION,
-                             Family.CASE_CHECKS})
+                             Family.JUDGE_CALLS, Family.JUDGE_DURATION, Family.CASE_CHECKS})
 
 
 def judged_series(config: Config, spec: FamilySpec) -> int:
@@ -87,6 +87,11 @@ def judged_series(config: Config, spec: FamilySpec) -> int:
         return len(judged) * len(Verdict)
     if spec.key is Family.JUDGE_SCORE:
         return len(judged) * (len(spec.buckets) + 3)
+    judges = len({(j.target, j.model) for _, j in judged})
     if spec.key is Family.JUDGE_CALIBRATION:
-        return len({(j.target, j.model) for _, j in judged}) * len(Agreement)
+        return judges * len(Agreement)
+    if spec.key is Family.JUDGE_CALLS:
+        return judges  # one result, success, when the judge is well
+    if spec.key is Family.JUDGE_DURATION:
+        return judges * (len(spec.buckets) + 3)
     return sum(len(s.probe.cases) for s, _ in judged) * len(CheckOutcome)
