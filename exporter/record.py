@@ -21,7 +21,6 @@ from pydantic import TypeAdapter, ValidationError
 from typing_extensions import TypedDict
 
 from exporter.errors import Cause, Result
-from exporter.exposition.families import Verdict
 from exporter.log import REDACTOR
 from exporter.result import (
     Phase,
@@ -32,6 +31,7 @@ from exporter.result import (
     TokenSource,
     ToolCall,
     Usage,
+    Verdict,
 )
 
 SCHEMA_VERSION = 2

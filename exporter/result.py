@@ -9,6 +9,14 @@ from enum import StrEnum
 from exporter.errors import Cause, Result
 
 
+class Verdict(StrEnum):
+    """`llm_probe_judgements_total{verdict}`: the judge's verdict on one answer; `error` when
+    the judge failed or answered out of form (never the probed model's failure)."""
+
+    PASS = "pass"
+    FAIL = "fail"
+    ERROR = "error"
+
 class Phase(StrEnum):
     """Phases of one probe, in order (`llm_probe_phase_seconds{phase}`)."""
 

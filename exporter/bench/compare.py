@@ -25,8 +25,8 @@ from exporter.bench.gate import DEFAULT_CONFIDENCE, Verdict, decide
 from exporter.bench.model import STATS, Comparison, Delta, Latency, Summary
 from exporter.bench.summary import latency_of
 from exporter.commands.cells import fmt_ms
-from exporter.exposition.families import Verdict as Judged
 from exporter.record import LoadMode, Record
+from exporter.result import Verdict as Judged
 
 LATENCY_METRICS = frozenset(f"{name}_{stat}" for name in (*Latency, "tfa") for stat in STATS)
 # Metrics where a higher value is better; every other metric is better lower.

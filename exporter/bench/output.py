@@ -22,8 +22,10 @@ CSV_FIELDS = (
     "tpot_seconds", "output_tokens_per_second", "duration_seconds", "chunks",
     "inter_chunk_max_seconds", "output_tokens", "token_source", "prompt_tokens",
     "completion_tokens", "reasoning_tokens", "cached_tokens", "cost", "currency", "slo_met",
-    "finish_reason", "response_id", "case", "judge_verdict", "judge_score",
+    "finish_reason", "response_id",
     *(f"{name}_{clock}" for clock in ("monotonic", "unix") for name in STAMPS),
+    # Columns added later go last, so a reader of the columns before finds them in place.
+    "case", "judge_verdict", "judge_score",
 )
 
 

@@ -32,13 +32,12 @@ from exporter.bench.summary import find_knees, summarize
 from exporter.bench.workers import WorkerPool
 from exporter.commands.selection import probing
 from exporter.config import Config, Series, redacted
-from exporter.exposition.families import Verdict
 from exporter.judge.engine import Judge, without_long_answer
 from exporter.judge.prompt import MAX_GRADED
 from exporter.probe.assembly import ANSWER_LIMIT
 from exporter.probe.prober import Prober
 from exporter.record import CLOCK, BenchContext, Level, Record
-from exporter.result import ProbeResult
+from exporter.result import ProbeResult, Verdict
 
 JUDGE_CONCURRENCY = 4  # judge calls in flight at once, after each level
 

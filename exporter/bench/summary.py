@@ -17,10 +17,9 @@ from exporter.bench.model import (
     TokenTotals,
 )
 from exporter.commands.cells import fmt_ms
-from exporter.exposition.families import Verdict
 from exporter.measure import percentile
 from exporter.record import Level, LoadMode, Record
-from exporter.result import ProbeResult, TokenSource
+from exporter.result import ProbeResult, TokenSource, Verdict
 
 # Doubling the load and gaining less than this much aggregate tokens/s is "stopped growing".
 KNEE_MIN_GROWTH = 0.05

@@ -17,6 +17,7 @@ from enum import StrEnum
 
 from exporter.errors import Result
 from exporter.result import Phase, ServerPhase, TokenType
+from exporter.result import Verdict as Verdict  # re-exported: the judge's label values
 
 PREFIX = "llm_probe_"
 PROBE_LABELS = ("target", "model", "probe")
@@ -79,15 +80,6 @@ class IdentityWindow(StrEnum):
 
     BASELINE = "baseline"
     CURRENT = "current"
-
-
-class Verdict(StrEnum):
-    """`llm_probe_judgements_total{verdict}`: the judge's verdict on one answer; `error` when
-    the judge failed or answered out of form (never the probed model's failure)."""
-
-    PASS = "pass"
-    FAIL = "fail"
-    ERROR = "error"
 
 
 class Agreement(StrEnum):
