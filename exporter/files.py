@@ -54,13 +54,16 @@ class FileRefused(ValueError):
                                    for where, why in self.problems))
 
 
-def read_limited(path: Path, limit: int) -> bytes:
+def read_limited(path: Path | str, limit: int, *, dir_fd: int | None = None,
+                 follow: bool = True) -> bytes:
     """The bytes of a regular file of at most `limit` bytes (OSError or FileRefused otherwise).
 
     Opened without blocking and checked before reading, so a FIFO, a device such as /dev/zero
-    or a huge file cannot hang or exhaust the reader.
+    or a huge file cannot hang or exhaust the reader. `dir_fd`: `path` relative to that
+    directory; `follow=False`: never through a symlink.
     """
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+    fd = os.open(path, flags if follow else flags | os.O_NOFOLLOW, dir_fd=dir_fd)
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise FileRefused([("", "not a regular file")])

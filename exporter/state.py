@@ -30,7 +30,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from exporter.files import FileRefused
+from exporter.files import FileRefused, read_limited
 
 APP = "llm-probe-exporter"
 
@@ -182,7 +182,7 @@ def _read_at(dir_fd: int, path: Path, kind: str, limit: int,
         raise StateRefused(f"state file {path}: owned by another user (uid {info.st_uid}); "
                            "the exporter will not trust or replace it")
     try:
-        data = json.loads(_read_limited_at(dir_fd, path.name, limit))
+        data = json.loads(read_limited(path.name, limit, dir_fd=dir_fd, follow=False))
     except OSError as exc:
         raise StateRefused(f"state file {path}: {exc.strerror or exc}") from None
     except FileRefused as exc:
@@ -196,25 +196,6 @@ def _read_at(dir_fd: int, path: Path, kind: str, limit: int,
         return data
     raise StateRefused(f"state file {path}: not the exporter's {kind} record; the exporter "
                        "will not use or replace it")
-
-
-def _read_limited_at(dir_fd: int, name: str, limit: int) -> bytes:
-    """`read_limited` of `name` in `dir_fd`, never through a symlink."""
-    fd = os.open(name, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC,
-                 dir_fd=dir_fd)
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise FileRefused([("", "not a regular file")])
-        chunks: list[bytes] = []
-        size = 0
-        while chunk := os.read(fd, min(1 << 16, limit + 1 - size)):
-            chunks.append(chunk)
-            size += len(chunk)
-            if size > limit:
-                raise FileRefused([("", f"larger than {limit} bytes")])
-        return b"".join(chunks)
-    finally:
-        os.close(fd)
 
 
 def write_state(path: Path, kind: str, data: Mapping[str, Any], limit: int,
