@@ -163,9 +163,12 @@ def _seconds(duration: str) -> int:
 def is_optional(expr: str) -> bool:
     """Whether a query may rightly return nothing (server timings, external servers, history)."""
     names = metric_names(substitute(expr))
-    # Workload-shaped series (`input_tokens:`, `cache: pair`) exist only where a probe has them.
-    workload = 'input_tokens!=""' in expr or 'cache!=""' in expr
-    return (" offset " in expr or bool(names & OPTIONAL_NAMES) or workload
+    # Workload-shaped series (`input_tokens:`, `cache: pair`) exist only where a probe has them,
+    # a quality objective only on judged probes with `slo: {quality}`.
+    workload = ('input_tokens!=""' in expr or 'cache!=""' in expr
+                or "llm_probe_input_tokens_reported_ratio" in expr)
+    judged = 'objective="quality"' in expr
+    return (" offset " in expr or bool(names & OPTIONAL_NAMES) or workload or judged
             or any(name.startswith(EXTERNAL_PREFIXES) for name in names))
 
 
