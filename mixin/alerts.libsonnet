@@ -393,9 +393,16 @@ local p = import 'lib/promql.libsonnet';
   local mr = cfg.modelRetiring,
   local an = cfg.ttftAnomaly,
   local shareOf(w) = 'target_model_probe:llm_probe_cached_input:ratio_rate%s{cache="warm"}' % w,
-  local p95Now = 'target_model_probe:llm_probe_ttft_seconds:p95_rate' + an.window,
-  local median = 'target_model_probe:llm_probe_ttft_seconds:p95_rate%s_same_time_median%dd' % [an.window, an.days],
-  local days = 'target_model_probe:llm_probe_ttft_seconds:p95_rate%s_same_time_days%dd' % [an.window, an.days],
+  local p95Now = $.ttftAnomalyName,
+  local median = '%s_same_time_median%dd' % [$.ttftAnomalyName, an.days],
+  local days = '%s_same_time_days%dd' % [$.ttftAnomalyName, an.days],
+  local er = cfg.errorRateAnomaly,
+  local errorMedian = '%s_same_time_median%dd' % [$.errorAnomalyName, er.days],
+  local errorDays = '%s_same_time_days%dd' % [$.errorAnomalyName, er.days],
+  // What the failed share must exceed: `factor` times its median, and the median plus
+  // `minIncrease`, whichever is higher.
+  local errorLimit = '(\n  %(f)s * %(med)s > %(on)s %(med)s + %(d)s\n  or\n  %(med)s + %(d)s\n)' % {
+    f: p.num(er.factor), med: errorMedian, on: on, d: p.num(er.minIncrease) },
   local workloadAlerts = {
     name: 'llm-probe-workload-alerts',
     rules: [
@@ -444,6 +451,30 @@ local p = import 'lib/promql.libsonnet';
             + 'p95 TTFT of %s over the last %s is {{ $value | humanizeDuration }}, more than %sx its median at the same time on the past %d days (%s apart: ' % [series, an.window, p.num(an.factor), an.days, an.step]
             + queried(median + '%s', 'humanizeDuration')
             + ') and still as high over the last %s: slower than its own daily pattern explains.' % an.short),
+      alert('LLMProbeErrorRateAnomaly',
+            |||
+              %(now)s
+              > %(on)s
+              %(limit)s
+              and %(on)s
+              %(short)s
+              > %(on)s
+              %(limit)s
+              and %(on)s
+              %(days)s >= %(n)s
+              and %(on)s
+              %(probes)s >= %(minProbes)s
+            ||| % { now: $.failedShare(er.window), short: $.failedShare(er.short),
+                    limit: errorLimit, days: errorDays, on: on, n: p.num(er.minDays),
+                    probes: p.sumBy(key, 'increase', 'llm_probe_requests_total', m(), er.window),
+                    minProbes: p.num(er.minProbes) },
+            er['for'], 'warning',
+            '%s fails unusually often for this time of day.' % series,
+            selectorOf(key)
+            + '{{ $value | humanizePercentage }} of the probes of %s failed over the last %s, more than %sx their median share at the same time on the past %d days (%s apart: ' % [series, er.window, p.num(er.factor), er.days, er.step]
+            + queried(errorMedian + '%s', 'humanizePercentage')
+            + ') and at least %s percentage points above it, and as many over the last %s: more failures than its own daily pattern explains.'
+            % [p.num(er.minIncrease * 100), er.short]),
     ],
   },
 

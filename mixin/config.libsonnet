@@ -134,6 +134,13 @@
     // days on record (a younger series cannot page), and still above it over `short`.
     ttftAnomaly: { factor: 3, window: '1h', short: '5m', days: 7, step: '1d', minDays: 4,
                    'for': '15m', interval: '5m' },
+    // LLMProbeErrorRateAnomaly: the failed share of probes over `window` above `factor` times
+    // its median at the same time on the past `days` days (`step` apart) and at least
+    // `minIncrease` above it (a series that never fails is not paged for one failure), with at
+    // least `minProbes` probes in the window and `minDays` of those days on record, and still as
+    // high over `short`. A step of 7d judges each hour of the week against the past weeks.
+    errorRateAnomaly: { factor: 3, minIncrease: 0.05, minProbes: 10, window: '1h', short: '5m',
+                        days: 7, step: '1d', minDays: 4, 'for': '15m', interval: '5m' },
 
     dashboards: {
       tags: ['llm-probe', 'llm', 'prometheus'],

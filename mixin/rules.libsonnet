@@ -262,28 +262,46 @@ local p = import 'lib/promql.libsonnet';
   },
 
   local an = cfg.ttftAnomaly,
+  local er = cfg.errorRateAnomaly,
   // p95 TTFT over the anomaly window `offset` ago, from the raw histograms (no wait until a
   // recording rule has run for a week).
   ttftP95Window(offset=''):: p.quantile(0.95, 'llm_probe_ttft_seconds', m(), key, an.window, 'rate', offset),
-  // The same window on each of the past days, labelled by the day (to take their median).
-  local stepUnit = an.step[std.length(an.step) - 1],
-  local stepCount = std.parseInt(std.substr(an.step, 0, std.length(an.step) - 1)),
-  local pastDays = std.join('\nor\n', [
-    'label_replace(\n  %s,\n  "days_ago", "%d", "", ""\n)' % [
-      p.indent($.ttftP95Window('%d%s' % [d * stepCount, stepUnit]), 2), d,
-    ]
-    for d in std.range(1, an.days)
-  ]),
+  // The failed share of probes over `w`, `offset` ago. A series without failures is a 0, not a
+  // gap: its quiet days count as days on record.
+  failedShare(w, offset='')::
+    local all = p.sumBy(key, 'rate', 'llm_probe_requests_total', m(), w, offset);
+    '(\n  %s\n  or\n  0 * %s\n)\n/\n%s' % [
+      p.sumBy(key, 'rate', 'llm_probe_requests_total', m(['result!="success"']), w, offset), all, all,
+    ],
+  // `at(offset)` on each of the past `a.days` steps, labelled by the step (to take their median
+  // and count them).
+  local sameTime(at, a) =
+    local unit = a.step[std.length(a.step) - 1];
+    local count = std.parseInt(std.substr(a.step, 0, std.length(a.step) - 1));
+    std.join('\nor\n', [
+      'label_replace(\n  %s,\n  "days_ago", "%d", "", ""\n)' % [p.indent(at('%d%s' % [d * count, unit]), 2), d]
+      for d in std.range(1, a.days)
+    ]),
+  local medianAndDays(name, past, a) = [
+    rec('%s_same_time_median%dd' % [name, a.days],
+        'quantile by (%s) (\n  0.5,\n  %s\n)' % [p.list(key), p.indent(past, 2)]),
+    rec('%s_same_time_days%dd' % [name, a.days],
+        'count by (%s) (\n  %s\n)' % [p.list(key), p.indent(past, 2)]),
+  ],
+  // The names the anomaly alerts read: `<series>_same_time_median<days>d` and `_days<days>d`.
+  ttftAnomalyName:: 'target_model_probe:llm_probe_ttft_seconds:p95_rate' + an.window,
+  errorAnomalyName:: 'target_model_probe:llm_probe_requests_failed:ratio_rate%s' % er.window,
   local anomaly = {
     name: 'llm-probe-anomaly',
     interval: an.interval,
-    rules: [
-      rec('target_model_probe:llm_probe_ttft_seconds:p95_rate' + an.window, $.ttftP95Window()),
-      rec('target_model_probe:llm_probe_ttft_seconds:p95_rate%s_same_time_median%dd' % [an.window, an.days],
-          'quantile by (%s) (\n  0.5,\n  %s\n)' % [p.list(key), p.indent(pastDays, 2)]),
-      rec('target_model_probe:llm_probe_ttft_seconds:p95_rate%s_same_time_days%dd' % [an.window, an.days],
-          'count by (%s) (\n  %s\n)' % [p.list(key), p.indent(pastDays, 2)]),
-    ],
+    rules: [rec($.ttftAnomalyName, $.ttftP95Window())]
+           + medianAndDays($.ttftAnomalyName, sameTime($.ttftP95Window, an), an),
+  },
+  local errorAnomaly = {
+    name: 'llm-probe-error-anomaly',
+    interval: er.interval,
+    rules: medianAndDays($.errorAnomalyName,
+                         sameTime(function(offset) $.failedShare(er.window, offset), er), er),
   },
 
   local exporter = {
@@ -297,6 +315,6 @@ local p = import 'lib/promql.libsonnet';
 
   prometheusRules+:: {
     groups+: [objectives, availability, latencySlo, latency, efficiency, drift, exporter, workload,
-              anomaly],
+              anomaly, errorAnomaly],
   },
 }

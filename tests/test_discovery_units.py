@@ -72,8 +72,13 @@ def test_what_is_not_a_model_list_says_so(body: bytes, words: str) -> None:
 
 @pytest.mark.parametrize(("pricing", "expected"), [
     ({"prompt": "0.000001", "completion": "0.000004", "input_cache_read": "0.0000001"},
-     (1.0, 4.0, 0.1)),
-    ({"prompt": "0", "completion": "0"}, (0.0, 0.0, None)),  # a free model: a known zero
+     (1.0, 4.0, 0.1, None)),
+    ({"prompt": "0.000003", "completion": "0.000015", "input_cache_read": "0.0000003",
+      "input_cache_write": "0.00000375"}, (3.0, 15.0, 0.3, 3.75)),  # Anthropic via OpenRouter
+    ({"prompt": "0", "completion": "0"}, (0.0, 0.0, None, None)),  # a free model: a known zero
+    # a malformed cache rate is dropped (billed as input), the rest kept
+    ({"prompt": "0.000001", "completion": "0.000004", "input_cache_write": "NaN"},
+     (1.0, 4.0, None, None)),
     ({"prompt": "-1", "completion": "-1"}, None),  # OpenRouter's "variable" (auto router)
     ({"prompt": "NaN", "completion": "0.1"}, None),
     ({"prompt": 1e300, "completion": 1e300}, None),
@@ -88,7 +93,8 @@ def test_gateway_prices_are_validated(pricing: dict[str, Any], expected: Any) ->
         assert price is None
     else:
         assert price is not None and price.source is PriceSource.GATEWAY
-        assert (price.input, price.output, price.cached_input) == pytest.approx(expected)
+        assert (price.input, price.output, price.cached_input,
+                price.cache_write) == pytest.approx(expected)
 
 
 def test_openrouter_capabilities_and_modes() -> None:
@@ -114,9 +120,10 @@ def test_litellm_model_info_prices_tiers_and_capabilities() -> None:
     info = orjson.dumps({"data": [
         {"model_name": "a", "litellm_params": {"api_key": KEY}, "model_info": {
             "input_cost_per_token": 3e-6, "output_cost_per_token": 1.5e-5,
-            "cache_read_input_token_cost": 3e-7,
+            "cache_read_input_token_cost": 3e-7, "cache_creation_input_token_cost": 3.75e-6,
             "input_cost_per_token_above_200k_tokens": 6e-6,
             "output_cost_per_token_above_200k_tokens": 2.25e-5,
+            "cache_creation_input_token_cost_above_200k_tokens": 7.5e-6,
             "mode": "chat", "supports_function_calling": False, "max_output_tokens": 8192}},
         {"model_name": "a", "model_info": {"input_cost_per_token": 1e-6,
                                            "output_cost_per_token": 1e-6}},  # cheaper twin
@@ -129,6 +136,10 @@ def test_litellm_model_info_prices_tiers_and_capabilities() -> None:
     assert a.price.at(1000).input == pytest.approx(3)
     assert a.price.at(250_000).input == pytest.approx(6)  # the long-context tier
     assert a.price.at(250_000).output == pytest.approx(22.5)
+    # Cache writes at their own price (Anthropic's 1.25 × input), in each tier; reads too.
+    assert a.price.at(1000).cache_write == pytest.approx(3.75)
+    assert a.price.at(250_000).cache_write == pytest.approx(7.5)
+    assert a.price.at(250_000).cached_input == pytest.approx(0.3)  # no tier of its own
     assert {f.value for f in a.lacks} == {"tools"} and a.max_output_tokens == 8192
     e = catalog.by_name["e"]
     assert e.mode is Mode.EMBEDDING and e.price is None and catalog.bad_prices == 1

@@ -644,3 +644,27 @@ async def test_embedding_body_over_the_limit_is_cut(scripted_server) -> None:
     server = await scripted_server(Script([(0, body)], headers=JSON))
     result, _ = await probe_once(server, probe=embed_probe(), max_output_bytes=16384)
     assert result.result is Result.STREAM and "exceeded 16384 bytes" in result.reason
+
+
+@pytest.mark.parametrize(("shape", "usage", "written"), [
+    # LiteLLM in front of Anthropic or Bedrock: writes in the prompt's details, or beside them.
+    ("chat", {"prompt_tokens": 3000, "completion_tokens": 5,
+              "prompt_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 2048}}, 2048),
+    ("chat", {"prompt_tokens": 3000, "completion_tokens": 5,
+              "cache_creation_input_tokens": 2048}, 2048),
+    ("responses", {"input_tokens": 3000, "output_tokens": 5,
+                   "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 2048}},
+     2048),
+    ("chat", {"prompt_tokens": 3000, "completion_tokens": 5}, None),  # OpenAI: none reported
+    ("chat", {"prompt_tokens": 3000, "completion_tokens": 5,
+              "prompt_tokens_details": {"cache_write_tokens": -1}}, None),  # malformed
+    ("responses", {"input_tokens": 3000, "output_tokens": 5,
+                   "cache_creation_input_tokens": True}, None),
+])
+def test_cache_writes_a_gateway_reports_in_openai_shapes(shape: str, usage: dict[str, Any],
+                                                        written: int | None) -> None:
+    from exporter.protocols import openai_chat, openai_responses
+
+    parse = openai_chat.parse_usage if shape == "chat" else openai_responses.parse_usage
+    read = parse(usage)
+    assert read is not None and read.cache_write == written and read.prompt == 3000

@@ -43,7 +43,9 @@ def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def simulator(work: Path) -> Iterator[Server]:
     server = start_simulator({"sim": {"ttft": "20ms", "tpot": "2ms", "jitter": 0.0,
-                                      "output_tokens": 12}}, work)
+                                      "output_tokens": 12},
+                              "sim-claude": {"ttft": "20ms", "tpot": "2ms", "jitter": 0.0,
+                                             "output_tokens": 4}}, work)
     yield server
     server.stop()
 
@@ -58,6 +60,14 @@ def gateway(work: Path, simulator: Server) -> Iterator[LiteLLM]:
                      "api_key": "unused"},
         "gpt-4o-mini": {"model": "openai/gpt-4o-mini", "api_base": simulator.base_url,
                         "api_key": "unused"},
+        # Anthropic behind the gateway, its prompt cache marked by the gateway (Anthropic caches
+        # only what is marked), cache reads and writes priced apart as Anthropic bills them.
+        "gw-claude": {"model": "anthropic/sim-claude", "api_base": simulator.root_url,
+                      "api_key": "unused",
+                      "cache_control_injection_points": [{"location": "message", "role": "user"}],
+                      "input_cost_per_token": 3e-6, "output_cost_per_token": 1.5e-5,
+                      "cache_read_input_token_cost": 3e-7,
+                      "cache_creation_input_token_cost": 3.75e-6},
     }, work)
     yield server
     server.stop()
@@ -68,7 +78,8 @@ async def test_litellm_lists_describes_and_prices_its_models(gateway: LiteLLM) -
         "probes": {"short": {"prompt": "Tell me a short story.", "max_tokens": 16},
                    "embed": {"kind": "embedding", "input": "text"}},
         "targets": [{"name": "litellm", "base_url": gateway.base_url,
-                     "api_key": gateway.master_key, "discover": {"exclude": ["^gpt-"]}}]},
+                     "api_key": gateway.master_key,
+                     "discover": {"exclude": ["^gpt-", "^gw-claude$"]}}]},
         env={})
     collector = DiscoveryCollector()
     redactor = Redactor([gateway.master_key])
@@ -85,7 +96,7 @@ async def test_litellm_lists_describes_and_prices_its_models(gateway: LiteLLM) -
         catalog, _ = await fetch_catalog(prober, config.targets[0], redactor=redactor)
         assert catalog.sources == ("/models", "/model/info")
         models = catalog.by_name
-        assert set(models) == {"gw-priced", "gw-plain", "gw-embed", "gpt-4o-mini"}
+        assert set(models) == {"gw-priced", "gw-plain", "gw-embed", "gpt-4o-mini", "gw-claude"}
         priced = models["gw-priced"].price
         assert priced is not None and priced.source is PriceSource.GATEWAY
         assert (priced.input, priced.output) == pytest.approx((1.5, 6.0))
@@ -112,3 +123,36 @@ async def test_litellm_lists_describes_and_prices_its_models(gateway: LiteLLM) -
         assert unpriced.result is Result.SUCCESS and unpriced.cost is None
     text = repr(discovery.status) + repr(catalog)
     assert gateway.master_key not in text
+
+
+async def test_cache_writes_behind_the_gateway_are_read_and_priced_at_its_write_price(
+        gateway: LiteLLM) -> None:
+    """A cache pair through LiteLLM to Anthropic (the simulator's): the gateway reports cache
+    writes in OpenAI's shape (`prompt_tokens_details.cache_write_tokens`), its `/model/info`
+    prices them (`cache_creation_input_token_cost`), and the cold probe is charged that."""
+    config = parse_config({
+        "probes": {"cached": {"input_tokens": 2000, "cache": "pair", "max_tokens": 8}},
+        "targets": [{"name": "litellm", "base_url": gateway.base_url,
+                     "api_key": gateway.master_key,
+                     "discover": {"include": ["^gw-claude$"]}}]}, env={})
+    async with Prober() as prober:
+        catalog, _ = await fetch_catalog(prober, config.targets[0])
+        price = catalog.by_name["gw-claude"].price
+        assert price is not None and price.source is PriceSource.GATEWAY
+        assert (price.cached_input, price.cache_write) == pytest.approx((0.3, 3.75))
+        cold, warm = expand(config, {"litellm": catalog}).series
+        assert cold.price == price
+        first = await prober.probe(cold)
+        second = await prober.probe(warm)
+    assert first.result is Result.SUCCESS and second.result is Result.SUCCESS, (
+        first.reason, second.reason)
+    written, read = first.usage.cache_write or 0, second.usage.cached or 0
+    assert written >= 1024 and read >= 1024, (first.usage, second.usage)
+    uncached = first.usage.prompt - written
+    assert first.cost == pytest.approx(
+        (uncached * 3.0 + written * 3.75 + first.usage.completion * 15.0) / 1e6)
+    fresh = second.usage.prompt - read - (second.usage.cache_write or 0)
+    assert second.cost == pytest.approx(
+        (fresh * 3.0 + read * 0.3 + (second.usage.cache_write or 0) * 3.75
+         + second.usage.completion * 15.0) / 1e6)
+    assert second.cost < first.cost

@@ -211,6 +211,7 @@ class SimulatedPrice(StrictModel):
     input: float = Field(ge=0)
     output: float = Field(ge=0)
     cached_input: float | None = Field(default=None, ge=0)
+    cache_write: float | None = Field(default=None, ge=0)  # tokens written to a prompt cache
 
 
 class SimulatorConfig(StrictModel):

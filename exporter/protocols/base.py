@@ -93,6 +93,14 @@ def count(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
+def cache_writes(details: dict[str, Any], usage: dict[str, Any]) -> int | None:
+    """Prompt tokens written to a cache, as a gateway in front of Anthropic or Bedrock reports
+    them in OpenAI's shapes (LiteLLM: `cache_write_tokens` in the prompt's details, and
+    `cache_creation_input_tokens` beside the usage)."""
+    written = count(details.get("cache_write_tokens"))
+    return written if written is not None else count(usage.get("cache_creation_input_tokens"))
+
+
 def text_piece(value: Any, name: str, data: str | bytes = "") -> str:
     """A streamed text field: "" when absent, StreamError (quoting the event's `data`) when
     it is not a string."""

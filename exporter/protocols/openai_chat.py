@@ -9,7 +9,9 @@ llama.cpp's server adds its own `timings` (`prompt_ms`: prefill, `predicted_ms`:
 
 Usage is OpenAI's own convention, read as is: `prompt_tokens` (includes
 `prompt_tokens_details.cached_tokens`), `completion_tokens` (includes
-`completion_tokens_details.reasoning_tokens` and tool-call tokens).
+`completion_tokens_details.reasoning_tokens` and tool-call tokens). Cache writes, which a gateway
+in front of Anthropic or Bedrock reports (LiteLLM: `prompt_tokens_details.cache_write_tokens`,
+and `cache_creation_input_tokens` beside the usage), are part of `prompt_tokens` too.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from exporter.protocols.base import (
     StreamParser,
     as_object,
     bearer,
+    cache_writes,
     count,
     error_message,
     json_headers,
@@ -96,7 +99,9 @@ def parse_usage(usage: Any) -> Usage | None:
     return Usage(prompt=count(usage.get("prompt_tokens")),
                  completion=count(usage.get("completion_tokens")),
                  reasoning=count(details.get("reasoning_tokens")),
-                 cached=count(prompt_details.get("cached_tokens")))
+                 cached=count(prompt_details.get("cached_tokens")),
+                 cache_write=cache_writes(prompt_details, usage))
+
 
 
 def load_chunk(data: str) -> dict[str, Any]:

@@ -10,7 +10,8 @@ and `error` events are errors inside the 200 stream (`upstream`). The request se
 `store: false`: a probe's answer is not worth keeping on the provider's side.
 
 Usage from the final response, already in OpenAI's convention: prompt = `input_tokens`
-(includes `input_tokens_details.cached_tokens`), completion = `output_tokens` (includes
+(includes `input_tokens_details.cached_tokens` and, where a gateway reports them,
+`input_tokens_details.cache_write_tokens`), completion = `output_tokens` (includes
 `output_tokens_details.reasoning_tokens` and tool calls).
 """
 
@@ -34,6 +35,7 @@ from exporter.protocols.base import (
     StreamParser,
     as_object,
     bearer,
+    cache_writes,
     count,
     error_message,
     json_headers,
@@ -54,11 +56,13 @@ def parse_usage(usage: Any) -> Usage | None:
     """Read a Responses `usage` object (None when absent or malformed)."""
     if not isinstance(usage, dict):
         return None
+    input_details = as_object(usage.get("input_tokens_details"))
     return Usage(prompt=count(usage.get("input_tokens")),
                  completion=count(usage.get("output_tokens")),
                  reasoning=count(as_object(usage.get("output_tokens_details"))
                                  .get("reasoning_tokens")),
-                 cached=count(as_object(usage.get("input_tokens_details")).get("cached_tokens")))
+                 cached=count(input_details.get("cached_tokens")),
+                 cache_write=cache_writes(input_details, usage))
 
 
 @dataclass(slots=True)

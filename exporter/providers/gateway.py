@@ -2,13 +2,15 @@
 `/model/info`, read as hostile input (sans-IO: bytes in, a `Catalog` out).
 
 Shapes read: OpenAI's and Anthropic's lists (`{"data": [{"id": …}]}`), OpenRouter's (each entry
-also has `pricing` in USD per token as strings, `supported_parameters`, `architecture`,
+also has `pricing` in USD per token as strings — `prompt`, `completion`, `input_cache_read`,
+`input_cache_write` —, `supported_parameters`, `architecture`,
 `top_provider.max_completion_tokens`), LiteLLM's (`mode`, `max_output_tokens` on known models)
 and LiteLLM's `/model/info` (`model_name` + `model_info`: `input_cost_per_token`,
-`output_cost_per_token`, `cache_read_input_token_cost`, their `_above_200k_tokens` tiers, `mode`,
-`max_output_tokens`, `supports_function_calling`, `supports_response_schema`, `supports_vision`,
-`supports_reasoning`). Retirement dates: OpenRouter's `expiration_date` on a listed model and
-LiteLLM's `deprecation_date` in its model info (the earlier of the two wins).
+`output_cost_per_token`, `cache_read_input_token_cost`, `cache_creation_input_token_cost`, their
+`_above_200k_tokens` tiers, `mode`, `max_output_tokens`, `supports_function_calling`,
+`supports_response_schema`, `supports_vision`, `supports_reasoning`). Retirement dates:
+OpenRouter's `expiration_date` on a listed model and LiteLLM's `deprecation_date` in its model
+info (the earlier of the two wins).
 
 Everything is bounded: the body's bytes (the caller reads at most MAX_LIST_BYTES), its
 structure before it is parsed (`Structure`: the JSON values a document may hold, counted over
@@ -245,26 +247,28 @@ def _mode(value: Any) -> Mode | None:
     return Mode.EMBEDDING if value == "embedding" else Mode.OTHER
 
 
-def _price(prices: Mapping[str, Any], keys: tuple[str, str, str],
-           tiers: Mapping[int, tuple[str, str, str]], origin: str) -> tuple[ModelPrice | None,
-                                                                          bool]:
-    """A gateway price from per-token (input, output, cached input) keys; (price, refused)."""
-    (input_, bad_in), (output, bad_out), (cached, bad_cached) = (
+def _price(prices: Mapping[str, Any], keys: tuple[str, str, str, str],
+           tiers: Mapping[int, tuple[str, str, str, str]], origin: str) -> tuple[ModelPrice | None,
+                                                                               bool]:
+    """A gateway price from per-token (input, output, cache read, cache write) keys;
+    (price, refused)."""
+    (input_, bad_in), (output, bad_out), (cached, bad_cached), (written, bad_written) = (
         _per_million(prices.get(key)) for key in keys)
-    refused = bad_in or bad_out or bad_cached
+    refused = bad_in or bad_out or bad_cached or bad_written
     if input_ is None or output is None:
         return None, refused
     found = []
     for above, tier_keys in tiers.items():
-        (t_in, b1), (t_out, b2), (t_cached, b3) = (_per_million(prices.get(k))
-                                                   for k in tier_keys)
-        refused = refused or b1 or b2 or b3
+        (t_in, b1), (t_out, b2), (t_cached, b3), (t_written, b4) = (
+            _per_million(prices.get(k)) for k in tier_keys)
+        refused = refused or b1 or b2 or b3 or b4
         if t_in is not None or t_out is not None:
             found.append(PriceTier(above, Rates(input_ if t_in is None else t_in,
                                                 output if t_out is None else t_out,
-                                                cached if t_cached is None else t_cached)))
+                                                cached if t_cached is None else t_cached,
+                                                written if t_written is None else t_written)))
     return ModelPrice(input_, output, cached, "USD", PriceSource.GATEWAY, origin,
-                      tuple(found)), refused
+                      tuple(found), written), refused
 
 
 def parse_model_list(body: bytes, *, redactor: Redactor | None = None,
@@ -289,7 +293,8 @@ def parse_model_list(body: bytes, *, redactor: Redactor | None = None,
             continue
         name = str(listed)
         pricing = item.get("pricing")
-        price, bad = (_price(pricing, ("prompt", "completion", "input_cache_read"), {},
+        price, bad = (_price(pricing, ("prompt", "completion", "input_cache_read",
+                                       "input_cache_write"), {},
                              f"gateway {origin} pricing")
                       if isinstance(pricing, dict) else (None, False))
         bad_prices += bad
@@ -373,7 +378,8 @@ def parse_model_info(body: bytes, *, redactor: Redactor | None = None,
     bad_prices = 0
     tiers = {above: (f"input_cost_per_token_above_{above // 1000}k_tokens",
                      f"output_cost_per_token_above_{above // 1000}k_tokens",
-                     f"cache_read_input_token_cost_above_{above // 1000}k_tokens")
+                     f"cache_read_input_token_cost_above_{above // 1000}k_tokens",
+                     f"cache_creation_input_token_cost_above_{above // 1000}k_tokens")
              for above in _TIERS}
     for entry in data[:MAX_LISTED]:
         item = entry if isinstance(entry, dict) else {}
@@ -385,7 +391,8 @@ def parse_model_info(body: bytes, *, redactor: Redactor | None = None,
         name = str(listed)
         info = _dict(item.get("model_info"))
         price, bad = _price(info, ("input_cost_per_token", "output_cost_per_token",
-                                   "cache_read_input_token_cost"), tiers,
+                                   "cache_read_input_token_cost",
+                                   "cache_creation_input_token_cost"), tiers,
                             f"gateway {origin}")
         bad_prices += bad
         lacks = frozenset(f for f, key in _LITELLM_SUPPORTS.items() if info.get(key) is False)

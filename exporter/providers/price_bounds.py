@@ -39,7 +39,7 @@ class RefusedPrice:
     source: PriceSource
     reason: PriceRefusal
     price: ModelPrice
-    rate: str  # which rate broke it: input, output or cached_input
+    rate: str  # which rate broke it: input, output, cached_input or cache_write
     value: float  # that rate, per 1M tokens
     bound: float  # what it may be at most
 
@@ -55,7 +55,7 @@ class RefusedPrice:
 
 
 def _rates(price: ModelPrice) -> Iterator[Rates]:
-    yield Rates(price.input, price.output, price.cached_input)
+    yield Rates(price.input, price.output, price.cached_input, price.cache_write)
     for tier in price.tiers:
         yield tier.rates
 
@@ -65,14 +65,19 @@ def _named(rates: Rates) -> Iterator[tuple[str, float]]:
     yield "output", rates.output
     if rates.cached_input is not None:
         yield "cached_input", rates.cached_input
+    if rates.cache_write is not None:
+        yield "cache_write", rates.cache_write
 
 
 def _dearest(price: ModelPrice) -> dict[str, float]:
-    """The library's dearest rate of each kind over its tiers (cached: input where none)."""
+    """The library's dearest rate of each kind over its tiers (cache reads and writes: input
+    where it has none)."""
     out: dict[str, float] = {}
     for rates in _rates(price):
         for name, value in _named(Rates(rates.input, rates.output,
                                         rates.cached_input if rates.cached_input is not None
+                                        else rates.input,
+                                        rates.cache_write if rates.cache_write is not None
                                         else rates.input)):
             out[name] = max(out.get(name, 0.0), value)
     return out

@@ -56,6 +56,8 @@ def _model_entry(dialect: Dialect, name: str, model: SimulatedModel | None) -> d
                             "completion": _per_token(model.price.output)}
         if model.price.cached_input is not None:
             entry["pricing"]["input_cache_read"] = _per_token(model.price.cached_input)
+        if model.price.cache_write is not None:
+            entry["pricing"]["input_cache_write"] = _per_token(model.price.cache_write)
     return entry
 
 
@@ -109,6 +111,10 @@ async def _model_info(request: web.Request) -> web.Response:
         if model.price is not None:
             info["input_cost_per_token"] = model.price.input / 1_000_000
             info["output_cost_per_token"] = model.price.output / 1_000_000
+            if model.price.cached_input is not None:
+                info["cache_read_input_token_cost"] = model.price.cached_input / 1_000_000
+            if model.price.cache_write is not None:
+                info["cache_creation_input_token_cost"] = model.price.cache_write / 1_000_000
         data.append({"model_name": name, "litellm_params": {"model": name},
                      "model_info": info})
     return json_response({"data": data})

@@ -57,6 +57,10 @@ SHORT_CONFIG = """{ _config+:: {
     // can page before a minute of history: the one slow probe at 30 s cannot).
     ttftAnomaly+: { window: '20s', short: '5s', days: 3, step: '20s', minDays: 3, 'for': '5s',
                     interval: '1s' },
+    // The same days for the error rate; `for` three times `short`, as shipped (15m, 5m): a burst
+    // of a few seconds (short-429-burst) cannot hold that long.
+    errorRateAnomaly+: { window: '20s', short: '5s', days: 3, step: '20s', minDays: 3,
+                         'for': '15s', interval: '1s' },
     modelRetiring+: { 'for': '5s' },
     workload+: { window: '20s' },
     promptCacheCold+: { window: '20s', short: '6s', history: '3m', 'for': '5s' },

@@ -263,3 +263,20 @@ async def test_check_discover_bounds_every_probe_of_what_the_gateway_lists(
     # The plan's day is those ceilings: a true upper bound of what the budget can be charged.
     dear = plan[("gw", "gw-dear", "p")]
     assert dear.cost_per_day == pytest.approx(dear.cost_per_probe * dear.probes_per_day)
+
+
+def test_a_gateway_cache_write_price_is_bounded_like_its_other_rates() -> None:
+    from dataclasses import replace
+
+    from exporter.providers.price_bounds import refusal
+    from exporter.providers.prices import ModelPrice
+
+    library = ModelPrice(0.15, 0.6, 0.075, source=PriceSource.LIBRARY)  # no write price
+    fair = ModelPrice(0.15, 0.6, 0.075, source=PriceSource.GATEWAY, cache_write=0.1875)
+    assert refusal(fair, library) is None
+    dear = refusal(replace(fair, cache_write=50.0), library)  # bounded by 10 × the input
+    assert dear is not None and dear.reason is PriceRefusal.ABOVE_LIBRARY
+    assert (dear.rate, dear.bound) == ("cache_write", pytest.approx(LIBRARY_FACTOR * 0.15))
+    huge = refusal(replace(fair, cache_write=5_000.0))
+    assert huge is not None and huge.reason is PriceRefusal.ABOVE_CEILING
+    assert huge.rate == "cache_write"
