@@ -142,6 +142,9 @@ class ProbeResult:
     # What the server's usage would have cost where that passed the probe's charge ceiling
     # (`cost` is then the ceiling): an upstream over-claim, counted and warned about.
     claimed_cost: float | None = None
+    # What the same usage would have cost with no prompt cache (every prompt token at the input
+    # price), for a cache pair's series: minus `cost`, the money the cache saved.
+    cost_without_cache: float | None = None
     answer: str = ""
     finish_reason: str | None = None
     response_id: str | None = None

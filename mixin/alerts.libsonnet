@@ -394,11 +394,11 @@ local p = import 'lib/promql.libsonnet';
   local an = cfg.ttftAnomaly,
   local shareOf(w) = 'target_model_probe:llm_probe_cached_input:ratio_rate%s{cache="warm"}' % w,
   local p95Now = $.ttftAnomalyName,
-  local median = '%s_same_time_median%dd' % [$.ttftAnomalyName, an.days],
-  local days = '%s_same_time_days%dd' % [$.ttftAnomalyName, an.days],
+  local median = $.sameTime($.ttftAnomalyName, 'median', an),
+  local days = $.sameTime($.ttftAnomalyName, 'days', an),
   local er = cfg.errorRateAnomaly,
-  local errorMedian = '%s_same_time_median%dd' % [$.errorAnomalyName, er.days],
-  local errorDays = '%s_same_time_days%dd' % [$.errorAnomalyName, er.days],
+  local errorMedian = $.sameTime($.errorAnomalyName, 'median', er),
+  local errorDays = $.sameTime($.errorAnomalyName, 'days', er),
   // What the failed share must exceed: `factor` times its median, and the median plus
   // `minIncrease`, whichever is higher.
   local errorLimit = '(\n  %(f)s * %(med)s > %(on)s %(med)s + %(d)s\n  or\n  %(med)s + %(d)s\n)' % {

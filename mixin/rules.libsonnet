@@ -244,6 +244,14 @@ local p = import 'lib/promql.libsonnet';
             p.sumBy(key, 'rate', 'llm_probe_tokens_total', m(['input_tokens!=""', 'type=~"input|cached_input"']), ww),
             p.histSum('llm_probe_ttft_seconds', m(['input_tokens!=""']), key, ww),
           ]),
+      // Money a prompt cache saved per second, per cache pair series and currency: what its
+      // probes would have cost without the cache minus what they cost (negative on a cold
+      // series, whose writes cost more than input; the pair's sum is what the cache is worth).
+      rec('target_model_probe_currency:llm_probe_cache_saved:rate' + ww,
+          '%s\n-\n%s' % [
+            p.sumBy(key + ['currency'], 'rate', 'llm_probe_cost_without_cache_total', m(), ww),
+            p.sumBy(key + ['currency'], 'rate', 'llm_probe_cost_total', m(['cache!=""']), ww),
+          ]),
       // The share of input tokens read from a prompt cache, per cache pair series.
       rec('target_model_probe:llm_probe_cached_input:ratio_rate' + ww,
           '%s\n/\n%s' % [
@@ -275,7 +283,7 @@ local p = import 'lib/promql.libsonnet';
     ],
   // `at(offset)` on each of the past `a.days` steps, labelled by the step (to take their median
   // and count them).
-  local sameTime(at, a) =
+  local pastSteps(at, a) =
     local unit = a.step[std.length(a.step) - 1];
     local count = std.parseInt(std.substr(a.step, 0, std.length(a.step) - 1));
     std.join('\nor\n', [
@@ -283,25 +291,30 @@ local p = import 'lib/promql.libsonnet';
       for d in std.range(1, a.days)
     ]),
   local medianAndDays(name, past, a) = [
-    rec('%s_same_time_median%dd' % [name, a.days],
+    rec($.sameTime(name, 'median', a),
         'quantile by (%s) (\n  0.5,\n  %s\n)' % [p.list(key), p.indent(past, 2)]),
-    rec('%s_same_time_days%dd' % [name, a.days],
+    rec($.sameTime(name, 'days', a),
         'count by (%s) (\n  %s\n)' % [p.list(key), p.indent(past, 2)]),
   ],
-  // The names the anomaly alerts read: `<series>_same_time_median<days>d` and `_days<days>d`.
+  // The names the anomaly alerts read: `<series>_same_time_median<span>` (the median) and
+  // `_days<span>` (how many past steps it had), the span being `days` steps (7d: 7 of 1d).
+  sameTime(name, what, a)::
+    local unit = a.step[std.length(a.step) - 1];
+    local count = std.parseInt(std.substr(a.step, 0, std.length(a.step) - 1));
+    '%s_same_time_%s%d%s' % [name, what, a.days * count, unit],
   ttftAnomalyName:: 'target_model_probe:llm_probe_ttft_seconds:p95_rate' + an.window,
   errorAnomalyName:: 'target_model_probe:llm_probe_requests_failed:ratio_rate%s' % er.window,
   local anomaly = {
     name: 'llm-probe-anomaly',
     interval: an.interval,
     rules: [rec($.ttftAnomalyName, $.ttftP95Window())]
-           + medianAndDays($.ttftAnomalyName, sameTime($.ttftP95Window, an), an),
+           + medianAndDays($.ttftAnomalyName, pastSteps($.ttftP95Window, an), an),
   },
   local errorAnomaly = {
     name: 'llm-probe-error-anomaly',
     interval: er.interval,
     rules: medianAndDays($.errorAnomalyName,
-                         sameTime(function(offset) $.failedShare(er.window, offset), er), er),
+                         pastSteps(function(offset) $.failedShare(er.window, offset), er), er),
   },
 
   local exporter = {

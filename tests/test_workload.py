@@ -241,6 +241,37 @@ def test_cache_writes_cost_their_own_price() -> None:
                         written=8_000, write_price=None) == pytest.approx(0.03)
 
 
+async def test_what_the_cache_saved_is_counted_beside_the_cost() -> None:
+    """A cache pair over Anthropic's API to the simulator's prefix cache, priced as Anthropic
+    bills (reads 0.1x, writes 1.25x the input): `llm_probe_cost_without_cache_total` counts
+    every prompt token at the input price, so the cold probe (a write) cost more than it would
+    have without the cache and the warm one (a read) much less."""
+    prices = {"m": {"input": 3.0, "output": 15.0, "cached_input": 0.3, "cache_write": 3.75}}
+    async with simulators() as make:
+        sim = await make({"m": profile(prefill_rate=10_000.0, output_tokens=4)})
+        config = make_config(sim.url, probe=PAIR, target={
+            "api": "anthropic-messages", "api_key": "sim-key-pair", "prices": prices})
+        registry = CollectorRegistry()
+        metrics = ExporterMetrics(registry, config, process_metrics=False, refresh=False)
+        async with Prober() as prober:
+            cold = await prober.probe(config.series[0])
+            warm = await prober.probe(config.series[1])
+    for result in (cold, warm):
+        assert result.success, result.reason
+        metrics.record(result)
+    prompt = cold.usage.prompt
+    assert cold.cost_without_cache == pytest.approx((prompt * 3.0 + 4 * 15.0) / 1e6)
+    assert cold.cost > cold.cost_without_cache > warm.cost  # the write's premium, then the read
+    labels = {"target": "t", "model": "m", "probe": "short", "input_tokens": "2000",
+              "currency": "USD"}
+    for role, result in (("cold", cold), ("warm", warm)):
+        without = registry.get_sample_value("llm_probe_cost_without_cache_total",
+                                            {**labels, "cache": role})
+        assert without == pytest.approx(result.cost_without_cache)
+    saved = sum(r.cost_without_cache - r.cost for r in (cold, warm))
+    assert saved > 0  # a pair pays for its write once the warm half reads it
+
+
 async def test_a_warm_probe_started_with_its_cold_one_waits_for_it() -> None:
     """`probe` runs every series at once: the warm request still comes after the cold one
     wrote the cache (real HTTP to the simulator's prefix cache)."""

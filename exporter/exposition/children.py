@@ -120,6 +120,8 @@ def at_load(series: Series, shapes: Shapes) -> list[Child]:
     out.append((Family.ESTIMATED_TOKENS, None))
     if series.price is not None:
         out.append((Family.COST, series.price.currency))
+        if series.workload.cache is not None:
+            out.append((Family.COST_WITHOUT_CACHE, series.price.currency))
     # `unsupported` only where the gateway claims it (one child fewer on every other series).
     out += [(Family.SKIPPED, reason) for reason in SkipReason
             if reason is not SkipReason.UNSUPPORTED or series.claimed_unsupported]

@@ -142,6 +142,7 @@ class Family(StrEnum):
     ESTIMATED_TOKENS = "estimated_tokens"
     COST = "cost"
     COST_CAPPED = "cost_capped"
+    COST_WITHOUT_CACHE = "cost_without_cache"
     SKIPPED = "skipped"
     CHECKS = "checks"
     OBJECTIVE_SECONDS = "objective_seconds"
@@ -306,6 +307,10 @@ FAMILIES: tuple[FamilySpec, ...] = (
           "Probes whose usage, as the server reported it, would cost more than the plan's "
           "ceiling for the probe (prompt and output limit at its price, x2, +256 prompt "
           "tokens): charged the ceiling instead. Any increase is an upstream over-claim."),
+    _spec(Family.COST_WITHOUT_CACHE, "llm_probe_cost_without_cache", _C, _P,
+          "What the probes of a prompt-cache pair would have cost without the cache (every "
+          "prompt token at the input price); minus llm_probe_cost_total, what the cache saved.",
+          "currency"),
     _spec(Family.SKIPPED, "llm_probe_skipped", _C, _P,
           "Scheduled probes that did not run, by reason.", "reason", SkipReason),
     _spec(Family.CHECKS, "llm_probe_checks", _C, _P,

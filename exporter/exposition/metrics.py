@@ -500,6 +500,9 @@ class ExporterMetrics:
             values.inc(Family.ESTIMATED_TOKENS, result.output_tokens)
         if result.cost and values.get(Family.COST, result.currency) is not None:
             values.inc(Family.COST, result.cost, result.currency)
+        uncached = result.cost_without_cache
+        if uncached and values.get(Family.COST_WITHOUT_CACHE, result.currency) is not None:
+            values.inc(Family.COST_WITHOUT_CACHE, uncached, result.currency)
         if result.claimed_cost is not None:
             values.create(Family.COST_CAPPED)  # on first need: an over-claim is rare
             values.inc(Family.COST_CAPPED, 1)

@@ -159,7 +159,7 @@ def assemble(series: Series, attempt: Attempt, error: ProbeError | None, started
     clocks = ProbeStamps(stamps.t0, stamps.t_headers, stamps.t_first, stamps.t_answer,
                          stamps.t_last, stamps.t_end, unix_offset=wall() - clock())
     usage = Usage()
-    cost = currency = claimed = None
+    cost = currency = claimed = uncached = None
     if attempt.stream_done and (parser is not None or attempt.embedding is not None):
         usage = usage_of(attempt, n_tokens)
         price = series.price
@@ -170,9 +170,15 @@ def assemble(series: Series, attempt: Attempt, error: ProbeError | None, started
                                 cached_price=rates.cached_input,
                                 written=usage.cache_write or 0, write_price=rates.cache_write)
             currency = price.currency
+            if series.workload.cache is not None:
+                uncached = measure.cost(usage.prompt or 0, usage.completion or 0, 0,
+                                        input_price=rates.input, output_price=rates.output,
+                                        cached_price=None)
             limit = charge_ceiling(series)
             if limit is not None and cost > limit:
                 cost, claimed = limit, cost  # no claim spends more than the plan allows
+            if limit is not None and uncached is not None:
+                uncached = min(uncached, limit)  # nor saves more
     headers = attempt.headers
     clip = redactor.clip
     answer = "".join(parser.answer) if parser is not None else ""
@@ -185,7 +191,8 @@ def assemble(series: Series, attempt: Attempt, error: ProbeError | None, started
         result=result, reason=clip(error.reason, REASON_LIMIT) if error else "",
         cause=error.cause if error else None,
         timings=timings, usage=usage, output_tokens=n_tokens, token_source=source,
-        cost=cost, currency=currency, claimed_cost=claimed, answer=clip(answer, answer_limit),
+        cost=cost, currency=currency, claimed_cost=claimed, cost_without_cache=uncached,
+        answer=clip(answer, answer_limit),
         finish_reason=clip(finish_reason, FIELD_LIMIT) if finish_reason else None,
         response_id=clip(response_id, FIELD_LIMIT) if response_id else None,
         status=attempt.status, ratelimit=ratelimits(headers), case=attempt.case,

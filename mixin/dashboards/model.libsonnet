@@ -246,6 +246,13 @@ local p = import '../lib/promql.libsonnet';
                          p.sumBy(['probe', 'input_tokens', 'cache'] + fleet, 'rate', 'llm_probe_tokens_total', ms(['cache!=""', 'type=~"input|cached_input"']), RI)),
                    '{{probe}} {{input_tokens}} {{cache}}' + fl]],
                  'percentunit'),
+    g.timeseries('Prompt cache: money saved per hour',
+                 'What the probes of a cache pair would have cost without the cache (llm_probe_cost_without_cache_total: every prompt token at the input price) minus what they cost, per pair (cold and warm together: the writes of the cold half are paid back by the reads of the warm half), per hour. Near zero or below: the cache does not pay (LLMProbePromptCacheCold).',
+                 [['3600 * (\n%s\n-\n%s\n)' % [
+                   p.sumBy(['probe', 'input_tokens', 'currency'] + fleet, 'rate', 'llm_probe_cost_without_cache_total', s, RI),
+                   p.sumBy(['probe', 'input_tokens', 'currency'] + fleet, 'rate', 'llm_probe_cost_total', ms(['cache!=""']), RI),
+                 ], '{{probe}} {{input_tokens}} {{currency}}' + fl]],
+                 'short', defaults={ decimals: 6 }, overrides=g.currencyOverrides(d.currencies, suffix=true)),
   ],
 
   grafanaDashboards+:: {
