@@ -215,10 +215,10 @@ def print_plan(config: Config, plan: Plan, path: str, console: Console | None = 
     for entry in config.deprecated():
         target, model = entry["target"], entry["model"]
         # The library gives no date; where the gateway gives one, it is the line above.
-        when = "its retirement date above" if (target, model) in dated else "no retirement date"
+        date = "its retirement date above" if (target, model) in dated else "no retirement date"
         console.print(f"[yellow]deprecated:[/yellow] {cell(target)}/{cell(model)} — the price "
                       f"library ({plan.library.name} {plan.library.version}) marks it "
-                      f"deprecated by its provider ({when})", soft_wrap=True)
+                      f"deprecated by its provider ({date})", soft_wrap=True)
     console.print(family_table(plan))
     identity = identity_table(plan)
     if identity is not None:
