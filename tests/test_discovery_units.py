@@ -253,17 +253,17 @@ def test_series_follow_the_list_capabilities_and_precedence() -> None:
     assert all(s.discovered == (s.model not in ("pinned", "gw-chat")) for s in expanded.series)
 
 
-def test_library_prices_are_looked_up_only_for_the_models_kept() -> None:
+def test_library_matchs_are_looked_up_only_for_the_models_kept() -> None:
     """Issue 36: seconds of CPU went to pricing names `max_models` then dropped."""
-    from exporter.providers.prices import _library_price
+    from exporter.providers.prices import _library_match
 
     config = parse_config(gateway_config(discover={"max_models": 3},
                                          base_url="http://127.0.0.1:2/price-test/v1"))
-    _library_price.cache_clear()
+    _library_match.cache_clear()
     huge = catalog(*(GatewayModel(f"gpt-4o-{i:05d}", mode=Mode.CHAT) for i in range(2000)))
     expanded = expand(config, {"gw": huge})
     assert len({s.model for s in expanded.series}) == 3
-    assert _library_price.cache_info().misses == 3
+    assert _library_match.cache_info().misses == 3
 
 
 def test_discovered_models_are_capped_never_an_error() -> None:

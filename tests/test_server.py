@@ -205,3 +205,35 @@ async def test_a_reload_flood_costs_two_reloads(client) -> None:
     responses = await asyncio.gather(*(http.post("/-/reload") for _ in range(50)))
     assert {r.status for r in responses} == {200}
     assert 1 <= len(reloads) <= 2  # the running one, and one for all that came during it
+
+
+async def test_models_the_price_library_marks_deprecated_are_listed(aiohttp_client) -> None:
+    # genai-prices marks gemini-2.0-flash deprecated by Google (no date); gpt-4o-mini is not.
+    config = make_config(models=("gemini-2.0-flash", "gpt-4o-mini"))
+    registry = CollectorRegistry()
+    metrics = ExporterMetrics(registry, config, process_metrics=False)
+    store = ResultStore()
+    store.set_series(s.key for s in config.series)
+    prober = Prober()
+    await prober.start()
+    scheduler = Scheduler(prober, metrics, store)
+
+    async def reload() -> None:
+        pass
+
+    state = ServerState(registry, metrics, store, scheduler, config, reload, ready=True)
+    try:
+        http = await aiohttp_client(create_app(state))
+        listed = [{"target": "t", "model": "gemini-2.0-flash", "source": "library"}]
+        shown = orjson.loads(await (await http.get("/config?format=json")).read())
+        assert shown["deprecated"] == listed
+        assert orjson.loads(await (await http.get("/api/v1/results")).read())[
+            "deprecated"] == listed
+        page = await (await http.get("/")).text()
+        assert "Models the price library marks deprecated by their provider" in page
+        assert "<li>t / gemini-2.0-flash</li>" in page and "<li>t / gpt-4o-mini</li>" not in page
+        exposed = await (await http.get("/metrics")).text()
+        assert "llm_probe_model_deprecation_timestamp_seconds{" not in exposed  # no date, no series
+    finally:
+        await scheduler.stop()
+        await prober.close()

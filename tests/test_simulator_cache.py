@@ -134,3 +134,56 @@ def test_a_retirement_date_becomes_a_gauge_per_probed_model_and_leaves_with_it(c
     page = render_status_page(store.snapshot(), {"retirements": [("t", "old", when)]},
                               when - 3 * 86_400)
     assert "t / old: 2026-12-20 (in 3 days)" in page
+
+
+# genai-prices marks gemini-2.0-flash deprecated by Google (no date); gpt-4o-mini is not.
+DEPRECATED, CURRENT = "gemini-2.0-flash", "gpt-4o-mini"
+
+
+def test_a_model_the_price_library_marks_deprecated_is_named_by_check(capsys) -> None:
+    from exporter.commands.check import run_check
+    from exporter.providers.prices import library_info
+    from tests.conftest import make_config
+
+    config = make_config(models=(DEPRECATED, CURRENT))
+    assert {s.model: s.deprecated for s in config.series} == {DEPRECATED: True, CURRENT: False}
+    assert run_check(config, "c.yaml") == 0
+    out = capsys.readouterr().out
+    assert (f"deprecated: t/{DEPRECATED} — the price library (genai-prices "
+            f"{library_info().version}) marks it deprecated by its provider (no retirement "
+            "date)") in " ".join(out.split())
+    assert f"t/{CURRENT}" not in out
+    assert run_check(config, "c.yaml", output="json") == 0
+    document = orjson.loads(capsys.readouterr().out)
+    assert document["deprecated"] == [{"target": "t", "model": DEPRECATED, "source": "library"}]
+    assert document["retirements"] == []
+
+
+def test_the_library_flag_goes_beside_a_gateway_date_never_instead(capsys) -> None:
+    from exporter.commands.check import run_check
+    from exporter.config import expand
+    from exporter.providers.gateway import Catalog, GatewayModel
+    from tests.conftest import make_config
+
+    config = make_config(models=(DEPRECATED, CURRENT))
+    when = dt.datetime(2026, 12, 20, tzinfo=dt.UTC).timestamp()
+    dated = expand(config, {"t": Catalog((GatewayModel(DEPRECATED, retires=when),
+                                          GatewayModel(CURRENT)))})
+    assert run_check(dated, "c.yaml") == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert f"retires: t/{DEPRECATED} on 2026-12-20" in out
+    assert "marks it deprecated by its provider (its retirement date above)" in out
+    assert run_check(dated, "c.yaml", output="json") == 0
+    document = orjson.loads(capsys.readouterr().out)
+    assert [r["model"] for r in document["retirements"]] == [DEPRECATED]
+    assert [d["model"] for d in document["deprecated"]] == [DEPRECATED]
+
+
+def test_a_typed_price_keeps_the_library_flag() -> None:
+    from tests.conftest import make_config
+
+    config = make_config(models=(DEPRECATED,), target={
+        "prices": {DEPRECATED: {"input": 1, "output": 2}}})
+    (series,) = config.series
+    assert series.price is not None and series.price.source.value == "config"
+    assert series.deprecated

@@ -211,6 +211,14 @@ def print_plan(config: Config, plan: Plan, path: str, console: Console | None = 
         console.print(f"[yellow]retires:[/yellow] {cell(target)}/{cell(model)} on "
                       f"{time.strftime('%Y-%m-%d', time.gmtime(when))} "
                       f"({_days(when - time.time())}, the gateway says)", soft_wrap=True)
+    dated = retirements(config)
+    for entry in config.deprecated():
+        target, model = entry["target"], entry["model"]
+        # The library gives no date; where the gateway gives one, it is the line above.
+        date = "its retirement date above" if (target, model) in dated else "no retirement date"
+        console.print(f"[yellow]deprecated:[/yellow] {cell(target)}/{cell(model)} — the price "
+                      f"library ({plan.library.name} {plan.library.version}) marks it "
+                      f"deprecated by its provider ({date})", soft_wrap=True)
     console.print(family_table(plan))
     identity = identity_table(plan)
     if identity is not None:
@@ -266,7 +274,8 @@ def print_plan_json(config: Config, plan: Plan, path: str) -> None:
                 "targets": REDACTOR.tree(targets_json(config)),
                 "retirements": [{"target": t, "model": m, "timestamp": when,
                                  "date": time.strftime("%Y-%m-%d", time.gmtime(when))}
-                                for (t, m), when in retirements(config).items()]}
+                                for (t, m), when in retirements(config).items()],
+                "deprecated": config.deprecated()}
     text = orjson.dumps(document,
                         option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS).decode()
     sys.stdout.write(REDACTOR.net(text) + "\n")

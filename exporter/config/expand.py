@@ -41,7 +41,12 @@ from exporter.exposition.families import (
 )
 from exporter.providers.gateway import Catalog, GatewayModel
 from exporter.providers.price_bounds import RefusedPrice, refusal
-from exporter.providers.prices import ModelPrice, PriceSource, library_price
+from exporter.providers.prices import (
+    ModelPrice,
+    PriceSource,
+    library_deprecated,
+    library_price,
+)
 
 Catalogs = Mapping[str, Catalog]  # by target name: the last good list of each discovering target
 
@@ -163,6 +168,9 @@ def _series_of(global_: GlobalConfig, probes: Mapping[str, ProbeConfig], target:
                model: str, info: GatewayModel | None, found: bool,
                names: tuple[str, ...] | None = None) -> list[Series]:
     price, refused = price_of(target, model, info)
+    # Looked up whatever the price's source: a typed or gateway price says nothing of this.
+    deprecated = library_deprecated(model, target.base_url, target.api,
+                                    target.model_family.get(model))
     if names is None:
         names = probes_of(target, model, info, probes)
     return [Series(target=target, model=model, probe_name=p, probe=probes[p],
@@ -170,7 +178,8 @@ def _series_of(global_: GlobalConfig, probes: Mapping[str, ProbeConfig], target:
                    jitter=target.jitter,
                    slo=objectives(global_.slo, target.slo, probes[p].slo,
                                   target.model_slo.get(model)),
-                   price=price, refused_price=refused, gateway=info, discovered=found,
+                   price=price, refused_price=refused, gateway=info,
+                   deprecated=deprecated, discovered=found,
                    workload=workload)
             for p in names
             for workload in workloads(probes[p].input_tokens, probes[p].cache)]

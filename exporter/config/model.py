@@ -37,7 +37,7 @@ from exporter.exposition.families import Family, Objective, RatioObjective
 from exporter.log import REDACTED, Redactor
 from exporter.providers.gateway import GatewayModel
 from exporter.providers.price_bounds import RefusedPrice
-from exporter.providers.prices import ModelPrice
+from exporter.providers.prices import ModelPrice, PriceSource
 from exporter.providers.rules import lookup, quiet_default
 
 # ---------------------------------------------------------------------------------------------
@@ -163,6 +163,9 @@ class Series:
     price: ModelPrice | None = None  # None: unknown, no cost is counted
     refused_price: RefusedPrice | None = None  # a gateway's or library price out of bounds
     gateway: GatewayModel | None = None  # what the gateway says of the model (discovery)
+    # The price library marks the model deprecated by its provider (undated: beside, never
+    # instead of, the gateway's `retires`).
+    deprecated: bool = False
     discovered: bool = False  # listed by the gateway, not by `models:`
     workload: Workload = field(default_factory=Workload)  # input size, cache role
 
@@ -253,6 +256,13 @@ class Config:
     def discovering(self) -> tuple[Target, ...]:
         """The targets that discover their models."""
         return tuple(t for t in self.targets if t.discover is not None)
+
+    def deprecated(self) -> list[dict[str, str]]:
+        """The probed models the price library marks deprecated by their provider, sorted:
+        {target, model, source} (`check`, the status page, `/config`, `/api/v1/results`)."""
+        return [{"target": t, "model": m, "source": PriceSource.LIBRARY.value}
+                for t, m in sorted({(s.target.name, s.model) for s in self.series
+                                    if s.deprecated})]
 
     def secrets(self) -> list[str]:
         """Every secret value in this config, for redaction: API keys, secret-looking headers,

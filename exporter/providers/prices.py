@@ -170,25 +170,45 @@ def library_price(model: str, base_url: str, api: Api,
                   family: str | None = None) -> ModelPrice | None:
     """The library's list price today of `model` (or of its hosted `family`) as the target at
     `base_url` serves it, or None (see the module docstring for how it is matched)."""
-    return _library_price(model, base_url, api, family, datetime.now(UTC).date())
+    return _library_match(model, base_url, api, family, datetime.now(UTC).date()).price
+
+
+def library_deprecated(model: str, base_url: str, api: Api, family: str | None = None) -> bool:
+    """Whether the library marks the model it matches (as `library_price` does) deprecated by
+    its provider: still served, but on its way out, with no date given."""
+    return _library_match(model, base_url, api, family, datetime.now(UTC).date()).deprecated
+
+
+@dataclass(frozen=True, slots=True)
+class LibraryMatch:
+    """What the library has of a model: its price today (None: none valid) and whether its
+    provider deprecated it (the library's `deprecated`; it carries no retirement date)."""
+
+    price: ModelPrice | None = None
+    deprecated: bool = False
 
 
 @functools.lru_cache(maxsize=4096)
-def _library_price(model: str, base_url: str, api: Api, family: str | None,
-                   today: date) -> ModelPrice | None:
+def _library_match(model: str, base_url: str, api: Api, family: str | None,
+                   today: date) -> LibraryMatch:
+    """The first of `family`, `model` the library has a valid price for; else the first it
+    has at all (unpriced, but its flag still stands); else an empty match."""
     snapshot = _snapshot()
     if snapshot is None:
-        return None
+        return LibraryMatch()
     version = library_info().version
+    first: LibraryMatch | None = None
     for name in dict.fromkeys(n for n in (family, model) if n):
         found = _find(snapshot.providers, name.lower(), base_url, api)
         if found is not None:
             provider, info = found
             price = _convert(_prices_on(info, today),
                              f"{LIBRARY} {version}: {provider.id} {info.id}")
+            match = LibraryMatch(price, getattr(info, "deprecated", None) is True)
             if price is not None:
-                return price
-    return None
+                return match
+            first = first or match
+    return first or LibraryMatch()
 
 
 def _find(providers: Sequence[Any], name: str, base_url: str,

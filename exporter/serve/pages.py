@@ -271,6 +271,12 @@ def render_status_page(snapshot: Snapshot, info: dict[str, Any], now: float) -> 
         warning += ('<div class="warn">Models the gateway says retire '
                     f"(llm_probe_model_deprecation_timestamp_seconds):<ul>{''.join(retiring)}"
                     "</ul></div>")
+    deprecated = [f"<li>{esc(e['target'])} / {esc(e['model'])}</li>"
+                  for e in info.get("deprecated", ())]
+    if deprecated:
+        # Undated, so no metric: a gateway's date, where there is one, is in the list above.
+        warning += ('<div class="warn">Models the price library marks deprecated by their '
+                    f"provider (no retirement date):<ul>{''.join(deprecated)}</ul></div>")
     if info.get("config_reload_error"):
         warning = ('<div class="warn">The last config reload failed; the previous config is '
                    f"still running:<pre>{esc(info['config_reload_error'])}</pre></div>")

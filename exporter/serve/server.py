@@ -435,7 +435,9 @@ def _state_info(state: ServerState) -> dict[str, Any]:
             "retirements": sorted({(s.target.name, s.model, s.gateway.retires)
                                    for s in state.config.series if s.gateway is not None
                                    and s.gateway.retires is not None}
-                                  if state.config else ())}
+                                  if state.config else ()),
+            # The probed models the price library marks deprecated by their provider (undated).
+            "deprecated": state.config.deprecated() if state.config else []}
 
 
 def _snapshot(state: ServerState) -> Snapshot:
@@ -475,6 +477,7 @@ async def config_handler(request: web.Request) -> web.Response:
     if state.adaptations is not None:
         data["adapted_parameters"] = state.adaptations()
     data["prices"] = price_table(state.config)
+    data["deprecated"] = state.config.deprecated()  # beside the prices the library gave
     data["state"] = {**state_files(state),
                      **(state.state_usage.describe() if state.state_usage is not None else {})}
     if state.discovery is not None:
