@@ -211,7 +211,9 @@ def test_rate_and_duration_modes(tmp_path: Path, capsys) -> None:
 
 
 def test_knee_found_where_capacity_runs_out(tmp_path: Path, capsys) -> None:
-    capped = {"capped": {"ttft": "40ms", "tpot": "2ms", "output_tokens": 10, "jitter": 0,
+    # Delays long against a loaded machine's scheduling noise (tens of ms), so that only the
+    # queueing beyond capacity moves a p95 by half.
+    capped = {"capped": {"ttft": "200ms", "tpot": "10ms", "output_tokens": 10, "jitter": 0,
                          "capacity": 2}}
     out_json = tmp_path / "run.json"
     code = bench("--config.file", str(sim_config(tmp_path, capped)), "--concurrency", "1,2,4",

@@ -185,7 +185,10 @@ def test_daemon_probes_every_style_and_kind(daemon, api: str, probe: str) -> Non
                                      "llm_probe_ttft_seconds_count", **labels)
     assert observed >= 2
     ttft = total / observed
-    assert 0.030 <= ttft < 0.060
+    # Never before the written 30 ms (a role-only chunk is not a token); the upper bound only
+    # says it is that TTFT and not seconds off (how close it comes is the benchmarks' business:
+    # a loaded CI machine delays the loop by tens of milliseconds).
+    assert 0.030 <= ttft < 0.250
     assert daemon.sample("llm_probe_tokens_total", **labels, type="output") > 0
     if probe != "short":
         assert daemon.sample("llm_probe_checks_total", **labels, outcome="pass") >= 2

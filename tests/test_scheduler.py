@@ -43,7 +43,9 @@ async def test_series_run_on_their_interval(scripted_server) -> None:
     config = make_config(server.url, global_={"interval": "100ms", "jitter": 0})
     registry, _ = await run_for(config, 1.05)
     count = registry.get_sample_value("llm_probe_requests_total", {**LABELS, "result": "success"})
-    assert 9 <= count <= 11  # one per 100 ms tick
+    # One per 100 ms tick: never more than the 11 ticks; a loaded machine starts late and may
+    # miss a few (a tick is skipped, not caught up), never as few as a 1 s interval's 1–2.
+    assert 6 <= count <= 11
     assert registry.get_sample_value("llm_probe_scheduler_lag_seconds_count") == count
 
 
