@@ -103,7 +103,6 @@ def parse_usage(usage: Any) -> Usage | None:
                  cache_write=cache_writes(prompt_details, usage))
 
 
-
 def load_chunk(data: str) -> dict[str, Any]:
     """Parse one data line as a JSON object, raising the probe errors on bad input."""
     chunk = load_event(data)
