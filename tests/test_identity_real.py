@@ -93,7 +93,10 @@ def test_a_quantised_copy_is_found_different_and_the_weights_as_written_stay_the
         wait_for(lambda: verdicts(daemon, "variant")[1] >= 2, 240, "two windows of the variant")
         wait_for(lambda: verdicts(daemon, "asis")[0] >= 2, 120, "two windows of asis")
         assert verdicts(daemon, "asis")[1] == 0
-        assert daemon.sample("llm_probe_identity_pvalue", target="variant") <= 0.001
+        # The gauge is the latest window's: a quantised copy is not found different in every
+        # window at alpha 0.001 (a run saw 0.003 right after two different ones), so only its
+        # presence is asserted here; the verdict counts above are the finding.
+        assert daemon.sample("llm_probe_identity_pvalue", target="variant") is not None
         assert daemon.sample("llm_probe_identity_samples", target="variant",
                              window="baseline") == 120
     finally:
