@@ -28,6 +28,15 @@ def profile(**overrides: Any) -> SimulatedModel:
     return SimulatedModel(**{**FAST, "output_tokens": 8, **overrides})
 
 
+def base_url(sim: Simulator, api: str) -> str:
+    """Where the simulator serves each API style (a target's `base_url`)."""
+    if api == "gemini":
+        return sim.origin + "/v1beta"
+    if api in ("bedrock-converse", "ollama-chat"):
+        return sim.origin
+    return sim.url
+
+
 @contextlib.asynccontextmanager
 async def simulators() -> AsyncIterator[MakeSim]:
     """Start simulators on a free loopback port; close them all on exit."""

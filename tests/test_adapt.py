@@ -22,6 +22,7 @@ from exporter.probe.hints import hint_for
 from exporter.probe.prober import Prober
 from exporter.simulator import Simulator, start_simulator
 from tests.conftest import Script, ok_stream
+from tests.sim_support import base_url
 
 FAST = {"ttft": 0.02, "tpot": 0.001, "jitter": 0.0, "output_tokens": 6, "reasoning_tokens": 8}
 ALIASES = {"prod-chat": "gpt-5-mini", "team-claude": "claude-opus-4-7",
@@ -54,8 +55,7 @@ async def sim() -> AsyncIterator[Simulator]:
 
 
 def config(sim: Simulator, api: str, model: str, probe: dict[str, Any]) -> Any:
-    base = {"gemini": sim.origin + "/v1beta", "bedrock-converse": sim.origin,
-            "ollama-chat": sim.origin}.get(api, sim.url)
+    base = base_url(sim, api)
     return parse_config({
         "global": {"timeout": "10s"},
         "probes": {"p": {"prompt": "Say hi.", **probe}},

@@ -24,6 +24,7 @@ from exporter.result import ProbeResult, ServerPhase, TokenSource
 from exporter.simulator import SimRecord, Simulator, start_simulator
 from tests.e2e_support import http_get, start_daemon, wait_for
 from tests.e2e_support import shipped_config as make_shipped_config
+from tests.sim_support import base_url
 
 TTFT, TPOT = 0.04, 0.004
 ANSWER, REASONING = 16, 6
@@ -46,14 +47,6 @@ async def sim() -> AsyncIterator[Simulator]:
     simulator = await start_simulator(SimulatorConfig(listen="127.0.0.1:0", models=models))
     yield simulator
     await simulator.close()
-
-
-def base_url(sim: Simulator, api: str) -> str:
-    if api == "gemini":
-        return sim.origin + "/v1beta"
-    if api in ("bedrock-converse", "ollama-chat"):
-        return sim.origin
-    return sim.url
 
 
 def target(sim: Simulator, api: str) -> dict[str, Any]:

@@ -26,6 +26,7 @@ from exporter.judge.prompt import Fault, judge_prompt, read_verdict
 from exporter.probe.prober import Prober
 from exporter.simulator import Simulator, start_simulator
 from exporter.simulator.golden import verdict as sim_verdict
+from tests.sim_support import base_url
 
 QUESTION = "Who wrote 'The Remains of the Day'?"
 REFERENCE = "Kazuo Ishiguro wrote The Remains of the Day."
@@ -171,14 +172,6 @@ async def sim() -> AsyncIterator[Simulator]:
     simulator = await start_simulator(SimulatorConfig(listen="127.0.0.1:0", models=models))
     yield simulator
     await simulator.close()
-
-
-def base_url(sim: Simulator, api: str) -> str:
-    if api == "gemini":
-        return sim.origin + "/v1beta"
-    if api in ("bedrock-converse", "ollama-chat"):
-        return sim.origin
-    return sim.url
 
 
 def sim_config(sim: Simulator, api: str = "openai-chat", judge_api: str = "openai-chat",

@@ -14,6 +14,7 @@ from exporter.errors import Result
 from exporter.probe.prober import Prober
 from exporter.result import ProbeResult
 from exporter.simulator import Simulator, start_simulator
+from tests.sim_support import base_url
 
 KEY = "sk-test-0123456789abcdef"
 PARAMS = {"type": "object", "properties": {
@@ -44,15 +45,6 @@ async def sim() -> AsyncIterator[Simulator]:
                                                       models={"sim": model}), api_key=KEY)
     yield simulator
     await simulator.close()
-
-
-def base_url(sim: Simulator, api: str) -> str:
-    """Where the simulator serves each API style."""
-    if api == "gemini":
-        return sim.origin + "/v1beta"
-    if api in ("bedrock-converse", "ollama-chat"):
-        return sim.origin
-    return sim.url
 
 
 async def run(sim: Simulator, api: str, probe: str,

@@ -21,6 +21,7 @@ from exporter.errors import Result
 from exporter.probe.prober import Prober
 from exporter.protocols.advice import reasoning_advice
 from exporter.simulator import start_simulator
+from tests.sim_support import base_url
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "reasoning.md"
 # Deployments the docs leave for the exporter to learn about: what the simulator serves as.
@@ -59,8 +60,7 @@ async def test_documented_config_probes_the_simulated_providers(example: dict[st
     try:
         for target in example["targets"]:
             api = target["api"]
-            target["base_url"] = {"gemini": sim.origin + "/v1beta", "bedrock-converse":
-                                  sim.origin, "ollama-chat": sim.origin}.get(api, sim.url)
+            target["base_url"] = base_url(sim, api)
             if target.pop("api_key_env", None):
                 target["api_key"] = "sk-docs-0123456789"
         config = parse_config(example, env={})

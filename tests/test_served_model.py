@@ -22,6 +22,7 @@ from exporter.serve.pages import render_status_page
 from exporter.serve.results import ResultStore
 from exporter.simulator import Simulator, start_simulator
 from tests.conftest import make_config
+from tests.sim_support import base_url
 
 STYLES = ("openai-chat", "openai-completions", "openai-responses", "anthropic-messages",
           "gemini", "ollama-chat", "bedrock-converse")
@@ -36,16 +37,10 @@ async def sim() -> AsyncIterator[Simulator]:
     await simulator.close()
 
 
-def _base_url(sim: Simulator, api: str) -> str:
-    if api == "gemini":
-        return sim.origin + "/v1beta"
-    return sim.origin if api in ("bedrock-converse", "ollama-chat") else sim.url
-
-
 async def _probe(sim: Simulator, api: str) -> ProbeResult:
     config = parse_config({
         "probes": {"p": {"prompt": "Say hi.", "max_tokens": 64}},
-        "targets": [{"name": api, "api": api, "base_url": _base_url(sim, api),
+        "targets": [{"name": api, "api": api, "base_url": base_url(sim, api),
                      "api_key": "sk-x-12345678", "models": ["alias"]}]}, env={})
     async with Prober() as prober:
         return await prober.probe(config.series[0])

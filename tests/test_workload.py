@@ -16,7 +16,7 @@ from exporter.probe.prober import Prober
 from exporter.probe.tokens import estimate_tokens
 from exporter.protocols.base import DEFAULT_QUESTION, make_prompt
 from tests.conftest import make_config, ok_stream
-from tests.sim_support import profile, simulators
+from tests.sim_support import base_url, profile, simulators
 
 LADDER = {"input_tokens": [8000, 1000], "max_tokens": 8}
 
@@ -179,7 +179,7 @@ async def test_a_warm_probe_reuses_the_cold_prefix_and_reads_the_cache(api, mark
     tokens from the API's own usage fields; its first token comes sooner (less to read)."""
     async with simulators() as make:
         sim = await make({"m": profile(prefill_rate=10_000.0, output_tokens=4)})
-        base = {"gemini": f"{sim.origin}/v1beta", "bedrock-converse": sim.origin}.get(api, sim.url)
+        base = base_url(sim, api)
         config = make_config(base, probe=PAIR, target={"api": api, "api_key": "sim-key-pair"})
         cold_series, warm_series = config.series
         async with Prober() as prober:
