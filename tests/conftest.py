@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import random
 import socket
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -30,22 +31,39 @@ def _ephemeral_ports() -> tuple[int, int]:
 EPHEMERAL = _ephemeral_ports()
 
 
-def free_port() -> int:
-    """A TCP port nobody listens on right now, outside the kernel's ephemeral range: a port
-    from that range can be taken by any outgoing connection (a scrape, a probe) between this
-    check and the server's bind — with a dozen servers started in a row, it once was."""
+def _port_slice() -> range:
+    """This process's own ports: below the kernel's ephemeral range (a port from that range can
+    be taken by any outgoing connection — a scrape, a probe — between the check and the server's
+    bind), and one slice per xdist worker so that two workers never pick the same port."""
     low = max(1024, EPHEMERAL[0] - 20_000)
-    for _ in range(100):
-        port = random.randrange(low, EPHEMERAL[0])
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
+    index = int(worker) % _SLICES if worker.isdigit() else 0
+    width = (EPHEMERAL[0] - low) // _SLICES
+    return range(low + index * width, low + (index + 1) * width)
+
+
+_SLICES = 16
+_PORTS = _port_slice()
+_next_port = random.randrange(len(_PORTS))  # a fresh start each run: earlier runs' sockets linger
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on right now and that this process has not handed out before.
+
+    Never twice: a caller often picks a port for a server that some later process binds (the
+    daemon's embedded simulator), so the port is still free when the next caller asks — a
+    random pick once gave the daemon and its simulator the same port."""
+    global _next_port
+    for _ in range(len(_PORTS)):
+        port = _PORTS[_next_port % len(_PORTS)]
+        _next_port += 1
         with socket.socket() as sock:
             try:
                 sock.bind(("127.0.0.1", port))
             except OSError:
                 continue
             return port
-    with socket.socket() as sock:  # a crowded range: any port the kernel gives
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    raise RuntimeError(f"no free port in {_PORTS}")
 
 
 def chat_chunk(content: str | None = None, *, reasoning: str | None = None,
