@@ -99,3 +99,26 @@ def test_any_jsonnet_renders_the_same(tmp_path: Path) -> None:
     )
     other = json.loads(result.stdout)
     assert other == {key: mixin[key] for key in ("rules", "alerts", "dashboards")}
+
+
+def test_a_weekly_step_judges_each_hour_against_the_same_hour_of_past_weeks() -> None:
+    # `step: '7d'` (each hour of the week against past weeks) changes the offsets and the names;
+    # every rule that reads the median must read the one that is recorded.
+    mixin = generate.evaluate("""{ _config+:: {
+        ttftAnomaly+: { step: '7d', days: 4, minDays: 3 },
+        errorRateAnomaly+: { step: '7d', days: 4, minDays: 3 },
+    } }""")
+    groups = {group["name"]: group["rules"] for group in mixin["rules"]["groups"]}
+    alerts = {rule["alert"]: rule["expr"] for group in mixin["alerts"]["groups"]
+              for rule in group["rules"]}
+    for group, alert in (("llm-probe-anomaly", "LLMProbeTTFTAnomaly"),
+                         ("llm-probe-error-anomaly", "LLMProbeErrorRateAnomaly")):
+        past = {rule["record"]: rule["expr"] for rule in groups[group]
+                if "_same_time_" in rule["record"]}
+        assert sorted(name.rsplit("_", 1)[1] for name in past) == ["days28d", "median28d"]
+        for expr in past.values():
+            assert set(re.findall(r"offset (\w+)", expr)) == {"7d", "14d", "21d", "28d"}, expr
+            assert re.findall(r'"days_ago", "(\d)"', expr) == ["1", "2", "3", "4"], expr
+        for name in past:
+            assert name in alerts[alert], (name, alerts[alert])
+        assert "_same_time_days28d >= 3" in alerts[alert], alerts[alert]  # minDays

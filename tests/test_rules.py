@@ -65,6 +65,22 @@ def test_promtool_check_rules() -> None:
     assert "SUCCESS" in result.stdout
 
 
+@needs_promtool
+def test_promtool_checks_the_rules_of_a_tuned_mixin(tmp_path: Path) -> None:
+    # The names and offsets the anomaly rules compute from `step` and `days` must stay valid
+    # PromQL for the tunings the docs offer (each hour of the week against past weeks).
+    tuned = generate.evaluate("""{ _config+:: {
+        ttftAnomaly+: { step: '7d', days: 4, window: '30m' },
+        errorRateAnomaly+: { step: '1w', days: 3, short: '10m' },
+    } }""")
+    files = [tmp_path / "rules.yml", tmp_path / "alerts.yml"]
+    for path, key in zip(files, ("rules", "alerts"), strict=True):
+        path.write_text(generate.to_yaml(tuned[key]))
+    result = _promtool("check", "rules", *map(str, files))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "_same_time_median3w" in files[1].read_text()
+
+
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
 
