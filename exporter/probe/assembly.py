@@ -8,7 +8,7 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from exporter import measure
@@ -88,9 +88,12 @@ def plausible(usage: Usage, cap: int, prompt_text: str) -> Usage:
         prompt = None
     if (completion, prompt) == (usage.completion, usage.prompt):
         return usage
-    return Usage(prompt=prompt, completion=completion,
-                 reasoning=usage.reasoning if completion is not None else None,
-                 cached=usage.cached if prompt is not None else None)
+    # The parts of a count left out go with it; those of a count kept stay (cache writes too).
+    if completion is None:
+        usage = replace(usage, completion=None, reasoning=None)
+    if prompt is None:
+        usage = replace(usage, prompt=None, cached=None, cache_write=None)
+    return usage
 
 
 def usage_of(attempt: Attempt, n_tokens: int) -> Usage:

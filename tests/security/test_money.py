@@ -19,12 +19,13 @@ from exporter.commands.check import price_table
 from exporter.commands.plan import discover_now, make_plan, own_series
 from exporter.config import expand, parse_config
 from exporter.exposition.metrics import ExporterMetrics
-from exporter.probe.assembly import USAGE_SLACK
+from exporter.probe.assembly import USAGE_SLACK, plausible
 from exporter.probe.charge import CHARGE_FACTOR, charge_ceiling
 from exporter.probe.discovery import fetch_catalog
 from exporter.probe.prober import Prober
 from exporter.providers.price_bounds import LIBRARY_FACTOR, PRICE_CEILING, PriceRefusal
 from exporter.providers.prices import PriceSource
+from exporter.result import Usage
 from tests.conftest import free_port, make_config, ok_stream
 from tests.e2e_support import http_get, start_daemon, wait_for
 from tests.security.hostile import serve_in_thread
@@ -280,3 +281,15 @@ def test_a_gateway_cache_write_price_is_bounded_like_its_other_rates() -> None:
     huge = refusal(replace(fair, cache_write=5_000.0))
     assert huge is not None and huge.reason is PriceRefusal.ABOVE_CEILING
     assert huge.rate == "cache_write"
+
+
+def test_an_implausible_count_drops_its_own_parts_and_keeps_the_others() -> None:
+    # A claim of a billion output tokens loses the completion and its reasoning; the prompt's
+    # cached and written tokens are still billed at their own prices, and the other way round.
+    claim = Usage(prompt=5_000, completion=10**9, reasoning=10**8, cached=1_000, cache_write=3_000)
+    kept = plausible(claim, 64, "x " * 4_000)
+    assert kept == Usage(prompt=5_000, cached=1_000, cache_write=3_000)
+    claim = Usage(prompt=10**9, completion=40, reasoning=10, cached=10**8, cache_write=10**8)
+    assert plausible(claim, 64, "short") == Usage(completion=40, reasoning=10)
+    honest = Usage(prompt=5_000, completion=40, cached=1_000, cache_write=3_000)
+    assert plausible(honest, 64, "x " * 4_000) is honest
