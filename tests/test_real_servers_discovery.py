@@ -68,6 +68,12 @@ def gateway(work: Path, simulator: Server) -> Iterator[LiteLLM]:
                       "input_cost_per_token": 3e-6, "output_cost_per_token": 1.5e-5,
                       "cache_read_input_token_cost": 3e-7,
                       "cache_creation_input_token_cost": 3.75e-6},
+        # The same without the gateway's markers: the probe marks its prefix itself.
+        "gw-claude-unmarked": {"model": "anthropic/sim-claude", "api_base": simulator.root_url,
+                               "api_key": "unused", "input_cost_per_token": 3e-6,
+                               "output_cost_per_token": 1.5e-5,
+                               "cache_read_input_token_cost": 3e-7,
+                               "cache_creation_input_token_cost": 3.75e-6},
     }, work)
     yield server
     server.stop()
@@ -79,7 +85,7 @@ async def test_litellm_lists_describes_and_prices_its_models(gateway: LiteLLM) -
                    "embed": {"kind": "embedding", "input": "text"}},
         "targets": [{"name": "litellm", "base_url": gateway.base_url,
                      "api_key": gateway.master_key,
-                     "discover": {"exclude": ["^gpt-", "^gw-claude$"]}}]},
+                     "discover": {"exclude": ["^gpt-", "^gw-claude"]}}]},
         env={})
     collector = DiscoveryCollector()
     redactor = Redactor([gateway.master_key])
@@ -96,7 +102,8 @@ async def test_litellm_lists_describes_and_prices_its_models(gateway: LiteLLM) -
         catalog, _ = await fetch_catalog(prober, config.targets[0], redactor=redactor)
         assert catalog.sources == ("/models", "/model/info")
         models = catalog.by_name
-        assert set(models) == {"gw-priced", "gw-plain", "gw-embed", "gpt-4o-mini", "gw-claude"}
+        assert set(models) == {"gw-priced", "gw-plain", "gw-embed", "gpt-4o-mini", "gw-claude",
+                               "gw-claude-unmarked"}
         priced = models["gw-priced"].price
         assert priced is not None and priced.source is PriceSource.GATEWAY
         assert (priced.input, priced.output) == pytest.approx((1.5, 6.0))
@@ -125,19 +132,22 @@ async def test_litellm_lists_describes_and_prices_its_models(gateway: LiteLLM) -
     assert gateway.master_key not in text
 
 
+@pytest.mark.parametrize("route", ["gw-claude", "gw-claude-unmarked"])
 async def test_cache_writes_behind_the_gateway_are_read_and_priced_at_its_write_price(
-        gateway: LiteLLM) -> None:
-    """A cache pair through LiteLLM to Anthropic (the simulator's): the gateway reports cache
-    writes in OpenAI's shape (`prompt_tokens_details.cache_write_tokens`), its `/model/info`
-    prices them (`cache_creation_input_token_cost`), and the cold probe is charged that."""
+        gateway: LiteLLM, route: str) -> None:
+    """A cache pair through LiteLLM to Anthropic (the simulator's), the prefix marked by the
+    gateway or by the probe (`cache_control` on a text part, which LiteLLM passes on): the
+    gateway reports cache writes in OpenAI's shape (`prompt_tokens_details.cache_write_tokens`),
+    its `/model/info` prices them (`cache_creation_input_token_cost`), and the cold probe is
+    charged that."""
     config = parse_config({
         "probes": {"cached": {"input_tokens": 2000, "cache": "pair", "max_tokens": 8}},
         "targets": [{"name": "litellm", "base_url": gateway.base_url,
                      "api_key": gateway.master_key,
-                     "discover": {"include": ["^gw-claude$"]}}]}, env={})
+                     "discover": {"include": [f"^{route}$"]}}]}, env={})
     async with Prober() as prober:
         catalog, _ = await fetch_catalog(prober, config.targets[0])
-        price = catalog.by_name["gw-claude"].price
+        price = catalog.by_name[route].price
         assert price is not None and price.source is PriceSource.GATEWAY
         assert (price.cached_input, price.cache_write) == pytest.approx((0.3, 3.75))
         cold, warm = expand(config, {"litellm": catalog}).series

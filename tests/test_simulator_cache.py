@@ -18,27 +18,51 @@ LONG = " ".join(["river"] * 3000)
 def test_a_repeated_prefix_is_cached_in_steps_after_the_minimum() -> None:
     cache = PrefixCache()
     text = orjson.dumps([LONG, "question"])
-    assert cache.use("openai-chat", text, 3000, now=0.0) == (0, 0)  # first sight: cold
-    cached, written = cache.use("openai-chat", text, 3000, now=1.0)
+    assert cache.use(text, 3000, now=0.0, only_marked=False) == (0, 0)  # first sight: cold
+    cached, written = cache.use(text, 3000, now=1.0, only_marked=False)
     assert cached % STEP == 0 and 2800 <= cached <= 3000 and written == 0
     other = orjson.dumps([LONG[:9000] + " field" + LONG[9000:], "question"])
-    partly, _ = cache.use("openai-chat", other, 3000, now=2.0)
+    partly, _ = cache.use(other, 3000, now=2.0, only_marked=False)
     assert MIN_TOKENS <= partly < cached  # the common prefix only
-    assert cache.use("openai-chat", text, 3000, now=400.0) == (0, 0)  # expired (5 min TTL)
+    assert cache.use(text, 3000, now=400.0, only_marked=False) == (0, 0)  # expired (5 min TTL)
     short = orjson.dumps(["hi"])
-    cache.use("openai-chat", short, 10, now=0.0)
-    assert cache.use("openai-chat", short, 10, now=1.0) == (0, 0)  # under 1,024 tokens
+    cache.use(short, 10, now=0.0, only_marked=False)
+    assert cache.use(short, 10, now=1.0, only_marked=False) == (0, 0)  # under 1,024 tokens
 
 
 def test_explicit_apis_cache_only_where_marked_and_count_writes() -> None:
     cache = PrefixCache()
     plain = orjson.dumps([LONG])
-    cache.use("anthropic-messages", plain, 3000, now=0.0)
-    assert cache.use("anthropic-messages", plain, 3000, now=1.0) == (0, 0)
+    cache.use(plain, 3000, now=0.0, only_marked=True)
+    assert cache.use(plain, 3000, now=1.0, only_marked=True) == (0, 0)
     marked = orjson.dumps([{"text": LONG, "cache_control": {"type": "ephemeral"}}])
-    assert cache.use("anthropic-messages", marked, 3000, now=2.0) == (0, 3000)  # a write
-    cached, written = cache.use("anthropic-messages", marked, 3000, now=3.0)
+    assert cache.use(marked, 3000, now=2.0, only_marked=True) == (0, 3000)  # a write
+    cached, written = cache.use(marked, 3000, now=3.0, only_marked=True)
     assert cached >= 2800 and written == 3000 - cached
+
+
+async def test_claude_behind_chat_completions_caches_only_a_marked_prompt() -> None:
+    """As a gateway in front of Anthropic: a plain prompt is never cached; a text part with
+    `cache_control` is, its writes reported in OpenRouter's and LiteLLM's field."""
+    async with simulators() as make, aiohttp.ClientSession() as session:
+        sim = await make({"anthropic/claude-x": profile(), "gpt-x": profile()})
+
+        async def usage(model: str, content: object) -> dict:
+            body = {"model": model, "messages": [{"role": "user", "content": content}]}
+            status, _, answer = await post(session, sim, "/chat/completions", body,
+                                           headers={"Authorization": f"Bearer {KEY}"})
+            assert status == 200, answer
+            return orjson.loads(answer)["usage"]["prompt_tokens_details"]
+
+        for _ in range(2):
+            assert await usage("anthropic/claude-x", LONG) == {"cached_tokens": 0}
+        part = [{"type": "text", "text": LONG + " marked", "cache_control": {"type": "ephemeral"}}]
+        first, second = [await usage("anthropic/claude-x", part) for _ in range(2)]
+        assert first["cached_tokens"] == 0 and first["cache_write_tokens"] >= MIN_TOKENS
+        assert second["cached_tokens"] >= MIN_TOKENS
+        await usage("gpt-x", LONG + " auto")  # the others cache on their own, and write nothing
+        auto = await usage("gpt-x", LONG + " auto")
+        assert auto.keys() == {"cached_tokens"} and auto["cached_tokens"] >= MIN_TOKENS
 
 
 async def test_each_api_reports_the_cache_in_its_own_usage_fields() -> None:

@@ -3,6 +3,7 @@ the simulator whose TTFT grows with the input."""
 
 from __future__ import annotations
 
+import orjson
 import pytest
 from prometheus_client import CollectorRegistry
 
@@ -14,6 +15,7 @@ from exporter.exposition.metrics import ExporterMetrics
 from exporter.probe.context import context_text
 from exporter.probe.prober import Prober
 from exporter.probe.tokens import estimate_tokens
+from exporter.protocols import protocol_for
 from exporter.protocols.base import DEFAULT_QUESTION, make_prompt
 from tests.conftest import make_config, ok_stream
 from tests.sim_support import base_url, profile, simulators
@@ -170,17 +172,21 @@ async def test_each_run_of_a_size_sends_a_fresh_nonce_first(scripted_server) -> 
 PAIR = {"prompt": None, "input_tokens": 2000, "cache": "pair", "max_tokens": 8}
 
 
-@pytest.mark.parametrize(("api", "marker"), [
-    ("openai-chat", None), ("anthropic-messages", "cache_control"),
-    ("bedrock-converse", "cachePoint"), ("gemini", None)])
-async def test_a_warm_probe_reuses_the_cold_prefix_and_reads_the_cache(api, marker) -> None:
+@pytest.mark.parametrize(("api", "model", "marker"), [
+    ("openai-chat", "m", None), ("anthropic-messages", "m", "cache_control"),
+    ("bedrock-converse", "m", "cachePoint"), ("gemini", "m", None),
+    # Claude behind a gateway's chat completions caches only a marked prefix too.
+    ("openai-chat", "anthropic/claude-sonnet-4-5", "cache_control")])
+async def test_a_warm_probe_reuses_the_cold_prefix_and_reads_the_cache(api, model,
+                                                                       marker) -> None:
     """Real HTTP to the simulator's prefix cache in each API's shape: the cold request writes
     (where the API counts writes), the warm one sends the same prompt and reads ≥ 1,024 cached
     tokens from the API's own usage fields; its first token comes sooner (less to read)."""
     async with simulators() as make:
-        sim = await make({"m": profile(prefill_rate=10_000.0, output_tokens=4)})
+        sim = await make({model: profile(prefill_rate=10_000.0, output_tokens=4)})
         base = base_url(sim, api)
-        config = make_config(base, probe=PAIR, target={"api": api, "api_key": "sim-key-pair"})
+        config = make_config(base, probe=PAIR, models=(model,),
+                             target={"api": api, "api_key": "sim-key-pair"})
         cold_series, warm_series = config.series
         async with Prober() as prober:
             cold = await prober.probe(cold_series)
@@ -192,6 +198,23 @@ async def test_a_warm_probe_reuses_the_cold_prefix_and_reads_the_cache(api, mark
     if marker is not None:  # explicit caches: marked, and the write counted
         assert cold.usage.cache_write == cold.usage.prompt
         assert warm.usage.cache_write == warm.usage.prompt - warm.usage.cached
+
+
+@pytest.mark.parametrize(("model", "marked"), [
+    ("anthropic/claude-sonnet-4-5", True), ("bedrock/us.anthropic.claude-3-7-sonnet", True),
+    ("claude-haiku-4-5", True), ("gpt-4o-mini", False), ("google/gemini-2.5-flash", False)])
+def test_chat_completions_mark_the_cache_prefix_only_for_claude(model, marked) -> None:
+    # A strict OpenAI-compatible server may refuse `cache_control`; Claude needs it to cache.
+    config = make_config(probe={**PAIR, "image": {"width": 8, "height": 8}}, models=(model,))
+    for series in config.series:
+        prompt = make_prompt(series.probe, None, "n0", "context " * 600,
+                             cache_marker=series.workload.cache is not None)
+        request = protocol_for(series.target.api).build_request(series, prompt, None)
+        (user,) = orjson.loads(request.body)["messages"]
+        kinds = [part["type"] for part in user["content"]]
+        assert kinds == ["image_url", "text"]  # the image still leads the turn
+        text = user["content"][1]
+        assert ("cache_control" in text) is marked and text["text"].startswith("[n0]")
 
 
 async def test_a_cold_run_always_starts_a_fresh_prefix(scripted_server) -> None:

@@ -44,21 +44,29 @@ from exporter.protocols.base import (
 )
 from exporter.protocols.images import data_url
 from exporter.protocols.reasoning import NO_TUNING, Tuning, plan
+from exporter.providers.rules import caches_only_marked
 from exporter.result import ServerPhase, Usage
 
 
-def chat_messages(prompt: Prompt) -> list[dict[str, Any]]:
-    """The OpenAI `messages` list (an image becomes an `image_url` part of the last user turn)."""
+def chat_messages(prompt: Prompt, *, mark_cache: bool = False) -> list[dict[str, Any]]:
+    """The OpenAI `messages` list (an image becomes an `image_url` part of the last user turn).
+
+    `mark_cache`: the end of the first user turn is marked as a cache prefix, a text part with
+    `cache_control` as gateways in front of Claude take it (OpenRouter, LiteLLM)."""
     messages: list[dict[str, Any]] = []
     if prompt.system:
         messages.append({"role": "system", "content": prompt.system})
     messages += [{"role": role, "content": content} for role, content in prompt.messages]
+    if mark_cache:
+        first = next(i for i, m in enumerate(messages) if m["role"] == "user")
+        messages[first]["content"] = [{"type": "text", "text": messages[first]["content"],
+                                       "cache_control": {"type": "ephemeral"}}]
     if prompt.image is not None:
         last_user = len(messages) - len(prompt.messages) + prompt.last_user()
-        text = messages[last_user]["content"]
+        content = messages[last_user]["content"]
         messages[last_user]["content"] = [
             {"type": "image_url", "image_url": {"url": data_url(prompt.image)}},
-            {"type": "text", "text": text},
+            *(content if isinstance(content, list) else [{"type": "text", "text": content}]),
         ]
     return messages
 
@@ -222,7 +230,8 @@ class OpenAIChat(ApiProtocol):
         sent = plan(series, tuning)
         body: dict[str, Any] = {
             "model": series.model,
-            "messages": chat_messages(prompt),
+            "messages": chat_messages(
+                prompt, mark_cache=prompt.cache_marker and caches_only_marked(series.model)),
             sent.token_field.value: sent.cap,
             "stream": True,
             **chat_tools(probe),

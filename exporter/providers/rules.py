@@ -481,10 +481,23 @@ DEFAULT_CONTROL: Mapping[Vendor, Control] = {
 # is the family's floor). Clamped into the family's range.
 EFFORT_BUDGET: Mapping[Effort, int] = {E.MINIMAL: 0, E.LOW: 1024, E.MEDIUM: 2048, E.HIGH: 4096,
                                        E.XHIGH: 8192, E.MAX: 16_384}
+
+
 def segment(model: str) -> str:
     """The part of a model name that names the model: after the last `/` (a gateway's
     `openai/gpt-5-mini`, an ARN's `…/us.anthropic.claude-…`)."""
     return model.rsplit("/", 1)[-1]
+
+
+# Claude caches only the prompt prefix a request marks, behind an OpenAI-compatible gateway too
+# (OpenRouter and LiteLLM pass `cache_control` on a text part on to Anthropic and Bedrock); other
+# families cache on their own, and a strict OpenAI-compatible server may refuse the field.
+_MARKED_CACHE = re.compile(r"claude", re.IGNORECASE)
+
+
+def caches_only_marked(model: str) -> bool:
+    """Whether `model` (by its name, served through any API) caches only a marked prefix."""
+    return _MARKED_CACHE.search(segment(model)) is not None
 
 
 @functools.lru_cache(maxsize=4096)  # a config names a few models; each is probed often

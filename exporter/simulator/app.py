@@ -43,7 +43,7 @@ from .dialects import (
 from .golden import golden_answer, request_text, verdict
 from .hosted import Rejection, validate
 from .plan import Fault, Kind, OverrideError, Overrides, Plan, Reasoning, make_plan
-from .prefixcache import prompt_text
+from .prefixcache import explicit, prompt_text
 from .schema import SchemaTooLarge
 from .state import (
     MAX_RECORDS,
@@ -194,8 +194,8 @@ class _Exchange:
             return self.fail(400, checked.message, code=checked.code, param=checked.param)
         if isinstance(parsed, ParsedRequest) and profile.prompt_cache:
             cached, written = self.state.prefixes.use(
-                provider.name, prompt_text(body), parsed.prompt_tokens,
-                asyncio.get_running_loop().time())
+                prompt_text(body), parsed.prompt_tokens, asyncio.get_running_loop().time(),
+                only_marked=explicit(provider.name, parsed.model))
             parsed = replace(parsed, cached_tokens=cached, cache_write_tokens=written)
         return parsed, profile, checked
 

@@ -29,6 +29,13 @@ EXPLICIT = frozenset({"anthropic-messages", "bedrock-converse"})  # cache only w
 _MARKERS = (b'"cache_control"', b'"cachePoint"')
 
 
+def explicit(api: str, model: str) -> bool:
+    """Whether `api` caches only a marked prefix for `model`: Anthropic's and Bedrock's APIs,
+    and chat completions in front of a Claude model, as a gateway serves it (OpenRouter and
+    LiteLLM pass a text part's `cache_control` on, and report writes as `cache_write_tokens`)."""
+    return api in EXPLICIT or (api == "openai-chat" and "claude" in model.lower())
+
+
 def prompt_text(body: Mapping[str, Any]) -> bytes:
     """The prompt-bearing part of a request body, serialised in a fixed order."""
     return orjson.dumps([body.get(name) for name in PROMPT_FIELDS])
@@ -45,10 +52,11 @@ class PrefixCache:
     def __init__(self) -> None:
         self._seen: OrderedDict[bytes, float] = OrderedDict()  # block hash → expiry
 
-    def use(self, api: str, text: bytes, prompt_tokens: int, now: float) -> tuple[int, int]:
-        """(cached, written) tokens of one request, and remember its prefix."""
-        explicit = api in EXPLICIT
-        if prompt_tokens < MIN_TOKENS or (explicit and not marked(text)):
+    def use(self, text: bytes, prompt_tokens: int, now: float, *,
+            only_marked: bool) -> tuple[int, int]:
+        """(cached, written) tokens of one request, and remember its prefix (`only_marked`:
+        the API caches only a marked prompt, and reports what it stores as written)."""
+        if prompt_tokens < MIN_TOKENS or (only_marked and not marked(text)):
             return 0, 0
         digest = hashlib.sha256()
         hit_blocks, hitting, blocks = 0, True, 0
@@ -68,5 +76,5 @@ class PrefixCache:
         share = hit_blocks / blocks if blocks else 0.0
         cached = int(prompt_tokens * share) // STEP * STEP
         cached = cached if cached >= MIN_TOKENS else 0
-        written = prompt_tokens - cached if explicit else 0
+        written = prompt_tokens - cached if only_marked else 0
         return cached, written

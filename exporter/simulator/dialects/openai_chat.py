@@ -114,11 +114,14 @@ class OpenAIProvider(Provider):
     @staticmethod
     def usage(usage: Usage) -> dict[str, Any]:
         """OpenAI chat/completions usage object."""
+        details = {"cached_tokens": usage.cached}
+        if usage.cache_write:  # a gateway in front of Claude (OpenRouter's and LiteLLM's field)
+            details["cache_write_tokens"] = usage.cache_write
         return {
             "prompt_tokens": usage.prompt,
             "completion_tokens": usage.completion,
             "total_tokens": usage.prompt + usage.completion,
-            "prompt_tokens_details": {"cached_tokens": usage.cached},
+            "prompt_tokens_details": details,
             "completion_tokens_details": {"reasoning_tokens": usage.reasoning},
         }
 
