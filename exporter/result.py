@@ -145,6 +145,9 @@ class ProbeResult:
     # What the same usage would have cost with no prompt cache (every prompt token at the input
     # price), for a cache pair's series: minus `cost`, the money the cache saved.
     cost_without_cache: float | None = None
+    # What the gateway said the call cost, in USD (OpenRouter's and LiteLLM's `usage.cost`):
+    # its bill beside `cost`, ours from the price table.
+    reported_cost: float | None = None
     answer: str = ""
     finish_reason: str | None = None
     response_id: str | None = None

@@ -126,8 +126,10 @@ async def test_litellm_lists_describes_and_prices_its_models(gateway: LiteLLM) -
         assert result.result is Result.SUCCESS, result.reason
         expected = (result.usage.prompt * 1.5 + result.usage.completion * 6.0) / 1e6
         assert result.cost == pytest.approx(expected) and result.currency == "USD"
+        assert result.reported_cost == pytest.approx(expected)  # its bill, in `usage.cost`
         unpriced = await prober.probe(plain)
         assert unpriced.result is Result.SUCCESS and unpriced.cost is None
+        assert unpriced.reported_cost is None  # nor does the gateway know a price
     text = repr(discovery.status) + repr(catalog)
     assert gateway.master_key not in text
 
@@ -166,3 +168,6 @@ async def test_cache_writes_behind_the_gateway_are_read_and_priced_at_its_write_
         (fresh * 3.0 + read * 0.3 + (second.usage.cache_write or 0) * 3.75
          + second.usage.completion * 15.0) / 1e6)
     assert second.cost < first.cost
+    # The gateway's own bill (`usage.cost`) agrees with ours, writes and reads included.
+    assert (first.reported_cost, second.reported_cost) == pytest.approx((first.cost,
+                                                                         second.cost))

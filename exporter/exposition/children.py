@@ -16,6 +16,7 @@ from collections.abc import Mapping
 
 from yarl import URL
 
+from exporter.apis import Api
 from exporter.config import Config, ProbeKind, Series
 from exporter.config.model import reasons
 from exporter.errors import Result
@@ -43,6 +44,10 @@ _STREAM_HISTOGRAMS = (Family.TTFT, Family.TIME_TO_FIRST_ANSWER, Family.TPOT, Fam
 OPEN_SETS = frozenset({Family.CONSECUTIVE, Family.ADAPTED_PARAMETERS})
 # `ProbeResult.ratelimit` keys (the prober's names for the providers' headers).
 RATELIMIT = {"requests": Family.RATELIMIT_REQUESTS, "tokens": Family.RATELIMIT_TOKENS}
+# The currency of a gateway's reported cost: OpenRouter's credits and LiteLLM's costs are USD.
+REPORTED_CURRENCY = "USD"
+# The APIs whose usage a gateway adds its cost to (`usage.cost`).
+_REPORTING_APIS = frozenset({Api.OPENAI_CHAT, Api.OPENAI_RESPONSES, Api.OPENAI_COMPLETIONS})
 
 
 def served_families(config: Config) -> list[FamilySpec]:
@@ -143,7 +148,8 @@ def later(series: Series, shapes: Shapes) -> list[Child]:
     """The children a series may get after it is loaded, on first need: time to first answer
     when it is first seen reasoning (`auto`), the server's own timings, the rate-limit gauges,
     the streak of the latest result (from the first probe on), the served model (once a server
-    names it), a priced series' capped charges (from the first over-claim), an identity
+    names it), a priced series' capped charges (from the first over-claim), the cost a gateway
+    reports (from its first report, on the OpenAI-style APIs), an identity
     series' p-value and distance (from its first test), a workload-shaped series' reported
     input-token ratio (once a server reports usage). Parameters
     adapted after a refusal add one child each (an open set, not here)."""
@@ -157,6 +163,8 @@ def later(series: Series, shapes: Shapes) -> list[Child]:
     out += [(Family.CONSECUTIVE, None), (Family.SERVED_MODEL, None)]
     if series.price is not None:
         out.append((Family.COST_CAPPED, None))
+    if series.target.api in _REPORTING_APIS:
+        out.append((Family.REPORTED_COST, REPORTED_CURRENCY))
     if identity(series):
         out += [(Family.IDENTITY_PVALUE, None), (Family.IDENTITY_DISTANCE, None)]
     if series.workload.input_tokens is not None:

@@ -143,6 +143,7 @@ class Family(StrEnum):
     COST = "cost"
     COST_CAPPED = "cost_capped"
     COST_WITHOUT_CACHE = "cost_without_cache"
+    REPORTED_COST = "reported_cost"
     SKIPPED = "skipped"
     CHECKS = "checks"
     OBJECTIVE_SECONDS = "objective_seconds"
@@ -310,6 +311,10 @@ FAMILIES: tuple[FamilySpec, ...] = (
     _spec(Family.COST_WITHOUT_CACHE, "llm_probe_cost_without_cache", _C, _P,
           "What the probes of a prompt-cache pair would have cost without the cache (every "
           "prompt token at the input price); minus llm_probe_cost_total, what the cache saved.",
+          "currency"),
+    _spec(Family.REPORTED_COST, "llm_probe_reported_cost", _C, _P,
+          "What the gateway says the probes cost (OpenRouter's and LiteLLM's usage.cost, in "
+          "USD), beside llm_probe_cost_total from the price table; from its first report.",
           "currency"),
     _spec(Family.SKIPPED, "llm_probe_skipped", _C, _P,
           "Scheduled probes that did not run, by reason.", "reason", SkipReason),

@@ -37,6 +37,7 @@ from exporter.exposition import protobuf
 from exporter.exposition.children import (
     OPEN_SETS,
     RATELIMIT,
+    REPORTED_CURRENCY,
     at_load,
     later,
     served_families,
@@ -503,6 +504,9 @@ class ExporterMetrics:
         uncached = result.cost_without_cache
         if uncached and values.get(Family.COST_WITHOUT_CACHE, result.currency) is not None:
             values.inc(Family.COST_WITHOUT_CACHE, uncached, result.currency)
+        if result.reported_cost is not None:
+            values.create(Family.REPORTED_COST, REPORTED_CURRENCY)  # only gateways report it
+            values.inc(Family.REPORTED_COST, result.reported_cost, REPORTED_CURRENCY)
         if result.claimed_cost is not None:
             values.create(Family.COST_CAPPED)  # on first need: an over-claim is rare
             values.inc(Family.COST_CAPPED, 1)

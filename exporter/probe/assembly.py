@@ -162,9 +162,10 @@ def assemble(series: Series, attempt: Attempt, error: ProbeError | None, started
     clocks = ProbeStamps(stamps.t0, stamps.t_headers, stamps.t_first, stamps.t_answer,
                          stamps.t_last, stamps.t_end, unix_offset=wall() - clock())
     usage = Usage()
-    cost = currency = claimed = uncached = None
+    cost = currency = claimed = uncached = reported = None
     if attempt.stream_done and (parser is not None or attempt.embedding is not None):
         usage = usage_of(attempt, n_tokens)
+        reported = parser.reported_cost if parser is not None else None
         price = series.price
         if price is not None:
             rates = price.at(usage.prompt or 0)  # a long-context tier by the prompt's length
@@ -195,6 +196,7 @@ def assemble(series: Series, attempt: Attempt, error: ProbeError | None, started
         cause=error.cause if error else None,
         timings=timings, usage=usage, output_tokens=n_tokens, token_source=source,
         cost=cost, currency=currency, claimed_cost=claimed, cost_without_cache=uncached,
+        reported_cost=reported,
         answer=clip(answer, answer_limit),
         finish_reason=clip(finish_reason, FIELD_LIMIT) if finish_reason else None,
         response_id=clip(response_id, FIELD_LIMIT) if response_id else None,

@@ -93,6 +93,20 @@ def count(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
+# The most one probe can plausibly cost, in USD: a gateway's report above it is not read.
+MAX_REPORTED_COST = 100.0
+
+
+def reported_cost(usage: dict[str, Any]) -> float | None:
+    """What a gateway says the call cost, in USD (OpenRouter's and LiteLLM's `usage.cost`):
+    a finite number from 0 to MAX_REPORTED_COST, else None."""
+    value = usage.get("cost")
+    if isinstance(value, int | float) and not isinstance(value, bool) and (
+            0 <= value <= MAX_REPORTED_COST):  # NaN fails both comparisons
+        return float(value)
+    return None
+
+
 def cache_writes(details: dict[str, Any], usage: dict[str, Any]) -> int | None:
     """Prompt tokens written to a cache, as a gateway in front of Anthropic or Bedrock reports
     them in OpenAI's shapes (LiteLLM: `cache_write_tokens` in the prompt's details, and
@@ -259,6 +273,7 @@ class StreamParser(ABC, Generic[E]):
     response_id: str | None = None
     served_model: str | None = None  # the model the server says answers (its own `model`)
     system_fingerprint: str | None = None
+    reported_cost: float | None = None  # what a gateway says the call cost, in USD
     done: bool = False  # an explicit end-of-stream marker was seen
     server_timings: dict[ServerPhase, float] = field(default_factory=dict)
     _calls: list[_ToolCallParts] = field(default_factory=list)

@@ -41,6 +41,7 @@ from exporter.protocols.base import (
     error_message,
     json_headers,
     load_event,
+    reported_cost,
 )
 from exporter.protocols.images import data_url
 from exporter.protocols.reasoning import NO_TUNING, Tuning, plan
@@ -144,6 +145,7 @@ class OpenAIStreamParser(StreamParser[ServerSentEvent]):
             self.note_served(chunk.get("model"), chunk.get("system_fingerprint"))
         if chunk.get("usage"):
             self.usage = parse_usage(chunk["usage"]) or self.usage
+            self.reported_cost = reported_cost(as_object(chunk["usage"]))
         timings = chunk.get("timings")
         if isinstance(timings, dict):  # llama.cpp's server
             self.set_timing(ServerPhase.PREFILL, _milliseconds(timings.get("prompt_ms")))

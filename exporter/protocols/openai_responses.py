@@ -40,6 +40,7 @@ from exporter.protocols.base import (
     error_message,
     json_headers,
     load_event,
+    reported_cost,
     text_piece,
 )
 from exporter.protocols.images import data_url
@@ -122,6 +123,7 @@ class ResponsesStreamParser(StreamParser[ServerSentEvent]):
     def _finish(self, kind: str, response: dict[str, Any]) -> None:
         self.done = True
         self.usage = parse_usage(response.get("usage")) or self.usage
+        self.reported_cost = reported_cost(as_object(response.get("usage")))
         if kind == "response.incomplete":
             reason = as_object(response.get("incomplete_details")).get("reason")
             self.finish_reason = str(reason or "incomplete")
