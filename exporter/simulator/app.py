@@ -21,7 +21,7 @@ from ..config import SimulatedModel
 from ..config.schema import SIM_MAX_EMBED_INPUTS
 from .admin import add_admin_routes
 from .answers import TEXT, Answer, Output, plan_answer, split_tokens
-from .catalog import add_discovery_routes
+from .catalog import add_discovery_routes, bill
 from .dialects import (
     ROUTES,
     AuthRequest,
@@ -284,13 +284,14 @@ async def _generate(request: web.Request, dialect: Dialect) -> web.StreamRespons
         return ex.fail(plan.error_status, extra=extra)
 
     visible = plan.reasoning_tokens if plan.reasoning is Reasoning.VISIBLE else 0
+    usage = Usage(parsed.prompt_tokens, plan.reasoning_tokens, plan.answer_tokens,
+                  parsed.cached_tokens, parsed.cache_write_tokens)
     ctx = StreamContext(
         request_id=dialect.new_id(), model=profile.served_model or parsed.model,
         created=int(time.time()),
         **({"fingerprint": profile.fingerprint} if profile.fingerprint else {}),
         include_usage=parsed.include_usage,
-        usage=Usage(parsed.prompt_tokens, plan.reasoning_tokens, plan.answer_tokens,
-                    parsed.cached_tokens, parsed.cache_write_tokens),
+        usage=replace(usage, cost=bill(profile, usage)),
         first_kind=Kind.REASONING if visible else kind, tool_call=call, echo=parsed.echo,
     )
     if answer.output is Output.TEXT and not answer.pieces:

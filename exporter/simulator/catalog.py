@@ -11,6 +11,7 @@ from aiohttp import web
 from exporter.config import SimulatedModel
 
 from .dialects import CHAT, MESSAGES, AuthRequest, Dialect
+from .dialects.base import Usage
 from .state import STATE, json_response
 
 
@@ -27,6 +28,18 @@ def add_discovery_routes(app: web.Application) -> None:
 def _models_dialect(request: web.Request) -> Dialect:
     """Anthropic clients send `anthropic-version`; everyone else gets OpenAI's shape."""
     return MESSAGES if "anthropic-version" in request.headers else CHAT
+
+
+def bill(model: SimulatedModel, usage: Usage) -> float | None:
+    """What a gateway bills for one answer at the model's listed price, in USD (its `usage.cost`;
+    None for a model without a price): cache reads and writes at their own rates."""
+    price = model.price
+    if price is None:
+        return None
+    read = price.input if price.cached_input is None else price.cached_input
+    write = price.input if price.cache_write is None else price.cache_write
+    return (usage.uncached * price.input + usage.cached * read + usage.cache_write * write
+            + usage.completion * price.output) / 1_000_000
 
 
 def _per_token(price: float) -> str:

@@ -109,6 +109,7 @@ class Usage:
     answer: int
     cached: int = 0  # prompt tokens read from the cache
     cache_write: int = 0  # prompt tokens written to the cache
+    cost: float | None = None  # USD billed, as a gateway adds it (OpenRouter, LiteLLM)
 
     @property
     def uncached(self) -> int:

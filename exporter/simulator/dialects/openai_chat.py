@@ -117,13 +117,16 @@ class OpenAIProvider(Provider):
         details = {"cached_tokens": usage.cached}
         if usage.cache_write:  # a gateway in front of Claude (OpenRouter's and LiteLLM's field)
             details["cache_write_tokens"] = usage.cache_write
-        return {
+        out: dict[str, Any] = {
             "prompt_tokens": usage.prompt,
             "completion_tokens": usage.completion,
             "total_tokens": usage.prompt + usage.completion,
             "prompt_tokens_details": details,
             "completion_tokens_details": {"reasoning_tokens": usage.reasoning},
         }
+        if usage.cost is not None:  # a gateway's bill (OpenRouter, LiteLLM)
+            out["cost"] = usage.cost
+        return out
 
 
 def stream_params(body: Mapping[str, Any]) -> tuple[bool, bool]:

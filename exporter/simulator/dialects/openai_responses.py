@@ -112,12 +112,16 @@ def _text_format(body: Mapping[str, Any]) -> Mapping[str, Any] | None:
 
 
 def _usage(usage: Usage) -> dict[str, Any]:
-    return {"input_tokens": usage.prompt,
-            "input_tokens_details": {"cached_tokens": usage.cached,
-                                     "cache_write_tokens": usage.cache_write},
-            "output_tokens": usage.completion,
-            "output_tokens_details": {"reasoning_tokens": usage.reasoning},
-            "total_tokens": usage.prompt + usage.completion}
+    out: dict[str, Any] = {
+        "input_tokens": usage.prompt,
+        "input_tokens_details": {"cached_tokens": usage.cached,
+                                 "cache_write_tokens": usage.cache_write},
+        "output_tokens": usage.completion,
+        "output_tokens_details": {"reasoning_tokens": usage.reasoning},
+        "total_tokens": usage.prompt + usage.completion}
+    if usage.cost is not None:  # a gateway's bill (OpenRouter)
+        out["cost"] = usage.cost
+    return out
 
 
 def _item_id(prefix: str) -> str:
