@@ -335,6 +335,13 @@ local p = import 'lib/promql.libsonnet';
             % [currency, p.num(cfg.costBudgetPerDay[currency]), currency],
             { currency: currency })
       for currency in std.objectFields(cfg.costBudgetPerDay)
+    ] + [
+      alert('LLMProbeBilledAbovePrice',
+            '%s > %s' % [$.billedRatioName, p.num(cfg.billedAbovePrice.ratio)],
+            cfg.billedAbovePrice['for'], 'warning',
+            'The gateway bills more for %s than the price table says.' % series,
+            'Over the last %s the gateway {{ $labels.target }} billed {{ if gt $value 1e300 }}the probes of %s, which the price table says are free{{ else }}{{ $value | printf "%%.2f" }} times what the price table says the probes of %s cost{{ end }} (usage.cost against llm_probe_cost_total, USD): the prices the exporter uses are stale or the gateway adds a margin, so the cost figures and the daily budget count too little.'
+            % [cfg.billedAbovePrice.window, series, series]),
     ],
   },
 

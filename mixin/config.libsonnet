@@ -64,6 +64,9 @@
     rateLimited: { ratio: 0.1, window: '15m', short: '5m', 'for': '10m' },
     schedulerLag: { p99Seconds: 1, window: '10m', short: '2m', 'for': '15m' },
     costBudgetPerDay: { USD: 5, CNY: 35 },  // probe spend per target and currency
+    // LLMProbeBilledAbovePrice: what the gateway bills for a series' probes (usage.cost, USD)
+    // over `window` is above `ratio` times what the price table says they cost, for `for`.
+    billedAbovePrice: { ratio: 1.2, window: '1h', 'for': '30m' },
     exporterAbsentFor: '15m',
     exporterDown: { 'for': '5m' },
     seriesStale: { intervals: 3, 'for': '5m' },

@@ -186,6 +186,15 @@ local p = import 'lib/promql.libsonnet';
           p.sumBy(key + ['type'], 'rate', 'llm_probe_tokens_total', m(), '5m')),
       rec('target_currency:llm_probe_cost:increase1d',
           p.sumBy(['target'] + cfg.fleetLabels + ['currency'], 'increase', 'llm_probe_cost_total', m(), '1d')),
+      // What the gateway billed (usage.cost, USD) over what the price table says the same
+      // probes cost: 1 when the prices are the gateway's, above when it bills more.
+      rec($.billedRatioName,
+          '%s
+/
+%s' % [
+            p.sumBy(key, 'rate', 'llm_probe_reported_cost_total', m(['currency="USD"']), cfg.billedAbovePrice.window),
+            p.sumBy(key, 'rate', 'llm_probe_cost_total', m(['currency="USD"']), cfg.billedAbovePrice.window),
+          ]),
       // Token efficiency: output tokens / all tokens (input, cached_input, output, reasoning).
       rec('target_model_probe:llm_probe_token_efficiency:ratio_rate' + w,
           '%s\n/\n%s' % [
@@ -302,6 +311,7 @@ local p = import 'lib/promql.libsonnet';
     local unit = a.step[std.length(a.step) - 1];
     local count = std.parseInt(std.substr(a.step, 0, std.length(a.step) - 1));
     '%s_same_time_%s%d%s' % [name, what, a.days * count, unit],
+  billedRatioName:: 'target_model_probe:llm_probe_reported_cost:ratio_rate' + cfg.billedAbovePrice.window,
   ttftAnomalyName:: 'target_model_probe:llm_probe_ttft_seconds:p95_rate' + an.window,
   errorAnomalyName:: 'target_model_probe:llm_probe_requests_failed:ratio_rate%s' % er.window,
   local anomaly = {

@@ -209,6 +209,12 @@ local p = import '../lib/promql.libsonnet';
                          '%s\n%s' % [onProbe, p.sumBy(byProbe, 'rate', 'llm_probe_requests_total', s, RI)]),
                    probeLegend + ' {{currency}}']],
                  'short', defaults={ decimals: 6 }, overrides=g.currencyOverrides(d.currencies, suffix=true)),
+    g.timeseries('Gateway bill ÷ priced cost',
+                 "What the gateway billed for each probe's calls (its usage.cost, USD: OpenRouter, LiteLLM) over what the price table says they cost, per interval: 1 when the exporter prices as the gateway bills; above 1 the prices are stale or the gateway adds a margin (LLMProbeBilledAbovePrice over 1.2). No line: the gateway reports no cost, or the series is not priced in USD.",
+                 [[ratio(p.sumBy(byProbe, 'rate', 'llm_probe_reported_cost_total', ms(['currency="USD"']), RI),
+                         p.sumBy(byProbe, 'rate', 'llm_probe_cost_total', ms(['currency="USD"']), RI)),
+                   probeLegend]],
+                 'short', defaults={ decimals: 2 }),
     g.timeseries('Rate-limit remaining',
                  "Requests and tokens left in the provider's rate-limit window, from its x-ratelimit-remaining-* headers on the last response.",
                  [

@@ -333,6 +333,25 @@ def _cost(fleet: Fleet) -> None:
         "pricey": {"input": 1000.0, "output": 1000.0, "currency": "USD"}})
 
 
+def _billed_truth(n: Notification, fleet: Fleet) -> str | None:
+    eu = fleet["eu"]
+    billed = eu.metric("llm_probe_reported_cost_total", target="billed-above-price")
+    priced = eu.metric("llm_probe_cost_total", target="billed-above-price")
+    said = _number(n.annotations["description"], r"billed ([\d.]+) times")
+    if said is None or said <= 1.2 or not priced or billed / priced <= 1.2:
+        return f"description says {said}x, the exporter counted {billed:.2e} billed of {priced:.2e}"
+    return None
+
+
+@scenario("billed-above-price", "the gateway bills twice the price typed into the config",
+          [Expect("LLMProbeBilledAbovePrice", {"severity": "warning"}, _billed_truth)])
+def _billed(fleet: Fleet) -> None:
+    # Cents per billion tokens: the bill stays far under the cost budget's 0.001 USD.
+    listed = {"input": 0.02, "output": 0.08}
+    fleet["eu"].add_target("billed-above-price", {"billing": {"price": listed}}, prices={
+        "billing": {name: rate / 2 for name, rate in listed.items()}})
+
+
 @scenario("availability-burn", "every answer is a 503", burns("availability-burn"))
 def _burn(fleet: Fleet) -> None:
     fleet["eu"].add_target("availability-burn", {"burning": {"error_rate": 1.0,
@@ -632,7 +651,12 @@ def _quality_steady(fleet: Fleet) -> None:
 @scenario("healthy-fleet", "two models answer well (and the main Prometheus is not absent)", [],
           targets={"healthy-fleet", "-main"})
 def _healthy(fleet: Fleet) -> None:
-    fleet["quiet"].add_target("healthy-fleet", {"chat": {}, "reasoner": {"reasoning_tokens": 8}})
+    # `priced` bills (usage.cost) exactly what its typed price says: LLMProbeBilledAbovePrice
+    # compares, and stays quiet.
+    listed = {"input": 0.02, "output": 0.08}
+    fleet["quiet"].add_target("healthy-fleet", {"chat": {}, "reasoner": {"reasoning_tokens": 8},
+                                                "priced": {"price": listed}},
+                              prices={"priced": listed})
 
 
 @scenario("restart", "the exporter is stopped and started again", [], exporters={"restart"})

@@ -45,6 +45,7 @@ SHORT_CONFIG = """{ _config+:: {
       { long: '2m', short: '20s', factor: 6, severity: 'warning' },
     ],
     costBudgetPerDay: { USD: 0.001 },
+    billedAbovePrice+: { window: '20s', 'for': '5s' },
     efficiencyWindow: '1m',
     // 30 probes a window instead of a day's 1,440: a few late stamps on a busy 2-core machine
     // move a p95 this short by tens of percent, so the TTFT rise it takes is +100 %, not +50 %.
