@@ -130,6 +130,7 @@ class RecordJSON(TypedDict):
     case: NotRequired[int | None]
     tokens: TokensJSON
     cost: float | None
+    reported_cost: NotRequired[float | None]  # the gateway's own bill (usage.cost, USD)
     currency: str | None
     finish_reason: str | None
     response_id: str | None
@@ -191,6 +192,7 @@ class Record:
             "tokens": {"prompt": r.usage.prompt, "completion": r.usage.completion,
                        "reasoning": r.usage.reasoning, "cached": r.usage.cached},
             "cost": r.cost, "currency": r.currency and redact(r.currency),
+            "reported_cost": r.reported_cost,
             "finish_reason": r.finish_reason and redact(r.finish_reason),
             "response_id": r.response_id and redact(r.response_id),
             "answer": redact(r.answer), "ratelimit_remaining": dict(r.ratelimit),
@@ -239,7 +241,8 @@ class Record:
             usage=Usage(prompt=tokens["prompt"], completion=tokens["completion"],
                         reasoning=tokens["reasoning"], cached=tokens["cached"]),
             output_tokens=d["output_tokens"], token_source=d["token_source"],
-            cost=d["cost"], currency=d["currency"], answer=d["answer"],
+            cost=d["cost"], currency=d["currency"], reported_cost=d.get("reported_cost"),
+            answer=d["answer"],
             finish_reason=d["finish_reason"], response_id=d["response_id"],
             ratelimit=d["ratelimit_remaining"], retry_after=d.get("retry_after_seconds"),
             case=d.get("case"), checked=d.get("checks_passed"),
