@@ -64,6 +64,7 @@ def test_a_changed_number_or_row_is_noticed() -> None:
 def test_the_bench_example_config_is_the_shipped_one_with_a_capacity() -> None:
     shipped = (ROOT / "config.yaml").read_text(encoding="utf-8")
     bench = (ROOT / "docs" / "examples" / "bench.yaml").read_text(encoding="utf-8")
-    model = "    sim-chat:     {ttft: 300ms, tpot: 20ms, output_tokens: 64"
+    model = ("    sim-chat:     {ttft: 300ms, tpot: 20ms, output_tokens: 64, "
+             "price: {input: 0.15, output: 0.60}")
     body = shipped[shipped.index("global:"):].replace(model + "}", model + ", capacity: 4}")
     assert bench.endswith(body)

@@ -28,7 +28,7 @@ from exporter.commands.plan import (
 )
 from exporter.config import ConfigError, load_config, parse_config
 from exporter.errors import Result
-from exporter.exposition.children import phases
+from exporter.exposition.children import later, phases
 from exporter.exposition.families import BY_KEY, Family, Scope, families
 from exporter.exposition.metrics import ExporterMetrics
 from exporter.probe.charge import (
@@ -219,6 +219,8 @@ def test_plan_counts_exactly_what_metrics_exposes(name: str) -> None:
         result = _result(series.key, reasoning=True, phases=phases(series))
         if series.price is not None:  # an over-claim: the capped-charge counter appears
             result = dataclasses.replace(result, claimed_cost=1.0)
+        if (Family.REPORTED_COST, "USD") in later(series, config.global_.shapes):
+            result = dataclasses.replace(result, reported_cost=0.001)  # a gateway's bill
         metrics.record(result)
     grown = {f: plan.by_family().get(f, Count()) + plan.by_family(extra=True).get(f, Count())
              for f in {*plan.by_family(), *plan.by_family(extra=True)}}
@@ -315,7 +317,8 @@ def test_the_daemon_exposes_the_planned_series(tmp_path: Path) -> None:
     from tests.e2e_support import http_get, shipped_config, start_daemon, wait_for
 
     path, _ = shipped_config(tmp_path)
-    plan = make_plan(load_config(path))
+    config = load_config(path)
+    plan = make_plan(config)
     daemon = start_daemon(path, tmp_path)
     try:
         wait_for(lambda: daemon.sample("llm_probe_time_to_first_answer_seconds_count",
@@ -342,11 +345,16 @@ def test_the_daemon_exposes_the_planned_series(tmp_path: Path) -> None:
             stored[PROBE_NAMES.get(family.name)] += (
                 classic if metric.HasField("histogram") and not native else 1)
     # What appeared on first need: rate limits, the latest result's streak and the served model
-    # everywhere, the time to first answer of the reasoner not known to reason.
+    # everywhere, the time to first answer of the reasoner not known to reason...
     expected = dict(plan.by_family())
     for family in (Family.RATELIMIT_REQUESTS, Family.RATELIMIT_TOKENS, Family.CONSECUTIVE,
                    Family.SERVED_MODEL):
         expected[family] = plan.by_family(extra=True)[family]
+    # ... and the bill of the models the simulator prices, as a gateway sends it (usage.cost).
+    billed = sum(1 for s in plan.series if Family.REPORTED_COST in s.later
+                 and config.simulator.models[s.key[1]].price is not None)
+    assert billed == 2  # sim-chat, on chat completions and on Responses
+    expected[Family.REPORTED_COST] = Count(billed, billed)
     ttfa = plan.specs[Family.TIME_TO_FIRST_ANSWER]
     expected[Family.TIME_TO_FIRST_ANSWER] = expected.get(
         Family.TIME_TO_FIRST_ANSWER, Count()) + Count(len(ttfa.buckets) + 3, 1)

@@ -12,7 +12,7 @@ import pytest
 
 from exporter.config import expand, parse_config
 from exporter.errors import Result
-from exporter.exposition.metrics import DiscoveryCollector
+from exporter.exposition.discovery import DiscoveryCollector
 from exporter.log import Redactor
 from exporter.probe.discovery import fetch_catalog
 from exporter.probe.prober import Prober

@@ -30,8 +30,8 @@ from exporter.config import Config, Target
 from exporter.config.census import DiscoveryCounts, discovery_counts
 from exporter.config.patterns import choose
 from exporter.errors import Result
+from exporter.exposition.discovery import DiscoveryCollector
 from exporter.exposition.families import NameRefusal
-from exporter.exposition.metrics import DiscoveryCollector
 from exporter.log import REDACTOR, Redactor, get_logger
 from exporter.probe.discovery import DiscoveryFailed, fetch_catalog
 from exporter.probe.prober import Prober

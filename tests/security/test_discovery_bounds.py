@@ -17,7 +17,7 @@ from aiohttp import web
 
 from exporter.config import parse_config
 from exporter.errors import Result
-from exporter.exposition.metrics import DiscoveryCollector
+from exporter.exposition.discovery import DiscoveryCollector
 from exporter.log import Redactor
 from exporter.probe.prober import Prober
 from exporter.providers.gateway import (
