@@ -202,8 +202,10 @@ def prometheus_with_daemon(tmp_path_factory):
 
     tmp = tmp_path_factory.mktemp("prometheus-with-daemon")
     fast = {"ttft": "50ms", "tpot": "5ms", "output_tokens": 16, "jitter": 0.1}
+    # sim-good bills as a gateway does (usage.cost) at the price the config types for it.
+    billed = {**fast, "price": {"input": 0.5, "output": 1.5}}
     config, _ = shipped_config(tmp, interval="1s", models={
-        "sim-good": fast, "sim-bad": {**fast, "error_rate": 1.0, "error_status": 503}})
+        "sim-good": billed, "sim-bad": {**fast, "error_rate": 1.0, "error_status": 503}})
     daemon = start_daemon(config, tmp)
     rules = sorted((ROOT / "deploy" / "prometheus").glob("*.yml"))
     prometheus = start_prometheus(tmp, [daemon.url.removeprefix("http://")], rule_files=rules)
